@@ -1,0 +1,48 @@
+package components
+
+import (
+	corev1 "github.com/pulumi/pulumi-kubernetes/sdk/v4/go/kubernetes/core/v1"
+	metav1 "github.com/pulumi/pulumi-kubernetes/sdk/v4/go/kubernetes/meta/v1"
+	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
+)
+
+// HFTokenSecretArgs describes the Secret the model download reads HF_TOKEN from.
+type HFTokenSecretArgs struct {
+	Namespace  pulumi.StringInput
+	SecretName string
+	// Token creates the Secret from a Pulumi secret; nil adopts an existing Secret, which the stack
+	// never changes or deletes.
+	Token pulumi.StringInput
+}
+
+// HFTokenSecret is the Hugging Face token Secret.
+type HFTokenSecret struct {
+	pulumi.ResourceState
+	SecretName pulumi.StringOutput `pulumi:"secretName"`
+}
+
+// NewHFTokenSecret creates the token Secret from a Pulumi secret, or adopts an existing one.
+func NewHFTokenSecret(ctx *pulumi.Context, name string, args *HFTokenSecretArgs, opts ...pulumi.ResourceOption) (*HFTokenSecret, error) {
+	s := &HFTokenSecret{}
+	if err := ctx.RegisterComponentResource("minimax-m3:index:HFTokenSecret", name, s, opts...); err != nil {
+		return nil, err
+	}
+	s.SecretName = pulumi.String(args.SecretName).ToStringOutput()
+	if args.Token != nil {
+		secret, err := corev1.NewSecret(ctx, name, &corev1.SecretArgs{
+			Metadata: &metav1.ObjectMetaArgs{
+				Name:      pulumi.String(args.SecretName),
+				Namespace: args.Namespace,
+				Labels:    managedLabels(),
+			},
+			Type: pulumi.String("Opaque"),
+			// The token stays a secret in state, diffs and logs.
+			StringData: pulumi.StringMap{"HF_TOKEN": pulumi.ToSecret(args.Token.ToStringOutput()).(pulumi.StringOutput)},
+		}, pulumi.Parent(s), pulumi.AdditionalSecretOutputs([]string{"data", "stringData"}))
+		if err != nil {
+			return nil, err
+		}
+		s.SecretName = secret.Metadata.Name().Elem()
+	}
+	return s, ctx.RegisterResourceOutputs(s, pulumi.Map{"secretName": s.SecretName})
+}

@@ -1,0 +1,55 @@
+package components
+
+import (
+	"github.com/pulumi/pulumi-kubernetes/sdk/v4/go/kubernetes"
+	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
+
+	"minimax-m3/config"
+)
+
+// Program is the stack's Pulumi program. main.go runs it; the Automation API runs it inline.
+func Program(ctx *pulumi.Context) error {
+	c, err := LoadConfig(ctx)
+	if err != nil {
+		// Nothing has been registered yet: bad config never touches a resource.
+		return err
+	}
+	if c.Speculative.Mode == config.SpeculativeSynthetic {
+		_ = ctx.Log.Warn("BENCHMARK ONLY: speculativeDecoding.mode is synthetic: workers skip real EAGLE3 verification "+
+			"(acceptance length "+formatFloat(c.Speculative.SyntheticAcceptanceLength)+"), so responses are not the model's. "+
+			"Never serve production traffic or evaluate accuracy with it.", nil)
+	}
+	if c.Kubernetes.RenderDirectory != "" {
+		_ = ctx.Log.Warn("rendering manifests to "+c.Kubernetes.RenderDirectory+" instead of applying them; "+
+			"rendered Secrets hold the Hugging Face token in plain text: keep that directory out of version control", nil)
+	}
+
+	provider, err := kubernetes.NewProvider(ctx, "kubernetes", &kubernetes.ProviderArgs{
+		Context:               optionalString(c.Kubernetes.Context),
+		RenderYamlToDirectory: optionalString(c.Kubernetes.RenderDirectory),
+	})
+	if err != nil {
+		return err
+	}
+	d, err := NewMiniMaxM3(ctx, c.GraphName, &c, pulumi.Provider(provider))
+	if err != nil {
+		return err
+	}
+	for k, v := range Outputs(&c, d) {
+		ctx.Export(k, v)
+	}
+	return nil
+}
+
+// LoadConfig reads and validates the stack's `minimax-m3:` config.
+func LoadConfig(ctx *pulumi.Context) (config.Config, error) {
+	raw := config.Raw{Values: map[string]string{}, Secrets: map[string]bool{}}
+	for _, k := range config.Keys() {
+		full := config.Key(k)
+		if v, ok := ctx.GetConfig(full); ok {
+			raw.Values[k] = v
+			raw.Secrets[k] = ctx.IsConfigSecret(full)
+		}
+	}
+	return config.Parse(raw)
+}

@@ -1,0 +1,81 @@
+#!/usr/bin/env bash
+# Builds the pinned toolchain the tests and the offline main job need, from Go modules:
+# the Pulumi CLI, the Go language host, the Kubernetes provider plugin, kube-apiserver and etcd.
+#
+# Binaries live in a per-user cache keyed by tool and version, so a fresh clone (as in CI) reuses
+# them; $ROOT/.toolchain/bin only links to them. A binary whose version is already built is skipped.
+set -euo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+tools="$root/tools"
+cache="${MINIMAX_M3_TOOLCHAIN_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/minimax-m3/toolchain}"
+bin="$root/.toolchain/bin"
+mkdir -p "$cache" "$bin"
+
+PULUMI_VERSION=v3.276.0
+LANGUAGE_GO_VERSION=v3.66.0
+KUBERNETES_PROVIDER_VERSION=4.25.0
+KUBERNETES_VERSION=v1.37.2
+ETCD_VERSION=v3.6.8
+
+log() { printf 'toolchain: %s\n' "$*" >&2; }
+
+# build NAME VERSION MODULE_DIR PACKAGE [LDFLAGS]
+build() {
+  local name=$1 version=$2 dir=$3 pkg=$4 ldflags=${5:-}
+  local out="$cache/$name-$version/$name"
+  if [ ! -x "$out" ]; then
+    log "building $name $version (cold builds take minutes)"
+    local start=$SECONDS
+    mkdir -p "$(dirname "$out")"
+    (cd "$dir" && go build -trimpath -ldflags "-s -w $ldflags" -o "$out.tmp" "$pkg")
+    mv "$out.tmp" "$out"
+    log "built $name in $((SECONDS - start))s"
+  fi
+  ln -sfn "$out" "$bin/$name"
+}
+
+build pulumi "$PULUMI_VERSION" "$tools/pulumi" github.com/pulumi/pulumi/pkg/v3/cmd/pulumi \
+  "-X github.com/pulumi/pulumi/sdk/v3/go/common/version.Version=$PULUMI_VERSION"
+
+# The provider's module zip lacks the files its main package embeds: build a copy of the command
+# inside the tools module after running upstream's generate step, which writes them.
+provider_cmd="$tools/pulumi-resource-kubernetes/.build/pulumi-resource-kubernetes"
+if [ ! -x "$cache/pulumi-resource-kubernetes-$KUBERNETES_PROVIDER_VERSION/pulumi-resource-kubernetes" ]; then
+  src=$(cd "$tools/pulumi-resource-kubernetes" && go list -m -f '{{.Dir}}' github.com/pulumi/pulumi-kubernetes/provider/v4)
+  rm -rf "$provider_cmd" && mkdir -p "$provider_cmd"
+  cp "$src"/cmd/pulumi-resource-kubernetes/{main.go,generate.go,schema.json,terraform-mapping.json} "$provider_cmd/"
+  chmod u+w "$provider_cmd"/*
+  (cd "$provider_cmd" && VERSION=$KUBERNETES_PROVIDER_VERSION go run generate.go)
+fi
+build pulumi-resource-kubernetes "$KUBERNETES_PROVIDER_VERSION" "$tools/pulumi-resource-kubernetes" ./.build/pulumi-resource-kubernetes \
+  "-X github.com/pulumi/pulumi-kubernetes/provider/v4/pkg/version.Version=$KUBERNETES_PROVIDER_VERSION"
+
+build pulumi-language-go "$LANGUAGE_GO_VERSION" "$tools/pulumi-language-go" github.com/pulumi/pulumi/sdk/v3/go/pulumi-language-go \
+  "-X github.com/pulumi/pulumi/sdk/v3/go/common/version.Version=$LANGUAGE_GO_VERSION"
+
+build etcd "$ETCD_VERSION" "$tools/etcd" .
+
+k8s_minor=${KUBERNETES_VERSION#v1.}; k8s_minor=${k8s_minor%%.*}
+k8s_ldflags=""
+for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+  k8s_ldflags+=" -X $p.gitVersion=$KUBERNETES_VERSION -X $p.gitMajor=1 -X $p.gitMinor=$k8s_minor"
+done
+build kube-apiserver "$KUBERNETES_VERSION" "$tools/kube-apiserver" k8s.io/kubernetes/cmd/kube-apiserver "$k8s_ldflags"
+
+# envtest wants kubectl beside the servers. Use the machine's when it has one; build it otherwise.
+if command -v kubectl >/dev/null 2>&1 && [ "$(command -v kubectl)" != "$bin/kubectl" ]; then
+  ln -sfn "$(command -v kubectl)" "$bin/kubectl"
+else
+  build kubectl "$KUBERNETES_VERSION" "$tools/kube-apiserver" k8s.io/kubernetes/cmd/kubectl "$k8s_ldflags"
+fi
+
+# Install the provider into the project's PULUMI_HOME so the engine finds it without a download
+# and without the "using ... from \$PATH" warning.
+export PULUMI_HOME="${PULUMI_HOME:-$root/.toolchain/pulumi-home}"
+export PULUMI_SKIP_UPDATE_CHECK=true
+if [ ! -d "$PULUMI_HOME/plugins/resource-kubernetes-v$KUBERNETES_PROVIDER_VERSION" ]; then
+  "$bin/pulumi" plugin install resource kubernetes "v$KUBERNETES_PROVIDER_VERSION" \
+    --file "$bin/pulumi-resource-kubernetes" >&2
+fi
+log "ready in $bin"
