@@ -9,10 +9,22 @@ import (
 
 // Program is the stack's Pulumi program. main.go runs it; the Automation API runs it inline.
 func Program(ctx *pulumi.Context) error {
+	outputs, err := Deploy(ctx)
+	if err != nil {
+		return err
+	}
+	for k, v := range outputs {
+		ctx.Export(k, v)
+	}
+	return nil
+}
+
+// Deploy reads the stack's config, builds every resource and returns the stack outputs.
+func Deploy(ctx *pulumi.Context) (pulumi.Map, error) {
 	c, err := LoadConfig(ctx)
 	if err != nil {
 		// Nothing has been registered yet: bad config never touches a resource.
-		return err
+		return nil, err
 	}
 	if c.Speculative.Mode == config.SpeculativeSynthetic {
 		_ = ctx.Log.Warn("BENCHMARK ONLY: speculativeDecoding.mode is synthetic: workers skip real EAGLE3 verification "+
@@ -29,16 +41,13 @@ func Program(ctx *pulumi.Context) error {
 		RenderYamlToDirectory: optionalString(c.Kubernetes.RenderDirectory),
 	})
 	if err != nil {
-		return err
+		return nil, err
 	}
 	d, err := NewMiniMaxM3(ctx, c.GraphName, &c, pulumi.Provider(provider))
 	if err != nil {
-		return err
+		return nil, err
 	}
-	for k, v := range Outputs(&c, d) {
-		ctx.Export(k, v)
-	}
-	return nil
+	return Outputs(&c, d), nil
 }
 
 // LoadConfig reads and validates the stack's `minimax-m3:` config.

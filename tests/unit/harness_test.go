@@ -1,0 +1,252 @@
+// Package unit tests the program with the Pulumi engine mocked: every resource the program
+// registers is recorded with its inputs, and the tests assert on those.
+package unit
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/pulumi/pulumi/sdk/v3/go/common/resource"
+	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
+	"github.com/stretchr/testify/require"
+	"gopkg.in/yaml.v3"
+
+	"minimax-m3/components"
+)
+
+// testToken is the Hugging Face token the tests configure; it must never appear in plain text.
+const testToken = "hf_unitTestTokenNeverPlain"
+
+// siteConfig is what a platform engineer adds to a committed stack file before `pulumi up`.
+func siteConfig() map[string]string {
+	return map[string]string{
+		"minimax-m3:namespace":  `{"name":"inference"}`,
+		"minimax-m3:hfToken":    testToken,
+		"minimax-m3:modelCache": `{"storageClass":"rwx-fast"}`,
+	}
+}
+
+type recorded struct {
+	Type, Name string
+	Inputs     resource.PropertyMap
+}
+
+type mocks struct {
+	mu        sync.Mutex
+	resources []recorded
+}
+
+func (m *mocks) NewResource(args pulumi.MockResourceArgs) (string, resource.PropertyMap, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.resources = append(m.resources, recorded{Type: args.TypeToken, Name: args.Name, Inputs: args.Inputs})
+	return args.Name + "-id", args.Inputs, nil
+}
+
+func (m *mocks) Call(args pulumi.MockCallArgs) (resource.PropertyMap, error) { return args.Args, nil }
+
+// result is one mocked run of the program.
+type result struct {
+	resources []recorded
+	outputs   map[string]any
+}
+
+// stackConfig reads a committed stack file as Pulumi hands it to the program: strings as they
+// are, everything else as JSON.
+func stackConfig(t *testing.T, stack string) map[string]string {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("..", "..", "Pulumi."+stack+".yaml"))
+	require.NoError(t, err)
+	var file struct {
+		Config map[string]any `yaml:"config"`
+	}
+	require.NoError(t, yaml.Unmarshal(b, &file))
+	out := map[string]string{}
+	for k, v := range file.Config {
+		if s, ok := v.(string); ok {
+			out[k] = s
+			continue
+		}
+		j, err := json.Marshal(v)
+		require.NoError(t, err)
+		out[k] = string(j)
+	}
+	return out
+}
+
+// run runs the program on a committed stack file plus site config plus overrides (an empty
+// override value removes the key).
+func run(t *testing.T, stack string, overrides map[string]string) (*result, error) {
+	t.Helper()
+	cfg := stackConfig(t, stack)
+	for k, v := range siteConfig() {
+		cfg[k] = v
+	}
+	for k, v := range overrides {
+		if v == "" {
+			delete(cfg, k)
+		} else {
+			cfg[k] = v
+		}
+	}
+	m := &mocks{}
+	res := &result{}
+	err := pulumi.RunErr(func(ctx *pulumi.Context) error {
+		outs, err := components.Deploy(ctx)
+		if err != nil {
+			return err
+		}
+		outs.ToMapOutput().ApplyT(func(v map[string]any) error {
+			res.outputs = v
+			return nil
+		})
+		return nil
+	}, pulumi.WithMocks("minimax-m3", stack, m), func(info *pulumi.RunInfo) {
+		info.Config = cfg
+		info.ConfigSecretKeys = []string{"minimax-m3:hfToken"}
+	})
+	res.resources = m.resources
+	return res, err
+}
+
+func mustRun(t *testing.T, stack string, overrides map[string]string) *result {
+	t.Helper()
+	r, err := run(t, stack, overrides)
+	require.NoError(t, err)
+	return r
+}
+
+// byType returns the resources of a type token.
+func (r *result) byType(typ string) []recorded {
+	var out []recorded
+	for _, res := range r.resources {
+		if res.Type == typ {
+			out = append(out, res)
+		}
+	}
+	return out
+}
+
+// one returns the only resource of a type token.
+func (r *result) one(t *testing.T, typ string) recorded {
+	t.Helper()
+	rs := r.byType(typ)
+	require.Len(t, rs, 1, "resources of type %s", typ)
+	return rs[0]
+}
+
+// customResource returns the custom resource of a kind.
+func (r *result) customResource(t *testing.T, kind string) recorded {
+	t.Helper()
+	var found []recorded
+	for _, res := range r.resources {
+		if strings.HasPrefix(res.Type, "kubernetes:") && strings.HasSuffix(res.Type, ":"+kind) {
+			found = append(found, res)
+		}
+	}
+	require.Len(t, found, 1, "custom resources of kind %s", kind)
+	return found[0]
+}
+
+// plain turns recorded inputs into JSON-shaped Go values (secrets unwrapped).
+func plain(t *testing.T, pm resource.PropertyMap) map[string]any {
+	t.Helper()
+	b, err := json.Marshal(unwrap(resource.NewObjectProperty(pm)))
+	require.NoError(t, err)
+	var out map[string]any
+	require.NoError(t, json.Unmarshal(b, &out))
+	return out
+}
+
+func unwrap(v resource.PropertyValue) any {
+	switch {
+	case v.IsSecret():
+		return unwrap(v.SecretValue().Element)
+	case v.IsObject():
+		m := map[string]any{}
+		for k, e := range v.ObjectValue() {
+			m[string(k)] = unwrap(e)
+		}
+		return m
+	case v.IsArray():
+		var a []any
+		for _, e := range v.ArrayValue() {
+			a = append(a, unwrap(e))
+		}
+		return a
+	case v.IsComputed(), v.IsOutput():
+		return nil
+	}
+	return v.V
+}
+
+// decode reads a field path of recorded inputs into a typed value.
+func decode[T any](t *testing.T, rec recorded, path ...string) T {
+	t.Helper()
+	var v any = plain(t, rec.Inputs)
+	for _, p := range path {
+		m, ok := v.(map[string]any)
+		require.True(t, ok, "%s: %v is not an object", strings.Join(path, "."), p)
+		v = m[p]
+	}
+	b, err := json.Marshal(v)
+	require.NoError(t, err)
+	var out T
+	require.NoError(t, json.Unmarshal(b, &out))
+	return out
+}
+
+func graphSpec(t *testing.T, r *result) components.DynamoGraphDeploymentSpec {
+	return decode[components.DynamoGraphDeploymentSpec](t, r.customResource(t, "DynamoGraphDeployment"), "spec")
+}
+
+// flags reads an argparse argument list into flag → values, ignoring order (argparse does too).
+func flags(args []string) map[string][]string {
+	out := map[string][]string{}
+	for i := 0; i < len(args); i++ {
+		if !strings.HasPrefix(args[i], "--") {
+			continue
+		}
+		if i+1 < len(args) && !strings.HasPrefix(args[i+1], "--") {
+			out[args[i]] = append(out[args[i]], args[i+1])
+			i++
+		} else {
+			out[args[i]] = append(out[args[i]], "")
+		}
+	}
+	return out
+}
+
+func envNames(env []components.EnvVar) []string {
+	var out []string
+	for _, e := range env {
+		out = append(out, e.Name)
+	}
+	return out
+}
+
+func envValue(t *testing.T, env []components.EnvVar, name string) string {
+	t.Helper()
+	for _, e := range env {
+		if e.Name == name {
+			return e.Value
+		}
+	}
+	t.Fatalf("no env %s in %v", name, envNames(env))
+	return ""
+}
+
+func sortedTypes(r *result) []string {
+	var out []string
+	for _, res := range r.resources {
+		out = append(out, fmt.Sprintf("%s %s", res.Type, res.Name))
+	}
+	sort.Strings(out)
+	return out
+}
