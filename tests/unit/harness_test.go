@@ -141,6 +141,18 @@ func (r *result) one(t *testing.T, typ string) recorded {
 	return rs[0]
 }
 
+// named returns the resource of a type token and name.
+func (r *result) named(t *testing.T, typ, name string) recorded {
+	t.Helper()
+	for _, res := range r.resources {
+		if res.Type == typ && res.Name == name {
+			return res
+		}
+	}
+	t.Fatalf("no %s %s", typ, name)
+	return recorded{}
+}
+
 // customResource returns the custom resource of a kind.
 func (r *result) customResource(t *testing.T, kind string) recorded {
 	t.Helper()

@@ -1,0 +1,150 @@
+package config
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// valid is a complete, valid stack config for a profile, as Pulumi hands it over.
+func valid(profile string) Raw {
+	return Raw{
+		Values: map[string]string{
+			"profile":   profile,
+			"namespace": `{"name":"inference"}`,
+			"hfToken":   "hf_test",
+		},
+		Secrets: map[string]bool{"hfToken": true},
+	}
+}
+
+func with(r Raw, kv ...string) Raw {
+	for i := 0; i < len(kv); i += 2 {
+		if kv[i+1] == "" {
+			delete(r.Values, kv[i])
+		} else {
+			r.Values[kv[i]] = kv[i+1]
+		}
+	}
+	return r
+}
+
+func TestValidConfigOfBothProfilesParses(t *testing.T) {
+	for _, p := range []string{"agg", "disagg"} {
+		c, err := Parse(valid(p))
+		require.NoError(t, err, p)
+		assert.Equal(t, Profile(p), c.Profile)
+	}
+	c, _ := Parse(valid("agg"))
+	assert.Equal(t, 12, c.GPUs())
+	c, _ = Parse(valid("disagg"))
+	assert.Equal(t, 24, c.GPUs())
+}
+
+func TestObjectsMergeIntoTheRecipeDefaults(t *testing.T) {
+	c, err := Parse(with(valid("agg"), "worker", `{"replicas": 2, "resources": {"limits": {"memory": "700Gi"}}, "vllm": {"maxNumSeqs": 128}}`))
+	require.NoError(t, err)
+	assert.Equal(t, 2, c.Worker.Replicas)
+	assert.Equal(t, 4, c.Worker.TensorParallelSize, "unset fields keep the recipe's value")
+	assert.Equal(t, map[string]string{"cpu": "128", "memory": "700Gi"}, c.Worker.Resources.Limits, "maps merge key by key")
+	assert.Equal(t, 128, c.Worker.VLLM.MaxNumSeqs)
+	assert.Equal(t, 16384, c.Worker.VLLM.MaxNumBatchedTokens)
+}
+
+// Every validation rule, each with the key its error must name.
+func TestValidationNamesTheKeyToFix(t *testing.T) {
+	cases := []struct {
+		name string
+		raw  Raw
+		key  string
+		text string
+	}{
+		{"unknown profile", with(valid("agg"), "profile", "hybrid"), "minimax-m3:profile", "unknown profile"},
+		{"missing profile", with(valid("agg"), "profile", ""), "minimax-m3:profile", "unknown profile"},
+		{"TP does not fit the node", with(valid("agg"), "worker", `{"tensorParallelSize": 8}`), "minimax-m3:worker.tensorParallelSize", "does not fit 4 GPUs per node"},
+		{"TP does not divide the node", with(valid("disagg"), "decodeWorker", `{"tensorParallelSize": 3}`), "minimax-m3:decodeWorker.tensorParallelSize", "does not fit"},
+		{"zero replicas", with(valid("disagg"), "prefillWorker", `{"replicas": 0}`), "minimax-m3:prefillWorker.replicas", "at least 1"},
+		{"negative replicas", with(valid("agg"), "worker", `{"replicas": -1}`), "minimax-m3:worker.replicas", "at least 1"},
+		{"zero frontend replicas", with(valid("agg"), "frontend", `{"replicas": 0}`), "minimax-m3:frontend.replicas", "at least 1"},
+		{"acceptance length too low", with(valid("agg"), "speculativeDecoding", `{"syntheticAcceptanceLength": 1}`), "minimax-m3:speculativeDecoding.syntheticAcceptanceLength", "outside (1, 4]"},
+		{"acceptance length too high", with(valid("agg"), "speculativeDecoding", `{"mode": "synthetic", "syntheticAcceptanceLength": 4.5}`), "minimax-m3:speculativeDecoding.syntheticAcceptanceLength", "outside (1, 4]"},
+		{"unknown speculative mode", with(valid("agg"), "speculativeDecoding", `{"mode": "fake"}`), "minimax-m3:speculativeDecoding.mode", "unknown mode"},
+		{"revision not a commit", with(valid("agg"), "model", `{"revision": "main"}`), "minimax-m3:model.revision", "not a pinned commit"},
+		{"draft revision not a commit", with(valid("agg"), "model", `{"draft": {"revision": "96692486"}}`), "minimax-m3:model.draft.revision", "not a pinned commit"},
+		{"placeholder left in", with(valid("agg"), "modelCache", `{"storageClass": "your-storage-class-name"}`), "minimax-m3:modelCache.storageClass", "placeholder"},
+		{"placeholder in a map", with(valid("agg"), "worker", `{"scheduling": {"nodeSelector": {"pool": "your-worker-node-pool"}}}`), "minimax-m3:worker.scheduling.nodeSelector.pool", "placeholder"},
+		{"request above limit", with(valid("agg"), "worker", `{"resources": {"requests": {"cpu": "200"}}}`), "minimax-m3:worker.resources.requests.cpu", "above its limit"},
+		{"frontend request above limit", with(valid("agg"), "frontend", `{"resources": {"requests": {"memory": "32Gi"}}}`), "minimax-m3:frontend.resources.requests.memory", "above its limit"},
+		{"RDMA key without count", with(valid("agg"), "worker", `{"network": {"rdmaResource": "rdma.example.com/device"}}`), "minimax-m3:worker.network.rdmaCount", "required with rdmaResource"},
+		{"RDMA count without key", with(valid("agg"), "worker", `{"network": {"rdmaCount": "1"}}`), "minimax-m3:worker.network.rdmaResource", "required with rdmaCount"},
+		{"malformed attention config", with(valid("agg"), "worker", `{"vllm": {"attentionConfig": "{\"backend\":"}}`), "minimax-m3:worker.vllm.attentionConfig", "not a JSON object"},
+		{"malformed compilation config", with(valid("disagg"), "prefillWorker", `{"vllm": {"compilationConfig": "[1,2]"}}`), "minimax-m3:prefillWorker.vllm.compilationConfig", "not a JSON object"},
+		{"invalid namespace name", with(valid("agg"), "namespace", `{"name": "Inference_NS"}`), "minimax-m3:namespace.name", "not a valid Kubernetes name"},
+		{"missing namespace", with(valid("agg"), "namespace", ""), "minimax-m3:namespace.name", "is required"},
+		{"invalid claim name", with(valid("agg"), "modelCache", `{"claimName": "Shared Cache"}`), "minimax-m3:modelCache.claimName", "not a valid Kubernetes name"},
+		{"invalid graph name", with(valid("agg"), "graphName", "MiniMax"), "minimax-m3:graphName", "not a valid Service name"},
+		{"invalid quantity", with(valid("agg"), "modelCache", `{"size": "1 TB"}`), "minimax-m3:modelCache.size", "not a Kubernetes quantity"},
+		{"invalid shared memory", with(valid("agg"), "worker", `{"sharedMemorySize": "lots"}`), "minimax-m3:worker.sharedMemorySize", "not a Kubernetes quantity"},
+		{"invalid resource quantity", with(valid("agg"), "worker", `{"resources": {"limits": {"memory": "640 GiB"}}}`), "minimax-m3:worker.resources.limits.memory", "not a Kubernetes quantity"},
+		{"GPUs set by hand", with(valid("agg"), "worker", `{"resources": {"limits": {"nvidia.com/gpu": "8"}}}`), "minimax-m3:worker.resources", "follows tensorParallelSize"},
+		{"no token and no existing Secret", with(valid("agg"), "hfToken", ""), "minimax-m3:hfToken", "needs a Hugging Face token"},
+		{"token and existing Secret", with(valid("agg"), "huggingFace", `{"existingSecret": true}`), "minimax-m3:hfToken", "not both"},
+		{"token not a secret", Raw{Values: valid("agg").Values, Secrets: map[string]bool{}}, "minimax-m3:hfToken", "must be stored as a secret"},
+		{"unknown key", with(valid("agg"), "workers", `{}`), "minimax-m3:workers", "unknown key"},
+		{"unknown field", with(valid("agg"), "worker", `{"replica": 2}`), "minimax-m3:worker", `unknown field "replica"`},
+		{"wrong type", with(valid("agg"), "gpusPerNode", "four"), "minimax-m3:gpusPerNode", "a whole number"},
+		{"role of the other profile", with(valid("agg"), "decodeWorker", `{"replicas": 2}`), "minimax-m3:decodeWorker", "not used by profile"},
+		{"reused channel without a name", with(valid("agg"), "computeDomain", `{"create": false}`), "minimax-m3:computeDomain.channelClaimTemplate", "is required"},
+		{"bad download timeout", with(valid("agg"), "modelDownload", `{"timeout": "forever"}`), "minimax-m3:modelDownload.timeout", "positive duration"},
+		{"bad readiness timeout", with(valid("agg"), "readiness", `{"timeout": "-5m"}`), "minimax-m3:readiness.timeout", "positive duration"},
+		{"duplicate env", with(valid("agg"), "worker", `{"extraEnv": [{"name": "NCCL_CUMEM_ENABLE", "value": "0"}]}`), "minimax-m3:worker.extraEnv[0].name", "already set"},
+		{"env duplicating a network variable", with(valid("agg"), "worker", `{"network": {"socketInterface": "eth0"}, "extraEnv": [{"name": "NCCL_SOCKET_IFNAME", "value": "eth1"}]}`), "minimax-m3:worker.extraEnv[0].name", "already set"},
+		{"bad toleration operator", with(valid("agg"), "worker", `{"scheduling": {"tolerations": [{"key": "a", "operator": "In"}]}}`), "minimax-m3:worker.scheduling.tolerations[0].operator", "unknown operator"},
+		{"bad runtime version", with(valid("agg"), "runtimeVersion", "latest"), "minimax-m3:runtimeVersion", "not a version"},
+		{"bad topology key", with(valid("agg"), "placement", `{"topologyKey": "not a key"}`), "minimax-m3:placement.topologyKey", "not a valid qualified name"},
+		{"gpu memory utilization", with(valid("agg"), "worker", `{"vllm": {"gpuMemoryUtilization": 1.5}}`), "minimax-m3:worker.vllm.gpuMemoryUtilization", "outside (0, 1]"},
+		{"CPU offload on disagg", with(valid("disagg"), "decodeWorker", `{"vllm": {"kvTransfer": {"cpuOffload": {"specName": "CPUOffloadingSpec", "cpuBytesToUse": 1}}}}`), "minimax-m3:decodeWorker.vllm.kvTransfer.cpuOffload", "NIXL"},
+		{"bad access mode", with(valid("agg"), "modelCache", `{"accessMode": "Shared"}`), "minimax-m3:modelCache.accessMode", "unknown access mode"},
+		{"relative mount path", with(valid("agg"), "modelCache", `{"mountPath": "cache"}`), "minimax-m3:modelCache.mountPath", "not an absolute path"},
+		{"bad pull secret", with(valid("agg"), "imagePullSecrets", `["NGC Pull"]`), "minimax-m3:imagePullSecrets[0]", "not a valid Kubernetes name"},
+		{"gke roce without interfaces", with(valid("disagg"), "prefillWorker", `{"network": {"gkeRoce": {"defaultInterface": "eth0", "networkResourceQuantity": "1"}}}`), "minimax-m3:prefillWorker.network.gkeRoce.rdmaInterfaces", "at least one"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Parse(tc.raw)
+			require.Error(t, err)
+			var ps Problems
+			require.ErrorAs(t, err, &ps)
+			var hit bool
+			for _, p := range ps {
+				if p.String() == tc.key+": "+p.Message && strings.Contains(p.Message, tc.text) {
+					hit = true
+				}
+			}
+			assert.True(t, hit, "want a problem at %s containing %q, got:\n%v", tc.key, tc.text, err)
+		})
+	}
+}
+
+func TestEveryProblemIsReportedAtOnce(t *testing.T) {
+	_, err := Parse(with(valid("agg"),
+		"worker", `{"replicas": 0, "tensorParallelSize": 3}`,
+		"model", `{"revision": "main"}`,
+		"modelCache", `{"storageClass": "your-storage-class-name"}`))
+	require.Error(t, err)
+	for _, key := range []string{"worker.replicas", "worker.tensorParallelSize", "model.revision", "modelCache.storageClass"} {
+		assert.Contains(t, err.Error(), "minimax-m3:"+key)
+	}
+	assert.Contains(t, err.Error(), "nothing was changed")
+}
+
+func TestTokenIsNeverPrintedInErrors(t *testing.T) {
+	r := with(valid("agg"), "worker", `{"replicas": 0}`)
+	r.Values["hfToken"] = "hf_secretvalue"
+	r.Secrets = map[string]bool{}
+	_, err := Parse(r)
+	require.Error(t, err)
+	assert.NotContains(t, err.Error(), "hf_secretvalue")
+}
