@@ -1,0 +1,305 @@
+package integration
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/pulumi/pulumi/sdk/v3/go/auto"
+	"github.com/pulumi/pulumi/sdk/v3/go/auto/events"
+	"github.com/pulumi/pulumi/sdk/v3/go/auto/optdestroy"
+	"github.com/pulumi/pulumi/sdk/v3/go/auto/optpreview"
+	"github.com/pulumi/pulumi/sdk/v3/go/auto/optup"
+	"github.com/stretchr/testify/require"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"minimax-m3/automation"
+)
+
+// testToken is the Hugging Face token the stacks get; it must never appear in plain text.
+const testToken = "hf_integrationTokenNeverPlain"
+
+var (
+	graphGVK         = schema.GroupVersionKind{Group: "nvidia.com", Version: "v1beta1", Kind: "DynamoGraphDeployment"}
+	computeDomainGVK = schema.GroupVersionKind{Group: "resource.nvidia.com", Version: "v1beta1", Kind: "ComputeDomain"}
+)
+
+// testStack is one stack on a fresh file backend, working on a temp copy of the project.
+type testStack struct {
+	t     *testing.T
+	name  string
+	ns    string
+	stack auto.Stack
+	log   *syncBuffer
+}
+
+// siteConfig is what every test stack adds to the committed stack file: its own namespace, the
+// token, and timeouts short enough for tests.
+func siteConfig(ns string) auto.ConfigMap {
+	return auto.ConfigMap{
+		"minimax-m3:namespace.name":        {Value: ns},
+		"minimax-m3:hfToken":               {Value: testToken, Secret: true},
+		"minimax-m3:modelDownload.timeout": {Value: "3m"},
+		"minimax-m3:readiness.timeout":     {Value: "3m"},
+	}
+}
+
+func newStack(t *testing.T, stackName, ns string, extra auto.ConfigMap) *testStack {
+	t.Helper()
+	dir := t.TempDir()
+	require.NoError(t, automation.CopyProject(cluster.root, dir))
+	cfg := siteConfig(ns)
+	for k, v := range extra {
+		cfg[k] = v
+	}
+	ctx := context.Background()
+	s, err := automation.Stack(ctx, automation.Options{
+		ProjectDir: dir,
+		Stack:      stackName,
+		Config:     cfg,
+		EnvVars:    pulumiEnv(t),
+	})
+	require.NoError(t, err)
+	ts := &testStack{t: t, name: stackName, ns: ns, stack: s, log: &syncBuffer{}}
+	t.Cleanup(func() {
+		// Each test leaves nothing behind in the shared API server but its retained claim.
+		stop := playControllers(t, ns, controllers{})
+		defer stop()
+		_, _ = s.Destroy(ctx, optdestroy.ProgressStreams(ts.log))
+	})
+	return ts
+}
+
+// pulumiEnv is the environment of the Pulumi CLI and the provider: a file backend of the test's own,
+// the built plugins, and the local API server.
+func pulumiEnv(t *testing.T) map[string]string {
+	return map[string]string{
+		"PULUMI_BACKEND_URL":       "file://" + t.TempDir(),
+		"PULUMI_CONFIG_PASSPHRASE": "integration-tests",
+		"PULUMI_HOME":              filepath.Join(cluster.root, ".toolchain", "pulumi-home"),
+		"PULUMI_SKIP_UPDATE_CHECK": "true",
+		"KUBECONFIG":               cluster.kubeconfig,
+		"PATH":                     os.Getenv("PATH"),
+	}
+}
+
+// operation is one resource's step in an update: its type and what happened to it.
+type operation struct{ Type, Name, Op string }
+
+// changes collects the steps of an update or preview that are not "same".
+func collect(ch <-chan events.EngineEvent, out *[]operation, done *sync.WaitGroup) {
+	defer done.Done()
+	for e := range ch {
+		if e.ResourcePreEvent == nil {
+			continue
+		}
+		m := e.ResourcePreEvent.Metadata
+		if string(m.Op) == "same" || m.Type == "pulumi:pulumi:Stack" || m.Type == "pulumi:providers:kubernetes" {
+			continue
+		}
+		*out = append(*out, operation{Type: m.Type, Name: m.URN[strings.LastIndex(m.URN, "::")+2:], Op: string(m.Op)})
+	}
+}
+
+// up runs `pulumi up` and returns its result and the steps that changed something.
+func (s *testStack) up(ctx context.Context) (auto.UpResult, []operation, error) {
+	ch := make(chan events.EngineEvent)
+	var ops []operation
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go collect(ch, &ops, &wg)
+	res, err := s.stack.Up(ctx, optup.EventStreams(ch), optup.ProgressStreams(s.log), optup.ErrorProgressStreams(s.log))
+	wg.Wait()
+	return res, ops, err
+}
+
+// preview runs `pulumi preview` and returns the steps it proposes.
+func (s *testStack) preview(ctx context.Context, opts ...optpreview.Option) ([]operation, error) {
+	ch := make(chan events.EngineEvent)
+	var ops []operation
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go collect(ch, &ops, &wg)
+	opts = append(opts, optpreview.EventStreams(ch), optpreview.ProgressStreams(s.log), optpreview.ErrorProgressStreams(s.log))
+	_, err := s.stack.Preview(ctx, opts...)
+	wg.Wait()
+	return ops, err
+}
+
+func (s *testStack) set(ctx context.Context, key, value string) {
+	s.t.Helper()
+	require.NoError(s.t, s.stack.SetConfigWithOptions(ctx, key, auto.ConfigValue{Value: value}, &auto.ConfigOptions{Path: true}))
+}
+
+// controllers says which controllers a test plays, and how.
+type controllers struct {
+	// jobOutcome: "complete" marks download Jobs complete, "fail" marks them failed with
+	// BackoffLimitExceeded; "" leaves them running.
+	jobOutcome string
+	// graphReady marks each DynamoGraphDeployment generation Ready, as the Dynamo operator does.
+	graphReady bool
+}
+
+// playControllers plays the missing controllers in a namespace until stop is called. It always
+// plays the garbage collector, which releases foreground deletions.
+func playControllers(t *testing.T, ns string, c controllers) (stop func()) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tick := time.NewTicker(200 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			if c.jobOutcome != "" {
+				playJobController(ctx, t, ns, c.jobOutcome)
+			}
+			if c.graphReady {
+				playDynamoOperator(ctx, t, ns)
+			}
+			playGarbageCollector(ctx, t, ns)
+			select {
+			case <-ctx.Done():
+				return
+			case <-tick.C:
+			}
+		}
+	}()
+	return func() { cancel(); <-done }
+}
+
+// playJobController marks every unfinished Job complete or failed, with the status fields the API
+// server requires for each.
+func playJobController(ctx context.Context, t *testing.T, ns, outcome string) {
+	var jobs batchv1.JobList
+	if err := cluster.client.List(ctx, &jobs, client.InNamespace(ns)); err != nil {
+		return
+	}
+	for i := range jobs.Items {
+		job := &jobs.Items[i]
+		if len(job.Status.Conditions) > 0 || job.DeletionTimestamp != nil {
+			continue
+		}
+		now := metav1.Now()
+		job.Status.StartTime = &now
+		cond := func(typ batchv1.JobConditionType, reason string) batchv1.JobCondition {
+			return batchv1.JobCondition{Type: typ, Status: corev1.ConditionTrue, Reason: reason, Message: "set by the test playing the Job controller", LastProbeTime: now, LastTransitionTime: now}
+		}
+		if outcome == "complete" {
+			job.Status.CompletionTime = &now
+			job.Status.Succeeded = 1
+			job.Status.Conditions = []batchv1.JobCondition{cond(batchv1.JobSuccessCriteriaMet, "CompletionsReached"), cond(batchv1.JobComplete, "CompletionsReached")}
+		} else {
+			job.Status.Failed = 1
+			job.Status.Conditions = []batchv1.JobCondition{cond(batchv1.JobFailureTarget, batchv1.JobReasonBackoffLimitExceeded), cond(batchv1.JobFailed, batchv1.JobReasonBackoffLimitExceeded)}
+		}
+		if err := cluster.client.Status().Update(ctx, job); err != nil && ctx.Err() == nil {
+			t.Logf("playing the Job controller: %v", err)
+		}
+	}
+}
+
+// playDynamoOperator marks each graph Ready for its current generation, as the Dynamo operator
+// does once every component is ready.
+func playDynamoOperator(ctx context.Context, t *testing.T, ns string) {
+	var graphs unstructured.UnstructuredList
+	graphs.SetGroupVersionKind(graphGVK.GroupVersion().WithKind("DynamoGraphDeploymentList"))
+	if err := cluster.client.List(ctx, &graphs, client.InNamespace(ns)); err != nil {
+		return
+	}
+	for i := range graphs.Items {
+		g := &graphs.Items[i]
+		if g.GetDeletionTimestamp() != nil || readyGeneration(g) >= g.GetGeneration() {
+			continue
+		}
+		patch := fmt.Sprintf(`{"status":{"state":"successful","conditions":[{"type":"Ready","status":"True","reason":"AllComponentsReady","message":"set by the test playing the Dynamo operator","lastTransitionTime":%q,"observedGeneration":%d}]}}`,
+			time.Now().UTC().Format(time.RFC3339), g.GetGeneration())
+		if err := cluster.client.Status().Patch(ctx, g, client.RawPatch(types.MergePatchType, []byte(patch))); err != nil && ctx.Err() == nil {
+			t.Logf("playing the Dynamo operator: %v", err)
+		}
+	}
+}
+
+func readyGeneration(g *unstructured.Unstructured) int64 {
+	conds, _, _ := unstructured.NestedSlice(g.Object, "status", "conditions")
+	for _, c := range conds {
+		m, _ := c.(map[string]any)
+		if m["type"] == "Ready" && m["status"] == "True" {
+			gen, _ := m["observedGeneration"].(int64)
+			return gen
+		}
+	}
+	return -1
+}
+
+// playGarbageCollector releases objects the provider deleted with foreground propagation: with no
+// garbage collector running, their foregroundDeletion finalizer would hold them forever.
+func playGarbageCollector(ctx context.Context, t *testing.T, ns string) {
+	kinds := []schema.GroupVersionKind{
+		{Group: "batch", Version: "v1", Kind: "JobList"},
+		{Version: "v1", Kind: "ConfigMapList"},
+		{Version: "v1", Kind: "SecretList"},
+		{Version: "v1", Kind: "PersistentVolumeClaimList"},
+		graphGVK.GroupVersion().WithKind("DynamoGraphDeploymentList"),
+		computeDomainGVK.GroupVersion().WithKind("ComputeDomainList"),
+	}
+	for _, k := range kinds {
+		var list unstructured.UnstructuredList
+		list.SetGroupVersionKind(k)
+		if err := cluster.client.List(ctx, &list, client.InNamespace(ns)); err != nil {
+			continue
+		}
+		for i := range list.Items {
+			o := &list.Items[i]
+			if o.GetDeletionTimestamp() == nil || len(o.GetFinalizers()) == 0 {
+				continue
+			}
+			if err := cluster.client.Patch(ctx, o, client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`))); err != nil && !apierrors.IsNotFound(err) && ctx.Err() == nil {
+				t.Logf("playing the garbage collector: %v", err)
+			}
+		}
+	}
+}
+
+// get reads a live object; false when it does not exist.
+func get(t *testing.T, gvk schema.GroupVersionKind, ns, name string) (*unstructured.Unstructured, bool) {
+	t.Helper()
+	o := &unstructured.Unstructured{}
+	o.SetGroupVersionKind(gvk)
+	err := cluster.client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, o)
+	if apierrors.IsNotFound(err) {
+		return nil, false
+	}
+	require.NoError(t, err)
+	return o, o.GetDeletionTimestamp() == nil
+}
+
+// syncBuffer collects the engine's output from several goroutines.
+type syncBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *syncBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *syncBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
