@@ -118,11 +118,16 @@ func newDownloadJob(ctx *pulumi.Context, name string, args *ModelCacheArgs, pare
 		res = &corev1.ResourceRequirementsArgs{Requests: pulumi.ToStringMap(d.Resources.Requests), Limits: pulumi.ToStringMap(d.Resources.Limits)}
 	}
 
+	var annotations pulumi.StringMap
+	if !d.WaitForCompletion {
+		annotations = pulumi.StringMap{"pulumi.com/skipAwait": pulumi.String("true")}
+	}
 	return batchv1.NewJob(ctx, name+"-download", &batchv1.JobArgs{
 		Metadata: &metav1.ObjectMetaArgs{
-			Name:      pulumi.String(d.JobName),
-			Namespace: args.Namespace,
-			Labels:    managedLabels(),
+			Name:        pulumi.String(d.JobName),
+			Namespace:   args.Namespace,
+			Labels:      managedLabels(),
+			Annotations: annotations,
 		},
 		Spec: &batchv1.JobSpecArgs{
 			BackoffLimit: pulumi.Int(d.BackoffLimit),

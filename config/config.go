@@ -131,6 +131,9 @@ type ModelDownloadConfig struct {
 	// Kubernetes fails the Job itself and `up` reports DeadlineExceeded at once.
 	Timeout      string `json:"timeout"`
 	BackoffLimit int    `json:"backoffLimit"`
+	// WaitForCompletion makes `up` wait for the download before creating the graph. Turn it off
+	// only where no Job can run (a local API server without nodes) or a GitOps tool owns rollout.
+	WaitForCompletion bool `json:"waitForCompletion"`
 	// Resources of the download container; empty leaves them to the namespace defaults.
 	Resources  Resources  `json:"resources"`
 	Scheduling Scheduling `json:"scheduling"`

@@ -13,9 +13,9 @@ import (
 	"path/filepath"
 	"testing"
 
-	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"minimax-m3/tests/localcluster"
 )
 
 // cluster is the local API server every test shares.
@@ -23,7 +23,6 @@ var cluster struct {
 	root       string // the project checkout
 	bin        string // the built toolchain
 	kubeconfig string
-	config     *rest.Config
 	client     client.Client
 }
 
@@ -36,53 +35,25 @@ func run(m *testing.M) int {
 	}
 	cluster.root = root
 	cluster.bin = filepath.Join(root, ".toolchain", "bin")
-	for _, b := range []string{"pulumi", "pulumi-language-go", "kube-apiserver", "etcd", "kubectl"} {
+	for _, b := range []string{"pulumi", "pulumi-language-go", "pulumi-resource-kubernetes"} {
 		if _, err := os.Stat(filepath.Join(cluster.bin, b)); err != nil {
 			return fail(fmt.Errorf("%s is not built: run `make toolchain` first (%v)", b, err))
 		}
 	}
-	crds := os.Getenv("MINIMAX_M3_CRDS")
-	if crds == "" {
-		return fail(fmt.Errorf("MINIMAX_M3_CRDS must name the folder holding the DynamoGraphDeployment and ComputeDomain CRDs"))
-	}
-
 	// Pulumi and its plugins come from the built toolchain, ahead of anything else on PATH.
 	os.Setenv("PATH", cluster.bin+string(os.PathListSeparator)+os.Getenv("PATH"))
-	os.Setenv("KUBEBUILDER_ASSETS", cluster.bin)
 
-	env := &envtest.Environment{CRDDirectoryPaths: []string{crds}, ErrorIfCRDPathMissing: true}
-	cfg, err := env.Start()
+	c, err := localcluster.Start(cluster.bin, os.Getenv("MINIMAX_M3_CRDS"))
 	if err != nil {
-		return fail(fmt.Errorf("starting kube-apiserver and etcd: %w", err))
+		return fail(err)
 	}
 	// Stopped on every path out, failures included.
 	defer func() {
-		if err := env.Stop(); err != nil {
+		if err := c.Stop(); err != nil {
 			fmt.Fprintln(os.Stderr, "stopping the API server:", err)
 		}
 	}()
-	cluster.config = cfg
-
-	dir, err := os.MkdirTemp("", "minimax-m3-kube")
-	if err != nil {
-		return fail(err)
-	}
-	defer os.RemoveAll(dir)
-	user, err := env.AddUser(envtest.User{Name: "pulumi", Groups: []string{"system:masters"}}, nil)
-	if err != nil {
-		return fail(err)
-	}
-	kubeconfig, err := user.KubeConfig()
-	if err != nil {
-		return fail(err)
-	}
-	cluster.kubeconfig = filepath.Join(dir, "kubeconfig")
-	if err := os.WriteFile(cluster.kubeconfig, kubeconfig, 0o600); err != nil {
-		return fail(err)
-	}
-	if cluster.client, err = client.New(cfg, client.Options{}); err != nil {
-		return fail(err)
-	}
+	cluster.kubeconfig, cluster.client = c.Kubeconfig, c.Client
 	return m.Run()
 }
 

@@ -1,0 +1,41 @@
+# minimax-m3: every command a user or CI runs. `make help` lists them.
+SHELL := bash
+.DEFAULT_GOAL := help
+
+# The DynamoGraphDeployment and ComputeDomain CRDs the integration tests and the local run install.
+# Point it at your own Dynamo release's CRDs to test against them.
+MINIMAX_M3_CRDS ?= $(abspath ../shared/reference/crds)
+export MINIMAX_M3_CRDS
+export PULUMI_SKIP_UPDATE_CHECK := true
+
+GO_FILES = $(shell git ls-files '*.go')
+
+.PHONY: help toolchain check unit integration test local render
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
+
+toolchain: ## build the pinned Pulumi CLI, Go language host, Kubernetes provider, kube-apiserver and etcd (cached)
+	bash tools/build.sh
+
+check: ## gofmt and go vet, program and tests
+	@unformatted=$$(gofmt -l $(GO_FILES)); if [ -n "$$unformatted" ]; then echo "gofmt would change: $$unformatted"; exit 1; fi
+	go vet ./...
+	cd tests && go vet ./...
+
+unit: ## config and mocked-engine tests (no toolchain needed)
+	go test -count=1 ./...
+	cd tests && go test -count=1 ./unit
+
+integration: toolchain ## the real engine, provider and API server with the CRDs from MINIMAX_M3_CRDS
+	cd tests && go test -count=1 -timeout 45m -v ./integration
+
+test: check unit integration ## every test: what CI runs
+
+local: toolchain ## the main job on an embedded default: a local API server, preview and up of both stacks
+	cd tests && go run ./localrun
+
+render: ## render STACK's manifests into OUT without a cluster (make render STACK=agg OUT=/tmp/agg NAMESPACE=inference)
+	@test -n "$(STACK)" -a -n "$(OUT)" || { echo "usage: make render STACK=agg|disagg OUT=<dir outside the repo> [NAMESPACE=<ns>]"; exit 2; }
+	PATH="$(CURDIR)/.toolchain/bin:$$PATH" PULUMI_HOME="$(CURDIR)/.toolchain/pulumi-home" \
+	  go run ./cmd/render -stack $(STACK) -out $(OUT) $(if $(NAMESPACE),-set minimax-m3:namespace.name=$(NAMESPACE))

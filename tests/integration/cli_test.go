@@ -1,0 +1,93 @@
+package integration
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/pulumi/pulumi/sdk/v3/go/auto"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"minimax-m3/automation"
+)
+
+// copyProgram copies what `pulumi preview` builds: the Go module and the stack files.
+func copyProgram(t *testing.T) string {
+	dir := t.TempDir()
+	for _, p := range []string{"go.mod", "go.sum", "main.go", "config", "components"} {
+		out, err := exec.Command("cp", "-r", filepath.Join(cluster.root, p), dir).CombinedOutput()
+		require.NoError(t, err, string(out))
+	}
+	require.NoError(t, automation.CopyProject(cluster.root, dir))
+	return dir
+}
+
+// The way users run it: the plain CLI, building the program through the Go language host.
+func TestPlainCLIPreviewOfBothStacks(t *testing.T) {
+	dir := copyProgram(t)
+	env := os.Environ()
+	for k, v := range pulumiEnv(t) {
+		env = append(env, k+"="+v)
+	}
+	pulumi := func(args ...string) string {
+		cmd := exec.Command("pulumi", append(args, "--cwd", dir, "--non-interactive")...)
+		cmd.Env = env
+		out, err := cmd.CombinedOutput()
+		require.NoError(t, err, "pulumi %s:\n%s", strings.Join(args, " "), out)
+		return string(out)
+	}
+	for _, stack := range []string{"agg", "disagg"} {
+		pulumi("stack", "init", stack)
+		pulumi("config", "set", "--stack", stack, "--path", "minimax-m3:namespace.name", "cli-"+stack)
+		pulumi("config", "set", "--stack", stack, "--secret", "minimax-m3:hfToken", testToken)
+		out := pulumi("preview", "--stack", stack, "--diff")
+		for _, want := range []string{"kubernetes:nvidia.com/v1beta1:DynamoGraphDeployment", "kubernetes:resource.nvidia.com/v1beta1:ComputeDomain",
+			"kubernetes:batch/v1:Job", "kubernetes:core/v1:PersistentVolumeClaim", "kubernetes:core/v1:ConfigMap", "minimax-m3:index:Deployment"} {
+			assert.Contains(t, out, want, stack)
+		}
+		assert.NotContains(t, out, testToken, "the preview diff shows no token")
+	}
+}
+
+// Render for GitOps review: every object as YAML with no cluster, then a server-side dry run of
+// the files against the real CRDs.
+func TestRenderedManifestsPassAServerSideDryRun(t *testing.T) {
+	for _, stack := range []string{"agg", "disagg"} {
+		t.Run(stack, func(t *testing.T) {
+			ns := "render-" + stack
+			out := filepath.Join(t.TempDir(), "manifests")
+			err := automation.Render(context.Background(), automation.RenderOptions{
+				ProjectDir: cluster.root, Stack: stack, OutDir: out,
+				Config: auto.ConfigMap{"minimax-m3:namespace.name": {Value: ns}},
+			})
+			require.NoError(t, err)
+			files, err := filepath.Glob(filepath.Join(out, "1-manifest", "*.yaml"))
+			require.NoError(t, err)
+			var kinds []string
+			for _, f := range files {
+				b, err := os.ReadFile(f)
+				require.NoError(t, err)
+				for _, line := range strings.Split(string(b), "\n") {
+					if strings.HasPrefix(line, "kind: ") {
+						kinds = append(kinds, strings.TrimPrefix(line, "kind: "))
+					}
+				}
+			}
+			assert.ElementsMatch(t, []string{"Namespace", "PersistentVolumeClaim", "Job", "ComputeDomain", "ConfigMap", "DynamoGraphDeployment"}, kinds,
+				"without HF_TOKEN no Secret is rendered")
+
+			// A dry run of namespaced objects needs their namespace to exist.
+			require.NoError(t, cluster.client.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
+			cmd := exec.Command("kubectl", "--kubeconfig", cluster.kubeconfig, "apply", "--server-side", "--dry-run=server", "-f", filepath.Join(out, "1-manifest"))
+			b, err := cmd.CombinedOutput()
+			require.NoError(t, err, string(b))
+			assert.Contains(t, string(b), "dynamographdeployment.nvidia.com/minimax-m3-"+stack+"-gb200-agentic serverside-applied (server dry run)")
+		})
+	}
+}

@@ -1,0 +1,86 @@
+// Package localcluster starts a kube-apiserver and etcd on 127.0.0.1 with controller-runtime's
+// envtest, installs CRDs from a folder, and writes a kubeconfig for Pulumi's Kubernetes provider.
+// It serves the integration tests and the local run of the main job.
+package localcluster
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+
+	"k8s.io/client-go/rest"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+)
+
+// Cluster is a running local API server.
+type Cluster struct {
+	// Kubeconfig is the path of a kubeconfig for an admin user (file mode 0600).
+	Kubeconfig string
+	Config     *rest.Config
+	Client     client.Client
+
+	env *envtest.Environment
+	dir string
+}
+
+// Binaries the toolchain folder must hold.
+var Binaries = []string{"kube-apiserver", "etcd", "kubectl"}
+
+// Start starts the API server with binaries from binDir and the CRDs in crdDir.
+func Start(binDir, crdDir string) (*Cluster, error) {
+	for _, b := range Binaries {
+		if _, err := os.Stat(filepath.Join(binDir, b)); err != nil {
+			return nil, fmt.Errorf("%s is not built: run `make toolchain` (%w)", b, err)
+		}
+	}
+	if crdDir == "" {
+		return nil, errors.New("MINIMAX_M3_CRDS must name the folder holding the DynamoGraphDeployment and ComputeDomain CRDs")
+	}
+	env := &envtest.Environment{
+		BinaryAssetsDirectory: binDir,
+		CRDDirectoryPaths:     []string{crdDir},
+		ErrorIfCRDPathMissing: true,
+	}
+	cfg, err := env.Start()
+	if err != nil {
+		return nil, fmt.Errorf("starting kube-apiserver and etcd: %w", err)
+	}
+	c := &Cluster{Config: cfg, env: env}
+	if err := c.setUp(); err != nil {
+		_ = c.Stop()
+		return nil, err
+	}
+	return c, nil
+}
+
+func (c *Cluster) setUp() error {
+	dir, err := os.MkdirTemp("", "minimax-m3-kube")
+	if err != nil {
+		return err
+	}
+	c.dir = dir
+	user, err := c.env.AddUser(envtest.User{Name: "pulumi", Groups: []string{"system:masters"}}, nil)
+	if err != nil {
+		return err
+	}
+	kubeconfig, err := user.KubeConfig()
+	if err != nil {
+		return err
+	}
+	c.Kubeconfig = filepath.Join(dir, "kubeconfig")
+	if err := os.WriteFile(c.Kubeconfig, kubeconfig, 0o600); err != nil {
+		return err
+	}
+	c.Client, err = client.New(c.Config, client.Options{})
+	return err
+}
+
+// Stop stops the API server and etcd and removes the kubeconfig.
+func (c *Cluster) Stop() error {
+	if c.dir != "" {
+		os.RemoveAll(c.dir)
+	}
+	return c.env.Stop()
+}
