@@ -31,9 +31,12 @@ func Deploy(ctx *pulumi.Context) (pulumi.Map, error) {
 			"(acceptance length "+formatFloat(c.Speculative.SyntheticAcceptanceLength)+"), so responses are not the model's. "+
 			"Never serve production traffic or evaluate accuracy with it.", nil)
 	}
-	if c.Kubernetes.RenderDirectory != "" {
-		_ = ctx.Log.Warn("rendering manifests to "+c.Kubernetes.RenderDirectory+" instead of applying them; "+
-			"rendered Secrets hold the Hugging Face token in plain text: keep that directory out of version control", nil)
+	if dir := c.Kubernetes.RenderDirectory; dir != "" {
+		msg := "rendering manifests to " + dir + " instead of applying them"
+		if c.ModelDownload.Enabled && !c.HuggingFace.ExistingSecret {
+			msg += "; the rendered Secret holds the Hugging Face token in plain text: keep that directory private and out of version control"
+		}
+		_ = ctx.Log.Warn(msg, nil)
 	}
 
 	provider, err := kubernetes.NewProvider(ctx, "kubernetes", &kubernetes.ProviderArgs{
