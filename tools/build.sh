@@ -10,7 +10,10 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 tools="$root/tools"
 cache="${MINIMAX_M3_TOOLCHAIN_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/minimax-m3/toolchain}"
 bin="$root/.toolchain/bin"
-mkdir -p "$cache" "$bin"
+# The provider stays off PATH: the engine loads it from PULUMI_HOME, where it is installed below,
+# without the "using ... from $PATH" warning on every run.
+plugins="$root/.toolchain/plugins"
+mkdir -p "$cache" "$bin" "$plugins"
 
 PULUMI_VERSION=v3.276.0
 LANGUAGE_GO_VERSION=v3.66.0
@@ -20,9 +23,9 @@ ETCD_VERSION=v3.6.8
 
 log() { printf 'toolchain: %s\n' "$*" >&2; }
 
-# build NAME VERSION MODULE_DIR PACKAGE [LDFLAGS]
+# build NAME VERSION MODULE_DIR PACKAGE [LDFLAGS] [LINK_DIR]
 build() {
-  local name=$1 version=$2 dir=$3 pkg=$4 ldflags=${5:-}
+  local name=$1 version=$2 dir=$3 pkg=$4 ldflags=${5:-} link=${6:-$bin}
   local out="$cache/$name-$version/$name"
   if [ ! -x "$out" ]; then
     log "building $name $version (cold builds take minutes)"
@@ -32,7 +35,7 @@ build() {
     mv "$out.tmp" "$out"
     log "built $name in $((SECONDS - start))s"
   fi
-  ln -sfn "$out" "$bin/$name"
+  ln -sfn "$out" "$link/$name"
 }
 
 build pulumi "$PULUMI_VERSION" "$tools/pulumi" github.com/pulumi/pulumi/pkg/v3/cmd/pulumi \
@@ -49,7 +52,8 @@ if [ ! -x "$cache/pulumi-resource-kubernetes-$KUBERNETES_PROVIDER_VERSION/pulumi
   (cd "$provider_cmd" && VERSION=$KUBERNETES_PROVIDER_VERSION go run generate.go)
 fi
 build pulumi-resource-kubernetes "$KUBERNETES_PROVIDER_VERSION" "$tools/pulumi-resource-kubernetes" ./.build/pulumi-resource-kubernetes \
-  "-X github.com/pulumi/pulumi-kubernetes/provider/v4/pkg/version.Version=$KUBERNETES_PROVIDER_VERSION"
+  "-X github.com/pulumi/pulumi-kubernetes/provider/v4/pkg/version.Version=$KUBERNETES_PROVIDER_VERSION" "$plugins"
+rm -f "$bin/pulumi-resource-kubernetes"
 
 build pulumi-language-go "$LANGUAGE_GO_VERSION" "$tools/pulumi-language-go" github.com/pulumi/pulumi/sdk/v3/go/pulumi-language-go \
   "-X github.com/pulumi/pulumi/sdk/v3/go/common/version.Version=$LANGUAGE_GO_VERSION"
@@ -76,6 +80,6 @@ export PULUMI_HOME="${PULUMI_HOME:-$root/.toolchain/pulumi-home}"
 export PULUMI_SKIP_UPDATE_CHECK=true
 if [ ! -d "$PULUMI_HOME/plugins/resource-kubernetes-v$KUBERNETES_PROVIDER_VERSION" ]; then
   "$bin/pulumi" plugin install resource kubernetes "v$KUBERNETES_PROVIDER_VERSION" \
-    --file "$bin/pulumi-resource-kubernetes" >&2
+    --file "$plugins/pulumi-resource-kubernetes" >&2
 fi
 log "ready in $bin"

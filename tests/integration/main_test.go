@@ -35,7 +35,7 @@ func run(m *testing.M) int {
 	}
 	cluster.root = root
 	cluster.bin = filepath.Join(root, ".toolchain", "bin")
-	for _, b := range []string{"pulumi", "pulumi-language-go", "pulumi-resource-kubernetes"} {
+	for _, b := range []string{"pulumi", "pulumi-language-go"} {
 		if _, err := os.Stat(filepath.Join(cluster.bin, b)); err != nil {
 			return fail(fmt.Errorf("%s is not built: run `make toolchain` first (%v)", b, err))
 		}
