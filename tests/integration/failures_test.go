@@ -81,7 +81,7 @@ func TestAdoptedNamespaceAndSecretAreLeftAlone(t *testing.T) {
 	stop()
 	require.NoError(t, err, s.log.String())
 	for k := range opsOf(ops) {
-		assert.NotRegexp(t, "Namespace|Secret", k, "an adopted namespace or Secret is not managed")
+		assert.NotRegexp(t, "^kubernetes:core/v1:(Namespace|Secret) ", k, "an adopted namespace or Secret is not managed")
 	}
 
 	stop = playControllers(t, ns, controllers{})

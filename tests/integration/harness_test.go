@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -42,6 +43,8 @@ type testStack struct {
 	t     *testing.T
 	name  string
 	ns    string
+	dir   string
+	env   map[string]string
 	stack auto.Stack
 	log   *syncBuffer
 }
@@ -66,14 +69,15 @@ func newStack(t *testing.T, stackName, ns string, extra auto.ConfigMap) *testSta
 		cfg[k] = v
 	}
 	ctx := context.Background()
+	env := pulumiEnv(t)
 	s, err := automation.Stack(ctx, automation.Options{
 		ProjectDir: dir,
 		Stack:      stackName,
 		Config:     cfg,
-		EnvVars:    pulumiEnv(t),
+		EnvVars:    env,
 	})
 	require.NoError(t, err)
-	ts := &testStack{t: t, name: stackName, ns: ns, stack: s, log: &syncBuffer{}}
+	ts := &testStack{t: t, name: stackName, ns: ns, dir: dir, env: env, stack: s, log: &syncBuffer{}}
 	t.Cleanup(func() {
 		// Each test leaves nothing behind in the shared API server but its retained claim.
 		stop := playControllers(t, ns, controllers{})
@@ -137,6 +141,19 @@ func (s *testStack) preview(ctx context.Context, opts ...optpreview.Option) ([]o
 	_, err := s.stack.Preview(ctx, opts...)
 	wg.Wait()
 	return ops, err
+}
+
+// export is `pulumi stack export`, as a user would share it (secrets stay encrypted).
+func (s *testStack) export() string {
+	s.t.Helper()
+	cmd := exec.Command("pulumi", "stack", "export", "--stack", s.name, "--cwd", s.dir, "--non-interactive")
+	cmd.Env = os.Environ()
+	for k, v := range s.env {
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
+	out, err := cmd.Output()
+	require.NoError(s.t, err)
+	return string(out)
 }
 
 func (s *testStack) set(ctx context.Context, key, value string) {

@@ -179,10 +179,9 @@ func TestStackLifecycleAgainstARealAPIServer(t *testing.T) {
 			assert.Contains(t, liveGraphSpec(t, ns, tc.graph).Components[1].PodTemplate.Spec.Containers[0].Args, newRevision)
 
 			// 6. No plaintext token in the state, the outputs or the logs.
-			state, err := s.stack.Export(ctx)
-			require.NoError(t, err)
-			assert.NotContains(t, string(state.Deployment), testToken)
-			assert.Contains(t, string(state.Deployment), "ciphertext", "the token is encrypted in state")
+			state := s.export()
+			assert.NotContains(t, state, testToken)
+			assert.Contains(t, state, "ciphertext", "the token is encrypted in state")
 			outputs, err := s.stack.Outputs(ctx)
 			require.NoError(t, err)
 			for k, v := range outputs {

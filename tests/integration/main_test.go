@@ -42,6 +42,8 @@ func run(m *testing.M) int {
 	}
 	// Pulumi and its plugins come from the built toolchain, ahead of anything else on PATH.
 	os.Setenv("PATH", cluster.bin+string(os.PathListSeparator)+os.Getenv("PATH"))
+	os.Setenv("PULUMI_HOME", filepath.Join(root, ".toolchain", "pulumi-home"))
+	os.Setenv("PULUMI_SKIP_UPDATE_CHECK", "true")
 
 	c, err := localcluster.Start(cluster.bin, os.Getenv("MINIMAX_M3_CRDS"))
 	if err != nil {
