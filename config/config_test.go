@@ -62,7 +62,7 @@ func TestValidationNamesTheKeyToFix(t *testing.T) {
 		text string
 	}{
 		{"unknown profile", with(valid("agg"), "profile", "hybrid"), "minimax-m3:profile", "unknown profile"},
-		{"missing profile", with(valid("agg"), "profile", ""), "minimax-m3:profile", "unknown profile"},
+		{"missing profile", with(valid("agg"), "profile", ""), "minimax-m3:profile", "is required"},
 		{"TP does not fit the node", with(valid("agg"), "worker", `{"tensorParallelSize": 8}`), "minimax-m3:worker.tensorParallelSize", "does not fit 4 GPUs per node"},
 		{"TP does not divide the node", with(valid("disagg"), "decodeWorker", `{"tensorParallelSize": 3}`), "minimax-m3:decodeWorker.tensorParallelSize", "does not fit"},
 		{"zero replicas", with(valid("disagg"), "prefillWorker", `{"replicas": 0}`), "minimax-m3:prefillWorker.replicas", "at least 1"},

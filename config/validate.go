@@ -51,7 +51,11 @@ func Validate(c *Config) Problems {
 	var ps Problems
 	v := validator{&ps}
 
-	if c.Profile != Aggregated && c.Profile != Disaggregated {
+	switch c.Profile {
+	case Aggregated, Disaggregated:
+	case "":
+		ps.Add("profile", "is required: %q or %q", Aggregated, Disaggregated)
+	default:
 		ps.Add("profile", "unknown profile %q: use %q or %q", c.Profile, Aggregated, Disaggregated)
 	}
 	findPlaceholders(&ps, "", reflect.ValueOf(*c))
