@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"minimax-m3/components"
+	"minimax-m3/config"
 )
 
 var (
@@ -111,8 +112,11 @@ func TestStackLifecycleAgainstARealAPIServer(t *testing.T) {
 			assert.Equal(t, tc.graph+"-cd", out["computeDomain"].Value)
 			assert.Equal(t, "shared-model-cache", out["cacheClaimName"].Value)
 
-			// The live objects are the recipe's, validated by the real CRD schemas on the way in.
+			// The live objects are the recipe's, validated by the real CRD schemas on the way in, and
+			// nothing was pruned or rewritten: the live spec is exactly the recipe's spec.
 			spec := liveGraphSpec(t, ns, tc.graph)
+			recipe := config.Defaults(config.Profile(tc.stack))
+			assert.Equal(t, components.GraphSpec(&recipe), spec)
 			require.Len(t, spec.Components, 1+len(tc.workers))
 			assert.Equal(t, "Frontend", spec.Components[0].Name)
 			for i, w := range tc.workers {
