@@ -2,7 +2,8 @@ package components
 
 import (
 	"encoding/json"
-	"sort"
+	"maps"
+	"slices"
 	"strconv"
 
 	"minimax-m3/config"
@@ -317,7 +318,7 @@ func withScheduling(spec PodSpec, s config.Scheduling) PodSpec {
 	}
 	if len(s.RequiredNodeLabels) > 0 {
 		var reqs []Requirement
-		for _, k := range sortedKeys(s.RequiredNodeLabels) {
+		for _, k := range slices.Sorted(maps.Keys(s.RequiredNodeLabels)) {
 			reqs = append(reqs, Requirement{Key: k, Operator: "In", Values: s.RequiredNodeLabels[k]})
 		}
 		spec.Affinity = &Affinity{NodeAffinity: &NodeAffinity{Required: &NodeSelector{Terms: []NodeSelectorTerm{{MatchExpressions: reqs}}}}}
@@ -384,15 +385,6 @@ func copyMap[V any](m map[string]V) map[string]V {
 		out[k] = v
 	}
 	return out
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }
 
 func formatFloat(f float64) string { return strconv.FormatFloat(f, 'f', -1, 64) }

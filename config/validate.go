@@ -3,9 +3,11 @@ package config
 import (
 	"encoding/json"
 	"fmt"
+	"maps"
 	"path"
 	"reflect"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -359,12 +361,12 @@ func (v validator) positiveQuantity(key, s string) {
 
 func (v validator) resources(key string, r Resources) {
 	parsed := map[string]resource.Quantity{}
-	for _, name := range sortedKeys(r.Limits) {
+	for _, name := range slices.Sorted(maps.Keys(r.Limits)) {
 		if q, ok := v.quantity(key+".limits."+name, r.Limits[name]); ok {
 			parsed[name] = q
 		}
 	}
-	for _, name := range sortedKeys(r.Requests) {
+	for _, name := range slices.Sorted(maps.Keys(r.Requests)) {
 		q, ok := v.quantity(key+".requests."+name, r.Requests[name])
 		if limit, limited := parsed[name]; ok && limited && q.Cmp(limit) > 0 {
 			v.ps.Add(key+".requests."+name, "request %s is above its limit %s", r.Requests[name], r.Limits[name])
@@ -373,17 +375,17 @@ func (v validator) resources(key string, r Resources) {
 }
 
 func (v validator) annotations(key string, m map[string]string) {
-	for _, k := range sortedKeys(m) {
+	for _, k := range slices.Sorted(maps.Keys(m)) {
 		v.qualifiedName(key+"."+k, k)
 	}
 }
 
 func (v validator) scheduling(key string, s Scheduling) {
-	for _, k := range sortedKeys(s.NodeSelector) {
+	for _, k := range slices.Sorted(maps.Keys(s.NodeSelector)) {
 		v.qualifiedName(key+".nodeSelector", k)
 		v.errs(key+".nodeSelector."+k, s.NodeSelector[k], "label value", validation.IsValidLabelValue(s.NodeSelector[k]))
 	}
-	for _, k := range sortedKeys(s.RequiredNodeLabels) {
+	for _, k := range slices.Sorted(maps.Keys(s.RequiredNodeLabels)) {
 		v.qualifiedName(key+".requiredNodeLabels", k)
 		if len(s.RequiredNodeLabels[k]) == 0 {
 			v.ps.Add(key+".requiredNodeLabels."+k, "needs at least one value")
@@ -482,13 +484,4 @@ func findPlaceholders(ps *Problems, key string, v reflect.Value) {
 			findPlaceholders(ps, join(k.String()), v.MapIndex(k))
 		}
 	}
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }
