@@ -8,10 +8,12 @@
 package integration
 
 import (
+	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -49,7 +51,15 @@ func run(m *testing.M) int {
 	if err != nil {
 		return fail(err)
 	}
-	// Stopped on every path out, failures included.
+	// Stopped on every path out, failures included; on a signal; and before `go test -timeout`
+	// would end the process.
+	c.StopOnSignal()
+	flag.Parse()
+	if f := flag.Lookup("test.timeout"); f != nil {
+		if d, ok := f.Value.(flag.Getter).Get().(time.Duration); ok {
+			c.StopBefore(d)
+		}
+	}
 	defer func() {
 		if err := c.Stop(); err != nil {
 			fmt.Fprintln(os.Stderr, "stopping the API server:", err)

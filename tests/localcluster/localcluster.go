@@ -7,7 +7,11 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/signal"
 	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
 
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -21,8 +25,10 @@ type Cluster struct {
 	Config     *rest.Config
 	Client     client.Client
 
-	env *envtest.Environment
-	dir string
+	env      *envtest.Environment
+	dir      string
+	stopOnce sync.Once
+	stopErr  error
 }
 
 // Binaries the toolchain folder must hold.
@@ -77,10 +83,38 @@ func (c *Cluster) setUp() error {
 	return err
 }
 
-// Stop stops the API server and etcd and removes the kubeconfig.
+// Stop stops the API server and etcd and removes the kubeconfig. It may be called more than once.
 func (c *Cluster) Stop() error {
-	if c.dir != "" {
-		os.RemoveAll(c.dir)
+	c.stopOnce.Do(func() {
+		if c.dir != "" {
+			os.RemoveAll(c.dir)
+		}
+		c.stopErr = c.env.Stop()
+	})
+	return c.stopErr
+}
+
+// StopOnSignal stops the servers and exits when the process is interrupted or terminated, so an
+// aborted run leaves no kube-apiserver or etcd behind.
+func (c *Cluster) StopOnSignal() {
+	ch := make(chan os.Signal, 1)
+	signal.Notify(ch, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		s := <-ch
+		fmt.Fprintf(os.Stderr, "%v: stopping the local API server\n", s)
+		_ = c.Stop()
+		os.Exit(130)
+	}()
+}
+
+// StopBefore stops the servers shortly before a deadline (such as `go test -timeout`, which ends
+// the process without running deferred calls).
+func (c *Cluster) StopBefore(timeout time.Duration) {
+	if timeout <= time.Minute {
+		return
 	}
-	return c.env.Stop()
+	time.AfterFunc(timeout-30*time.Second, func() {
+		fmt.Fprintln(os.Stderr, "the test timeout is near: stopping the local API server")
+		_ = c.Stop()
+	})
 }

@@ -41,6 +41,7 @@ func run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	cluster.StopOnSignal()
 	defer func() {
 		fmt.Println("== stopping the local API server")
 		_ = cluster.Stop()
