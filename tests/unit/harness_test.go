@@ -14,6 +14,7 @@ import (
 
 	"github.com/pulumi/pulumi/sdk/v3/go/common/resource"
 	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
+	pulumirpc "github.com/pulumi/pulumi/sdk/v3/proto/go"
 	"github.com/stretchr/testify/require"
 	"gopkg.in/yaml.v3"
 
@@ -35,6 +36,8 @@ func siteConfig() map[string]string {
 type recorded struct {
 	Type, Name string
 	Inputs     resource.PropertyMap
+	// RPC holds the resource options: parent, dependencies, retainOnDelete, timeouts, ...
+	RPC *pulumirpc.RegisterResourceRequest
 }
 
 type mocks struct {
@@ -45,7 +48,7 @@ type mocks struct {
 func (m *mocks) NewResource(args pulumi.MockResourceArgs) (string, resource.PropertyMap, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.resources = append(m.resources, recorded{Type: args.TypeToken, Name: args.Name, Inputs: args.Inputs})
+	m.resources = append(m.resources, recorded{Type: args.TypeToken, Name: args.Name, Inputs: args.Inputs, RPC: args.RegisterRPC})
 	return args.Name + "-id", args.Inputs, nil
 }
 

@@ -1,0 +1,61 @@
+package unit
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// What the user owns survives config changes and destroy; what must be replaced is replaced safely.
+
+func TestCacheClaimIsKeptOnDestroyAndNeverReplaced(t *testing.T) {
+	for _, p := range profiles {
+		t.Run(p.stack, func(t *testing.T) {
+			r := mustRun(t, p.stack, nil)
+			pvc := r.one(t, "kubernetes:core/v1:PersistentVolumeClaim")
+			require.NotNil(t, pvc.RPC)
+			assert.True(t, pvc.RPC.GetRetainOnDelete(), "destroy keeps the cache")
+			assert.Subset(t, pvc.RPC.GetIgnoreChanges(), []string{"spec.storageClassName", "spec.accessModes"}, "immutable fields never force a replacement")
+			assert.Equal(t, map[string]string{"pulumi.com/skipAwait": "true"}, decode[map[string]string](t, pvc, "metadata", "annotations"),
+				"no fixed five-minute wait for binding")
+			ns := r.one(t, "kubernetes:core/v1:Namespace")
+			assert.True(t, ns.RPC.GetRetainOnDelete(), "the namespace holding a kept cache is kept too")
+		})
+	}
+}
+
+func TestDeleteOnDestroyLetsTheClaimAndNamespaceGo(t *testing.T) {
+	r := mustRun(t, "agg", map[string]string{"minimax-m3:modelCache": `{"storageClass": "rwx-fast", "deleteOnDestroy": true}`})
+	assert.False(t, r.one(t, "kubernetes:core/v1:PersistentVolumeClaim").RPC.GetRetainOnDelete())
+	assert.False(t, r.one(t, "kubernetes:core/v1:Namespace").RPC.GetRetainOnDelete())
+}
+
+func TestDownloadJobIsReplacedDeleteFirstAndBoundedByItsTimeout(t *testing.T) {
+	job := mustRun(t, "disagg", map[string]string{"minimax-m3:modelDownload": `{"timeout": "90m"}`}).one(t, "kubernetes:batch/v1:Job")
+	assert.True(t, job.RPC.GetDeleteBeforeReplace(), "the Job keeps its name across revisions")
+	assert.Equal(t, 5400, decode[int](t, job, "spec", "activeDeadlineSeconds"))
+	assert.Equal(t, "1h40m0s", job.RPC.GetCustomTimeouts().GetCreate(), "Kubernetes' deadline fires before the provider's")
+}
+
+func TestGraphWaitsForTheDownloadAndTheComputeDomain(t *testing.T) {
+	r := mustRun(t, "agg", nil)
+	graph := r.one(t, "minimax-m3:index:DynamoGraph")
+	deps := strings.Join(graph.RPC.GetDependencies(), " ")
+	assert.Contains(t, deps, "kubernetes:batch/v1:Job::minimax-m3-agg-gb200-agentic-model-cache-download")
+	assert.Contains(t, deps, "kubernetes:resource.nvidia.com/v1beta1:ComputeDomain::minimax-m3-agg-gb200-agentic-compute-domain")
+	dgd := r.customResource(t, "DynamoGraphDeployment")
+	assert.Equal(t, "2h0m0s", dgd.RPC.GetCustomTimeouts().GetCreate())
+	assert.Equal(t, "2h0m0s", dgd.RPC.GetCustomTimeouts().GetUpdate())
+}
+
+func TestEveryResourceBelongsToTheStacksComponents(t *testing.T) {
+	r := mustRun(t, "disagg", nil)
+	for _, res := range r.resources {
+		if res.Type == "pulumi:providers:kubernetes" || res.Type == "minimax-m3:index:Deployment" {
+			continue
+		}
+		assert.Contains(t, res.RPC.GetParent(), "minimax-m3:index:", "%s %s is parented to a component", res.Type, res.Name)
+	}
+}
