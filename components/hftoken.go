@@ -38,7 +38,7 @@ func NewHFTokenSecret(ctx *pulumi.Context, name string, args *HFTokenSecretArgs,
 			Type: pulumi.String("Opaque"),
 			// The token stays a secret in state, diffs and logs.
 			StringData: pulumi.StringMap{"HF_TOKEN": pulumi.ToSecret(args.Token.ToStringOutput()).(pulumi.StringOutput)},
-		}, pulumi.Parent(s), pulumi.AdditionalSecretOutputs([]string{"data", "stringData"}))
+		}, pulumi.Parent(s)) // the provider keeps a Secret's data and stringData secret in state
 		if err != nil {
 			return nil, err
 		}

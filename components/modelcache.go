@@ -28,8 +28,8 @@ type ModelCacheArgs struct {
 type ModelCache struct {
 	pulumi.ResourceState
 	ClaimName pulumi.StringOutput `pulumi:"claimName"`
-	// Ready resolves once the cache can serve: the download Job has completed (or there is none).
-	// The graph depends on it.
+	// Ready lists what must finish before the cache can serve: the download Job (none when the
+	// download is off). The graph depends on it.
 	Ready []pulumi.Resource `pulumi:"-"`
 }
 
