@@ -3,7 +3,6 @@ package integration
 import (
 	"context"
 	"testing"
-	"time"
 
 	"github.com/pulumi/pulumi/sdk/v3/go/auto"
 	"github.com/pulumi/pulumi/sdk/v3/go/auto/optdestroy"
@@ -20,11 +19,11 @@ func TestFailedDownloadFailsUpWithTheJobsReason(t *testing.T) {
 	// The test plays the Job controller: the download fails past its backoff limit.
 	stop := playControllers(t, ns, controllers{jobOutcome: "fail", graphReady: true})
 	defer stop()
-	start := time.Now()
 	_, _, err := s.up(ctx)
 	require.Error(t, err)
-	assert.Contains(t, err.Error(), "BackoffLimitExceeded")
-	assert.Less(t, time.Since(start), 3*time.Minute, "up fails at once, not at the download timeout")
+	// The reason shows the provider failed on the Job's condition, not at the download timeout.
+	assert.Contains(t, err.Error(), "[BackoffLimitExceeded]")
+	assert.NotContains(t, err.Error(), "timed out")
 	_, exists := get(t, graphGVK, ns, "minimax-m3-agg-gb200-agentic")
 	assert.False(t, exists, "no graph is created without the model")
 }
