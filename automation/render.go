@@ -36,7 +36,7 @@ func Render(ctx context.Context, o RenderOptions) error {
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(work)
+	defer func() { _ = os.RemoveAll(work) }()
 	if err := CopyProject(o.ProjectDir, work); err != nil {
 		return err
 	}

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the pinned toolchain the tests and the offline main job need, from Go modules:
-# the Pulumi CLI, the Go language host, the Kubernetes provider plugin, kube-apiserver and etcd.
+# the Pulumi CLI, the Go language host, the Kubernetes provider plugin, kube-apiserver, etcd and
+# golangci-lint.
 #
 # Binaries live in a per-user cache keyed by tool and version, so a fresh clone (as in CI) reuses
 # them; $ROOT/.toolchain/bin only links to them. A binary whose version is already built is skipped.
@@ -54,6 +55,8 @@ fi
 build pulumi-resource-kubernetes "$KUBERNETES_PROVIDER_VERSION" "$tools/pulumi-resource-kubernetes" ./.build/pulumi-resource-kubernetes \
   "-X github.com/pulumi/pulumi-kubernetes/provider/v4/pkg/version.Version=$KUBERNETES_PROVIDER_VERSION" "$plugins"
 rm -f "$bin/pulumi-resource-kubernetes"
+
+build golangci-lint v2.15.0 "$tools/golangci-lint" github.com/golangci/golangci-lint/v2/cmd/golangci-lint
 
 build pulumi-language-go "$LANGUAGE_GO_VERSION" "$tools/pulumi-language-go" github.com/pulumi/pulumi/sdk/v3/go/pulumi-language-go \
   "-X github.com/pulumi/pulumi/sdk/v3/go/common/version.Version=$LANGUAGE_GO_VERSION"

@@ -43,9 +43,15 @@ func run(m *testing.M) int {
 		}
 	}
 	// Pulumi and its plugins come from the built toolchain, ahead of anything else on PATH.
-	os.Setenv("PATH", cluster.bin+string(os.PathListSeparator)+os.Getenv("PATH"))
-	os.Setenv("PULUMI_HOME", filepath.Join(root, ".toolchain", "pulumi-home"))
-	os.Setenv("PULUMI_SKIP_UPDATE_CHECK", "true")
+	for k, v := range map[string]string{
+		"PATH":                     cluster.bin + string(os.PathListSeparator) + os.Getenv("PATH"),
+		"PULUMI_HOME":              filepath.Join(root, ".toolchain", "pulumi-home"),
+		"PULUMI_SKIP_UPDATE_CHECK": "true",
+	} {
+		if err := os.Setenv(k, v); err != nil {
+			return fail(err)
+		}
+	}
 
 	c, err := localcluster.Start(cluster.bin, os.Getenv("MINIMAX_M3_CRDS"))
 	if err != nil {

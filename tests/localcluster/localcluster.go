@@ -87,7 +87,7 @@ func (c *Cluster) setUp() error {
 func (c *Cluster) Stop() error {
 	c.stopOnce.Do(func() {
 		if c.dir != "" {
-			os.RemoveAll(c.dir)
+			_ = os.RemoveAll(c.dir)
 		}
 		c.stopErr = c.env.Stop()
 	})

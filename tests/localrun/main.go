@@ -34,7 +34,9 @@ func run(ctx context.Context) error {
 		return err
 	}
 	bin := filepath.Join(root, ".toolchain", "bin")
-	os.Setenv("PATH", bin+string(os.PathListSeparator)+os.Getenv("PATH"))
+	if err := os.Setenv("PATH", bin+string(os.PathListSeparator)+os.Getenv("PATH")); err != nil {
+		return err
+	}
 
 	fmt.Println("== starting kube-apiserver and etcd on 127.0.0.1 with the CRDs from", os.Getenv("MINIMAX_M3_CRDS"))
 	cluster, err := localcluster.Start(bin, os.Getenv("MINIMAX_M3_CRDS"))
@@ -51,7 +53,7 @@ func run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	defer os.RemoveAll(work)
+	defer func() { _ = os.RemoveAll(work) }()
 
 	for _, stack := range []string{"agg", "disagg"} {
 		if err := runStack(ctx, root, filepath.Join(work, stack), stack, cluster.Kubeconfig); err != nil {
