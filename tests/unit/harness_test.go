@@ -62,7 +62,7 @@ type result struct {
 
 // stackConfig reads a committed stack file as Pulumi hands it to the program: strings as they
 // are, everything else as JSON.
-func stackConfig(t *testing.T, stack string) map[string]string {
+func stackConfig(t testing.TB, stack string) map[string]string {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join("..", "..", "Pulumi."+stack+".yaml"))
 	require.NoError(t, err)
@@ -85,7 +85,7 @@ func stackConfig(t *testing.T, stack string) map[string]string {
 
 // run runs the program on a committed stack file plus site config plus overrides (an empty
 // override value removes the key).
-func run(t *testing.T, stack string, overrides map[string]string) (*result, error) {
+func run(t testing.TB, stack string, overrides map[string]string) (*result, error) {
 	t.Helper()
 	cfg := stackConfig(t, stack)
 	for k, v := range siteConfig() {
