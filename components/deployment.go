@@ -48,7 +48,7 @@ func NewMiniMaxM3(ctx *pulumi.Context, name string, c *config.Config, opts ...pu
 	if c.ModelDownload.Enabled {
 		tokenArgs := &HFTokenSecretArgs{Namespace: ns.Name, SecretName: c.HuggingFace.SecretName}
 		if !c.HuggingFace.ExistingSecret {
-			tokenArgs.Token = pulumi.ToSecret(pulumi.String(c.HFToken)).(pulumi.StringOutput)
+			tokenArgs.Token = pulumi.String(c.HFToken) // NewHFTokenSecret keeps it secret
 		}
 		token, err := NewHFTokenSecret(ctx, name+"-hf-token", tokenArgs, parent)
 		if err != nil {

@@ -71,7 +71,7 @@ func frontendComponent(c *config.Config) GraphComponent {
 
 func workerComponent(c *config.Config, r config.Role) GraphComponent {
 	w := r.Config
-	netEnv, netResources, netAnnotations := networkSettings(w.Network)
+	netResources, netAnnotations := networkSettings(w.Network)
 
 	annotations := map[string]string{}
 	for _, m := range []map[string]string{w.PodAnnotations, netAnnotations} {
@@ -89,12 +89,13 @@ func workerComponent(c *config.Config, r config.Role) GraphComponent {
 		{Name: "HF_HOME", Value: c.ModelCache.MountPath},
 	}
 	env = append(env, literalEnv(w.Env)...)
-	env = append(env, netEnv...)
+	env = append(env, literalEnv(w.Network.Env())...)
 	env = append(env, literalEnv(w.ExtraEnv)...)
 
-	gpus := map[string]string{config.GPUResource: strconv.Itoa(w.TensorParallelSize)}
+	// GPUs and network resources are requested and limited alike.
+	extended := map[string]string{config.GPUResource: strconv.Itoa(w.TensorParallelSize)}
 	for k, v := range netResources {
-		gpus[k] = v
+		extended[k] = v
 	}
 	container := Container{
 		Name:            mainContainer,
@@ -109,7 +110,7 @@ func workerComponent(c *config.Config, r config.Role) GraphComponent {
 			Capabilities: &Capabilities{Add: []string{"IPC_LOCK", "SYS_PTRACE", "SYS_RESOURCE"}},
 		},
 		Env:          env,
-		Resources:    resources(w.Resources, gpus, []NamedObject{{Name: channelClaimName}}),
+		Resources:    resources(w.Resources, extended, []NamedObject{{Name: channelClaimName}}),
 		VolumeMounts: []VolumeMount{{Name: cacheVolumeName, MountPath: c.ModelCache.MountPath}},
 	}
 	if n := w.StartupProbe.FailureThreshold; n > 0 {
@@ -251,20 +252,16 @@ func SpeculativeConfigs(c *config.Config) map[string]string {
 	return map[string]string{"speculative-config": render(real), "speculative-config-synthetic": render(synthetic)}
 }
 
-// networkSettings turns a role's network config into env, extended resources and pod annotations:
-// the starter's network-interface Component and its GKE RoCE provider preset.
-func networkSettings(n config.Network) ([]EnvVar, map[string]string, map[string]string) {
-	var env []EnvVar
+// networkSettings turns a role's network config into extended resources and pod annotations: the
+// starter's network-interface Component and its GKE RoCE provider preset. Its environment is
+// config.Network.Env.
+func networkSettings(n config.Network) (map[string]string, map[string]string) {
 	res := map[string]string{}
 	ann := map[string]string{}
 	for k, v := range n.PodAnnotations {
 		ann[k] = v
 	}
-	socket, gloo := n.SocketInterface, n.GlooSocketInterface
 	if g := n.GKERoCE; g != nil {
-		if socket == "" {
-			socket = g.DefaultInterface
-		}
 		ifaces := []map[string]string{{"interfaceName": g.DefaultInterface, "network": "default"}}
 		for _, ri := range g.RDMAInterfaces {
 			ifaces = append(ifaces, map[string]string{"interfaceName": ri.InterfaceName, "network": ri.Network})
@@ -275,22 +272,10 @@ func networkSettings(n config.Network) ([]EnvVar, map[string]string, map[string]
 		ann["networking.gke.io/default-interface"] = g.DefaultInterface
 		ann["networking.gke.io/interfaces"] = string(b)
 	}
-	if gloo == "" {
-		gloo = socket
-	}
-	if socket != "" {
-		env = append(env, EnvVar{Name: "NCCL_SOCKET_IFNAME", Value: socket}, EnvVar{Name: "GLOO_SOCKET_IFNAME", Value: gloo})
-	}
-	if g := n.GKERoCE; g != nil && g.CrossNIC != "" {
-		env = append(env, EnvVar{Name: "NCCL_CROSS_NIC", Value: g.CrossNIC})
-	}
-	if n.UCXNetDevices != "" {
-		env = append(env, EnvVar{Name: "UCX_NET_DEVICES", Value: n.UCXNetDevices})
-	}
 	if n.RDMAResource != "" {
 		res[n.RDMAResource] = n.RDMACount
 	}
-	return env, res, ann
+	return res, ann
 }
 
 // resources merges configured requests and limits with extras set identically in both (GPUs, RDMA).

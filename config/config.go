@@ -217,6 +217,30 @@ type Network struct {
 	GKERoCE *GKERoCE `json:"gkeRoce"`
 }
 
+// Env is what the network settings add to a worker's environment, in order: the socket
+// interfaces NCCL and Gloo bind (the GKE RoCE default interface unless set), NCCL_CROSS_NIC for GKE
+// RoCE, and UCX_NET_DEVICES.
+func (n Network) Env() []EnvVar {
+	socket, gloo := n.SocketInterface, n.GlooSocketInterface
+	if n.GKERoCE != nil && socket == "" {
+		socket = n.GKERoCE.DefaultInterface
+	}
+	if gloo == "" {
+		gloo = socket
+	}
+	var env []EnvVar
+	if socket != "" {
+		env = append(env, EnvVar{"NCCL_SOCKET_IFNAME", socket}, EnvVar{"GLOO_SOCKET_IFNAME", gloo})
+	}
+	if n.GKERoCE != nil && n.GKERoCE.CrossNIC != "" {
+		env = append(env, EnvVar{"NCCL_CROSS_NIC", n.GKERoCE.CrossNIC})
+	}
+	if n.UCXNetDevices != "" {
+		env = append(env, EnvVar{"UCX_NET_DEVICES", n.UCXNetDevices})
+	}
+	return env
+}
+
 // GKERoCE is GKE multi-networking with RoCE NICs: interface annotations, per-network resources
 // and NCCL settings.
 type GKERoCE struct {

@@ -225,8 +225,12 @@ func validateWorker(ps *Problems, v validator, c *Config, r Role) {
 	}
 	v.annotations(k+".podAnnotations", w.PodAnnotations)
 	v.scheduling(k+".scheduling", w.Scheduling)
-	networkEnv := validateNetwork(ps, v, k+".network", w.Network)
-	v.env(k, append(append([]string{}, DerivedWorkerEnv...), networkEnv...), w.Env, w.ExtraEnv)
+	validateNetwork(ps, v, k+".network", w.Network)
+	fixed := append([]string{}, DerivedWorkerEnv...)
+	for _, e := range w.Network.Env() {
+		fixed = append(fixed, e.Name)
+	}
+	v.env(k, fixed, w.Env, w.ExtraEnv)
 
 	f := w.VLLM
 	vk := k + ".vllm"
@@ -257,15 +261,8 @@ func validateWorker(ps *Problems, v validator, c *Config, r Role) {
 	}
 }
 
-// validateNetwork checks a role's network settings and returns the environment names they set.
-func validateNetwork(ps *Problems, v validator, k string, n Network) []string {
-	var env []string
-	if n.SocketInterface != "" {
-		env = append(env, "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")
-	}
-	if n.UCXNetDevices != "" {
-		env = append(env, "UCX_NET_DEVICES")
-	}
+// validateNetwork checks a role's network settings.
+func validateNetwork(ps *Problems, v validator, k string, n Network) {
 	switch {
 	case n.RDMAResource != "" && n.RDMACount == "":
 		ps.Add(k+".rdmaCount", "is required with rdmaResource %q (the same count is requested and limited)", n.RDMAResource)
@@ -286,14 +283,7 @@ func validateNetwork(ps *Problems, v validator, k string, n Network) []string {
 			v.qualifiedName(fmt.Sprintf("%s.gkeRoce.rdmaInterfaces[%d].network", k, i), "networking.gke.io.networks/"+ri.Network)
 		}
 		v.positiveQuantity(k+".gkeRoce.networkResourceQuantity", g.NetworkResourceQuantity)
-		if g.CrossNIC != "" {
-			env = append(env, "NCCL_CROSS_NIC")
-		}
-		if n.SocketInterface == "" {
-			env = append(env, "NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME")
-		}
 	}
-	return env
 }
 
 // GPUResource is the device-plugin resource a worker requests, one per tensor-parallel rank.
