@@ -46,7 +46,14 @@ build pulumi "$PULUMI_VERSION" "$tools/pulumi" github.com/pulumi/pulumi/pkg/v3/c
 # inside the tools module after running upstream's generate step, which writes them.
 provider_cmd="$tools/pulumi-resource-kubernetes/.build/pulumi-resource-kubernetes"
 if [ ! -x "$cache/pulumi-resource-kubernetes-$KUBERNETES_PROVIDER_VERSION/pulumi-resource-kubernetes" ]; then
-  src=$(cd "$tools/pulumi-resource-kubernetes" && go list -m -f '{{.Dir}}' github.com/pulumi/pulumi-kubernetes/provider/v4)
+  # `go list -m` prints nothing for a module that is not in the module cache yet: download it first.
+  src=$(cd "$tools/pulumi-resource-kubernetes" &&
+    go mod download github.com/pulumi/pulumi-kubernetes/provider/v4 &&
+    go list -m -f '{{.Dir}}' github.com/pulumi/pulumi-kubernetes/provider/v4)
+  if [ -z "$src" ] || [ ! -f "$src/cmd/pulumi-resource-kubernetes/main.go" ]; then
+    log "cannot find the provider's source in the module cache (got '$src')"
+    exit 1
+  fi
   rm -rf "$provider_cmd" && mkdir -p "$provider_cmd"
   cp "$src"/cmd/pulumi-resource-kubernetes/{main.go,generate.go,schema.json,terraform-mapping.json} "$provider_cmd/"
   chmod u+w "$provider_cmd"/*
@@ -85,4 +92,4 @@ if [ ! -d "$PULUMI_HOME/plugins/resource-kubernetes-v$KUBERNETES_PROVIDER_VERSIO
   "$bin/pulumi" plugin install resource kubernetes "v$KUBERNETES_PROVIDER_VERSION" \
     --file "$plugins/pulumi-resource-kubernetes" >&2
 fi
-log "ready in $bin"
+log "ready in $bin ($((SECONDS))s)"
