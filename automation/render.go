@@ -11,6 +11,8 @@ import (
 	"github.com/pulumi/pulumi/sdk/v3/go/auto"
 	"github.com/pulumi/pulumi/sdk/v3/go/auto/optup"
 	"gopkg.in/yaml.v3"
+
+	"minimax-m3/components"
 )
 
 // RenderOptions select what to render and where.
@@ -47,7 +49,7 @@ func Render(ctx context.Context, o RenderOptions) error {
 	if err != nil {
 		return err
 	}
-	cfg := auto.ConfigMap{"minimax-m3:kubernetes.renderDirectory": {Value: out}}
+	cfg := auto.ConfigMap{}
 	if o.HFToken != "" {
 		cfg["minimax-m3:hfToken"] = auto.ConfigValue{Value: o.HFToken, Secret: true}
 	} else {
@@ -56,7 +58,7 @@ func Render(ctx context.Context, o RenderOptions) error {
 	for k, v := range o.Config {
 		cfg[k] = v
 	}
-	s, err := Stack(ctx, Options{
+	s, err := NewStack(ctx, Options{
 		ProjectDir: work,
 		Stack:      o.Stack,
 		Config:     cfg,
@@ -64,6 +66,7 @@ func Render(ctx context.Context, o RenderOptions) error {
 			"PULUMI_BACKEND_URL":       "file://" + filepath.ToSlash(work),
 			"PULUMI_CONFIG_PASSPHRASE": "render",
 		},
+		Program: components.Options{RenderDirectory: out},
 	})
 	if err != nil {
 		return err

@@ -8,8 +8,15 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
+	"sync"
 
 	"github.com/pulumi/pulumi/sdk/v3/go/auto"
+	"github.com/pulumi/pulumi/sdk/v3/go/auto/optdestroy"
+	"github.com/pulumi/pulumi/sdk/v3/go/auto/optpreview"
+	"github.com/pulumi/pulumi/sdk/v3/go/auto/optrefresh"
+	"github.com/pulumi/pulumi/sdk/v3/go/auto/optup"
+	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
 
 	"minimax-m3/components"
 )
@@ -28,23 +35,104 @@ type Options struct {
 	// `pulumi config set --path` does. Mark the token with Secret: true.
 	Config auto.ConfigMap
 	// EnvVars are passed to the Pulumi CLI and the provider (PULUMI_BACKEND_URL,
-	// PULUMI_CONFIG_PASSPHRASE, KUBECONFIG, ...).
+	// PULUMI_CONFIG_PASSPHRASE, KUBECONFIG, ...). The program's ownership check reads the cluster
+	// with the same KUBECONFIG.
 	EnvVars map[string]string
+	// Program changes how the program runs (rendering to a directory).
+	Program components.Options
 }
 
-// Stack creates or selects the stack and applies Options.Config.
-func Stack(ctx context.Context, o Options) (auto.Stack, error) {
-	s, err := auto.UpsertStackInlineSource(ctx, o.Stack, ProjectName, components.Program,
-		auto.WorkDir(o.ProjectDir), auto.EnvVars(o.EnvVars))
+// Stack is a stack whose operations run the program inline. Before each operation it reads the
+// keys the stack's config sets, so that the program rejects a key it does not know exactly as
+// `pulumi preview` through the CLI does.
+type Stack struct {
+	auto.Stack
+	keys *configKeys
+}
+
+// configKeys is the list of config keys the inline program reads, shared with it.
+type configKeys struct {
+	mu   sync.Mutex
+	keys []string
+}
+
+func (k *configKeys) get() []string {
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	return slices.Clone(k.keys)
+}
+
+// NewStack creates or selects the stack and applies Options.Config.
+func NewStack(ctx context.Context, o Options) (Stack, error) {
+	keys := &configKeys{keys: []string{}}
+	programOptions := o.Program
+	if programOptions.Kubeconfig == "" {
+		programOptions.Kubeconfig = o.EnvVars["KUBECONFIG"]
+	}
+	program := func(pctx *pulumi.Context) error {
+		opts := programOptions
+		opts.ConfigKeys = keys.get()
+		return components.NewProgram(opts)(pctx)
+	}
+	s, err := auto.UpsertStackInlineSource(ctx, o.Stack, ProjectName, program, auto.WorkDir(o.ProjectDir), auto.EnvVars(o.EnvVars))
 	if err != nil {
-		return s, fmt.Errorf("stack %s: %w", o.Stack, err)
+		return Stack{}, fmt.Errorf("stack %s: %w", o.Stack, err)
 	}
 	if len(o.Config) > 0 {
 		if err := s.SetAllConfigWithOptions(ctx, o.Config, &auto.ConfigOptions{Path: true}); err != nil {
-			return s, fmt.Errorf("stack %s: setting config: %w", o.Stack, err)
+			return Stack{}, fmt.Errorf("stack %s: setting config: %w", o.Stack, err)
 		}
 	}
-	return s, nil
+	return Stack{Stack: s, keys: keys}, nil
+}
+
+// readKeys hands the program the keys the stack's config sets now.
+func (s Stack) readKeys(ctx context.Context) error {
+	cfg, err := s.GetAllConfig(ctx)
+	if err != nil {
+		return fmt.Errorf("stack %s: reading config: %w", s.Name(), err)
+	}
+	keys := make([]string, 0, len(cfg))
+	for k := range cfg {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	s.keys.mu.Lock()
+	s.keys.keys = keys
+	s.keys.mu.Unlock()
+	return nil
+}
+
+// Preview is auto.Stack.Preview with the stack's current config keys.
+func (s Stack) Preview(ctx context.Context, opts ...optpreview.Option) (auto.PreviewResult, error) {
+	if err := s.readKeys(ctx); err != nil {
+		return auto.PreviewResult{}, err
+	}
+	return s.Stack.Preview(ctx, opts...)
+}
+
+// Up is auto.Stack.Up with the stack's current config keys.
+func (s Stack) Up(ctx context.Context, opts ...optup.Option) (auto.UpResult, error) {
+	if err := s.readKeys(ctx); err != nil {
+		return auto.UpResult{}, err
+	}
+	return s.Stack.Up(ctx, opts...)
+}
+
+// Refresh is auto.Stack.Refresh with the stack's current config keys.
+func (s Stack) Refresh(ctx context.Context, opts ...optrefresh.Option) (auto.RefreshResult, error) {
+	if err := s.readKeys(ctx); err != nil {
+		return auto.RefreshResult{}, err
+	}
+	return s.Stack.Refresh(ctx, opts...)
+}
+
+// Destroy is auto.Stack.Destroy with the stack's current config keys.
+func (s Stack) Destroy(ctx context.Context, opts ...optdestroy.Option) (auto.DestroyResult, error) {
+	if err := s.readKeys(ctx); err != nil {
+		return auto.DestroyResult{}, err
+	}
+	return s.Stack.Destroy(ctx, opts...)
 }
 
 // CopyProject copies the project's Pulumi.yaml and stack files into dir, so runs never rewrite the

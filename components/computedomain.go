@@ -1,10 +1,8 @@
 package components
 
 import (
-	"github.com/pulumi/pulumi-kubernetes/sdk/v4/go/kubernetes"
-	"github.com/pulumi/pulumi-kubernetes/sdk/v4/go/kubernetes/apiextensions"
-	metav1 "github.com/pulumi/pulumi-kubernetes/sdk/v4/go/kubernetes/meta/v1"
 	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
+	corev1 "k8s.io/api/core/v1"
 )
 
 // ComputeDomainArgs describes the graph's NVLink ComputeDomain.
@@ -16,6 +14,8 @@ type ComputeDomainArgs struct {
 	ChannelClaimTemplate string
 	// Create false reuses an existing channel claim template (a pre-provisioned ComputeDomain).
 	Create bool
+	// LegacyName is the component's logical name under the first naming scheme.
+	LegacyName string
 }
 
 // ComputeDomain is the IMEX channel domain shared by all of a graph's workers.
@@ -25,29 +25,25 @@ type ComputeDomain struct {
 	ChannelClaimTemplate pulumi.StringOutput `pulumi:"channelClaimTemplate"`
 }
 
-// NewComputeDomain creates the ComputeDomain (resource.nvidia.com/v1beta1), or adopts a channel.
+const computeDomainAPIVersion = "resource.nvidia.com/v1beta1"
+
+// NewComputeDomain creates the ComputeDomain, or uses an existing channel.
 func NewComputeDomain(ctx *pulumi.Context, name string, args *ComputeDomainArgs, opts ...pulumi.ResourceOption) (*ComputeDomain, error) {
 	cd := &ComputeDomain{}
-	if err := ctx.RegisterComponentResource("minimax-m3:index:ComputeDomain", name, cd, opts...); err != nil {
+	opts = append(opts, legacyAlias(ctx, args.LegacyName, deploymentType, computeDomainType))
+	if err := ctx.RegisterComponentResource(computeDomainType, name, cd, opts...); err != nil {
 		return nil, err
 	}
 	cd.Name = pulumi.String("").ToStringOutput()
 	cd.ChannelClaimTemplate = pulumi.String(args.ChannelClaimTemplate).ToStringOutput()
 	if args.Create {
 		// numNodes 0: the domain follows the workers that claim it instead of a fixed node count.
-		spec, err := untyped(ComputeDomainSpec{
-			NumNodes: 0,
-			Channel:  ComputeDomainChannel{ResourceClaimTemplate: NamedObject{Name: args.ChannelClaimTemplate}},
-		})
-		if err != nil {
-			return nil, err
-		}
-		res, err := apiextensions.NewCustomResource(ctx, name, &apiextensions.CustomResourceArgs{
-			ApiVersion:  pulumi.String("resource.nvidia.com/v1beta1"),
-			Kind:        pulumi.String("ComputeDomain"),
-			Metadata:    &metav1.ObjectMetaArgs{Name: pulumi.String(args.Name), Namespace: args.Namespace, Labels: managedLabels()},
-			OtherFields: kubernetes.UntypedArgs{"spec": spec},
-		}, pulumi.Parent(cd))
+		spec := ComputeDomainSpec{Channel: ComputeDomainChannel{ResourceClaimTemplate: corev1.LocalObjectReference{Name: args.ChannelClaimTemplate}}}
+		res, err := newObject(ctx, name, objectArgs{
+			APIVersion: computeDomainAPIVersion, Kind: "ComputeDomain",
+			Name: args.Name, Namespace: args.Namespace, Labels: stackLabels(ctx),
+			Spec: spec,
+		}, pulumi.Parent(cd), legacyAlias(ctx, args.LegacyName, deploymentType, computeDomainType, "kubernetes:"+computeDomainAPIVersion+":ComputeDomain"))
 		if err != nil {
 			return nil, err
 		}

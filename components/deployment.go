@@ -8,8 +8,28 @@ import (
 	"minimax-m3/config"
 )
 
+// Component resource types.
+const (
+	deploymentType    = "minimax-m3:index:Deployment"
+	namespaceType     = "minimax-m3:index:Namespace"
+	hfTokenType       = "minimax-m3:index:HFTokenSecret"
+	modelCacheType    = "minimax-m3:index:ModelCache"
+	computeDomainType = "minimax-m3:index:ComputeDomain"
+	graphType         = "minimax-m3:index:DynamoGraph"
+)
+
+// MiniMaxM3Args is a validated stack config and the token the stack holds (a secret, or nil).
+type MiniMaxM3Args struct {
+	Config  *config.Config
+	HFToken pulumi.StringInput
+}
+
 // MiniMaxM3 is one stack's deployment: namespace, token Secret, model cache, ComputeDomain and the
 // Dynamo graph, wired so the graph is created only once the model is in the cache.
+//
+// Logical names are fixed (they never follow graphName or any other setting), so a rename changes
+// only the objects whose Kubernetes name changes. Aliases carry stacks created when every logical
+// name was derived from graphName over to these names without touching a live object.
 type MiniMaxM3 struct {
 	pulumi.ResourceState
 
@@ -21,18 +41,22 @@ type MiniMaxM3 struct {
 }
 
 // NewMiniMaxM3 builds every object of a stack from a validated Config.
-func NewMiniMaxM3(ctx *pulumi.Context, name string, c *config.Config, opts ...pulumi.ResourceOption) (*MiniMaxM3, error) {
+func NewMiniMaxM3(ctx *pulumi.Context, name string, args *MiniMaxM3Args, opts ...pulumi.ResourceOption) (*MiniMaxM3, error) {
+	c := args.Config
 	d := &MiniMaxM3{}
-	if err := ctx.RegisterComponentResource("minimax-m3:index:Deployment", name, d, opts...); err != nil {
+	legacy := c.GraphName // the logical name every resource had under the first naming scheme
+	opts = append(opts, legacyAlias(ctx, legacy, deploymentType))
+	if err := ctx.RegisterComponentResource(deploymentType, name, d, opts...); err != nil {
 		return nil, err
 	}
 	parent := pulumi.Parent(d)
 
-	ns, err := NewNamespace(ctx, name+"-namespace", &NamespaceArgs{
+	ns, err := NewNamespace(ctx, "namespace", &NamespaceArgs{
 		Name:   c.Namespace.Name,
 		Create: c.Namespace.Create,
 		// A namespace that holds a kept cache claim is kept too, or deleting it would take the claim.
 		RetainOnDelete: c.ModelCache.Create && !c.ModelCache.DeleteOnDestroy,
+		LegacyName:     legacy + "-namespace",
 	}, parent)
 	if err != nil {
 		return nil, err
@@ -44,34 +68,37 @@ func NewMiniMaxM3(ctx *pulumi.Context, name string, c *config.Config, opts ...pu
 		Download:    c.ModelDownload,
 		Model:       c.Model,
 		PullSecrets: c.ImagePullSecrets,
+		LegacyName:  legacy + "-model-cache",
 	}
 	if c.ModelDownload.Enabled {
-		tokenArgs := &HFTokenSecretArgs{Namespace: ns.Name, SecretName: c.HuggingFace.SecretName}
+		tokenArgs := &HFTokenSecretArgs{Namespace: ns.Name, SecretName: c.HuggingFace.SecretName, LegacyName: legacy + "-hf-token"}
 		if !c.HuggingFace.ExistingSecret {
-			tokenArgs.Token = pulumi.String(c.HFToken) // NewHFTokenSecret keeps it secret
+			tokenArgs.Token = args.HFToken
 		}
-		token, err := NewHFTokenSecret(ctx, name+"-hf-token", tokenArgs, parent)
+		token, err := NewHFTokenSecret(ctx, "hf-token", tokenArgs, parent)
 		if err != nil {
 			return nil, err
 		}
-		cacheArgs.HFTokenSecret = token.SecretName
+		cacheArgs.HFTokenSecret = c.HuggingFace.SecretName
+		cacheArgs.Requires = []pulumi.Resource{token}
 	}
-	cache, err := NewModelCache(ctx, name+"-model-cache", cacheArgs, parent)
+	cache, err := NewModelCache(ctx, "model-cache", cacheArgs, parent)
 	if err != nil {
 		return nil, err
 	}
 
-	cd, err := NewComputeDomain(ctx, name+"-compute-domain", &ComputeDomainArgs{
+	cd, err := NewComputeDomain(ctx, "compute-domain", &ComputeDomainArgs{
 		Namespace:            ns.Name,
 		Name:                 c.ComputeDomainName(),
 		ChannelClaimTemplate: c.ChannelClaimTemplateName(),
 		Create:               c.ComputeDomain.Create,
+		LegacyName:           legacy + "-compute-domain",
 	}, parent)
 	if err != nil {
 		return nil, err
 	}
 
-	graph, err := NewGraph(ctx, name+"-graph", &GraphArgs{Namespace: ns.Name, Config: c},
+	graph, err := NewGraph(ctx, "graph", &GraphArgs{Namespace: ns.Name, Config: c, LegacyName: legacy + "-graph"},
 		parent, pulumi.DependsOn(append([]pulumi.Resource{cd}, cache.Ready...)))
 	if err != nil {
 		return nil, err
@@ -93,8 +120,8 @@ func NewMiniMaxM3(ctx *pulumi.Context, name string, c *config.Config, opts ...pu
 
 // Outputs are the stack outputs: where the frontend is and how to reach it.
 func Outputs(c *config.Config, d *MiniMaxM3) pulumi.Map {
-	port := c.Frontend.HTTPPort
-	chat := fmt.Sprintf(`{"model":%q,"messages":[{"role":"user","content":"What is 2 + 2?"}],"max_tokens":1024}`, c.Model.ServedModelName)
+	port := config.FrontendPort
+	chat := fmt.Sprintf(`{"model":%q,"messages":[{"role":"user","content":"What is 2 + 2?"}],"max_tokens":1024}`, c.ServedModelName())
 	return pulumi.Map{
 		"namespace":            d.Namespace,
 		"graphName":            d.GraphName,
@@ -106,6 +133,7 @@ func Outputs(c *config.Config, d *MiniMaxM3) pulumi.Map {
 		"smokeTestChat":        pulumi.String(fmt.Sprintf("curl --fail-with-body http://localhost:%d/v1/chat/completions -H 'Content-Type: application/json' -d '%s'", port, chat)),
 		"gpuCount":             pulumi.Int(c.GPUs()),
 		"model":                pulumi.String(c.Model.Name),
+		"servedModelName":      pulumi.String(c.ServedModelName()),
 		"modelRevision":        pulumi.String(c.Model.Revision),
 		"draftModel":           pulumi.String(c.Model.Draft.Name),
 		"draftRevision":        pulumi.String(c.Model.Draft.Revision),

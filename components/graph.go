@@ -4,8 +4,6 @@ import (
 	"fmt"
 	"time"
 
-	"github.com/pulumi/pulumi-kubernetes/sdk/v4/go/kubernetes"
-	"github.com/pulumi/pulumi-kubernetes/sdk/v4/go/kubernetes/apiextensions"
 	corev1 "github.com/pulumi/pulumi-kubernetes/sdk/v4/go/kubernetes/core/v1"
 	metav1 "github.com/pulumi/pulumi-kubernetes/sdk/v4/go/kubernetes/meta/v1"
 	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
@@ -13,10 +11,22 @@ import (
 	"minimax-m3/config"
 )
 
+// GraphAPIVersion is the DynamoGraphDeployment version the program writes.
+//
+// To move to a newer version (say nvidia.com/v1) once the operator serves it: change this constant
+// and add the version it replaces to previousGraphAPIVersions. The alias makes the engine treat the
+// graph in the stack's state as the same resource, so `up` updates it in place; without it the
+// type token changes and the graph would be deleted and created again.
+const GraphAPIVersion = "nvidia.com/v1beta1"
+
+var previousGraphAPIVersions = []string{}
+
 // GraphArgs describes the Dynamo graph of one stack.
 type GraphArgs struct {
 	Namespace pulumi.StringInput
 	Config    *config.Config
+	// LegacyName is the component's logical name under the first naming scheme.
+	LegacyName string
 }
 
 // Graph is the DynamoGraphDeployment and the ConfigMap its workers read the speculative config from.
@@ -27,47 +37,68 @@ type Graph struct {
 }
 
 // NewGraph creates the ConfigMap and the DynamoGraphDeployment and, unless disabled, waits until
-// the Dynamo operator reports the graph Ready.
+// the Dynamo operator reports the graph Ready for the generation `up` wrote.
 func NewGraph(ctx *pulumi.Context, name string, args *GraphArgs, opts ...pulumi.ResourceOption) (*Graph, error) {
 	g := &Graph{}
-	if err := ctx.RegisterComponentResource("minimax-m3:index:DynamoGraph", name, g, opts...); err != nil {
+	opts = append(opts, legacyAlias(ctx, args.LegacyName, deploymentType, graphType))
+	if err := ctx.RegisterComponentResource(graphType, name, g, opts...); err != nil {
 		return nil, err
 	}
 	c := args.Config
 
-	cm, err := corev1.NewConfigMap(ctx, name+"-config", &corev1.ConfigMapArgs{
-		Metadata: &metav1.ObjectMetaArgs{Name: pulumi.String(c.ConfigMapName()), Namespace: args.Namespace, Labels: managedLabels()},
+	cm, err := corev1.NewConfigMap(ctx, "speculative-config", &corev1.ConfigMapArgs{
+		Metadata: &metav1.ObjectMetaArgs{Name: pulumi.String(c.ConfigMapName()), Namespace: args.Namespace, Labels: stackLabels(ctx)},
 		Data:     pulumi.ToStringMap(SpeculativeConfigs(c)),
-	}, pulumi.Parent(g))
+	}, pulumi.Parent(g), legacyAlias(ctx, args.LegacyName+"-config", deploymentType, graphType, "kubernetes:core/v1:ConfigMap"))
 	if err != nil {
 		return nil, err
 	}
 
-	spec, err := untyped(GraphSpec(c))
+	spec, err := GraphSpec(c)
 	if err != nil {
 		return nil, err
 	}
+	labels := stackLabels(ctx)
+	// The recipe's own labels.
+	labels["app.kubernetes.io/name"] = pulumi.String(c.GraphName)
+	labels[partOfLabel] = pulumi.String("dynamo")
+
+	aliases := []pulumi.Alias{{URN: legacyURN(ctx, args.LegacyName, deploymentType, graphType, graphTypeToken("nvidia.com/v1beta1"))}}
+	for _, v := range previousGraphAPIVersions {
+		aliases = append(aliases, pulumi.Alias{Type: pulumi.String(graphTypeToken(v))})
+	}
+	var ignore []string
+	for i, comp := range spec.Components {
+		if comp.ScalingAdapter != nil {
+			// The scaling adapter owns these replicas now.
+			ignore = append(ignore, fmt.Sprintf("spec.components[%d].replicas", i))
+		}
+	}
 	annotations, timeouts := readiness(c.Readiness)
-	dgd, err := apiextensions.NewCustomResource(ctx, name, &apiextensions.CustomResourceArgs{
-		ApiVersion: pulumi.String("nvidia.com/v1beta1"),
-		Kind:       pulumi.String("DynamoGraphDeployment"),
-		Metadata: &metav1.ObjectMetaArgs{
-			Name:      pulumi.String(c.GraphName),
-			Namespace: args.Namespace,
-			Labels: pulumi.StringMap{
-				"app.kubernetes.io/name":    pulumi.String(c.GraphName),
-				"app.kubernetes.io/part-of": pulumi.String("dynamo"),
-			},
-			Annotations: annotations,
-		},
-		OtherFields: kubernetes.UntypedArgs{"spec": spec},
-	}, pulumi.Parent(g), pulumi.DependsOn([]pulumi.Resource{cm}), pulumi.Timeouts(timeouts))
+	dgd, err := newObject(ctx, name, objectArgs{
+		APIVersion: GraphAPIVersion, Kind: "DynamoGraphDeployment",
+		Name: c.GraphName, Namespace: args.Namespace, Labels: labels, Annotations: annotations,
+		Spec: spec,
+	},
+		pulumi.Parent(g),
+		pulumi.DependsOn([]pulumi.Resource{cm}),
+		pulumi.Timeouts(timeouts),
+		pulumi.Aliases(aliases),
+		pulumi.IgnoreChanges(ignore),
+		// A new graph name replaces the graph: delete the old one first, or the new one would need
+		// a second set of GPUs to become Ready.
+		pulumi.DeleteBeforeReplace(true),
+	)
 	if err != nil {
 		return nil, err
 	}
 	g.Name = dgd.Metadata.Name().Elem()
 	g.ConfigMap = cm.Metadata.Name().Elem()
 	return g, ctx.RegisterResourceOutputs(g, pulumi.Map{"name": g.Name, "configMap": g.ConfigMap})
+}
+
+func graphTypeToken(apiVersion string) string {
+	return "kubernetes:" + apiVersion + ":DynamoGraphDeployment"
 }
 
 // readiness turns the readiness config into the provider's await annotation and timeouts.
@@ -77,7 +108,9 @@ func readiness(r config.ReadinessConfig) (pulumi.StringMap, *pulumi.CustomTimeou
 	}
 	d, _ := time.ParseDuration(r.Timeout) // validated
 	t := fmt.Sprint(d)
-	// The operator sets Ready once every component's pods are ready.
+	// The operator sets Ready once every component's pods are ready. The provider waits for a Ready
+	// whose observedGeneration (the condition's, else status.observedGeneration) has reached the
+	// generation `up` wrote, so an update waits for the operator to roll the workers.
 	return pulumi.StringMap{"pulumi.com/waitFor": pulumi.String("condition=Ready")},
 		&pulumi.CustomTimeouts{Create: t, Update: t}
 }

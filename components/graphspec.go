@@ -1,35 +1,53 @@
 package components
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
-	"maps"
-	"slices"
+	"path"
 	"strconv"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"minimax-m3/config"
 )
 
-// Names the graph's pods share with the ComputeDomain claim chain and the model cache volume.
-const (
-	channelClaimName = "compute-domain-channel"
-	cacheVolumeName  = "shared-model-cache"
-	mainContainer    = "main"
-	// SystemPort is the named port the Dynamo operator exposes for worker health (/live).
-	systemPort = "system"
-)
+// SpeculativeConfigChecksum is the worker pod-template annotation that carries a checksum of the
+// speculative config the workers read from the ConfigMap by reference. A change of that config
+// changes the pod template, so the Dynamo operator rolls the workers instead of leaving them on the
+// old draft. It is left out while the workers read exactly the recipe's published config, so a
+// graph deployed by the recipe is adopted without a restart; every other value has its own
+// checksum, so any change of the config still changes the template.
+const SpeculativeConfigChecksum = "minimax-m3.io/speculative-config-sha256"
 
 // GraphSpec builds the DynamoGraphDeployment spec: Frontend first, then the profile's workers, in
 // the recipe's order (the starter's guarded patches rely on these positions).
-func GraphSpec(c *config.Config) DynamoGraphDeploymentSpec {
+func GraphSpec(c *config.Config) (DynamoGraphDeploymentSpec, error) {
 	spec := DynamoGraphDeploymentSpec{BackendFramework: "vllm"}
-	spec.Components = append(spec.Components, frontendComponent(c))
-	for _, r := range c.Workers() {
-		spec.Components = append(spec.Components, workerComponent(c, r))
+	if r := c.Restart; r.ID != "" {
+		spec.Restart = &GraphRestart{ID: r.ID}
+		if r.Strategy != "" || len(r.Order) > 0 {
+			spec.Restart.Strategy = &GraphRestartStrategy{Type: r.Strategy, Order: r.Order}
+		}
 	}
-	return spec
+	frontend, err := frontendComponent(c)
+	if err != nil {
+		return spec, err
+	}
+	spec.Components = append(spec.Components, frontend)
+	for _, r := range c.Workers() {
+		w, err := workerComponent(c, r)
+		if err != nil {
+			return spec, err
+		}
+		spec.Components = append(spec.Components, w)
+	}
+	return spec, nil
 }
 
-func frontendComponent(c *config.Config) GraphComponent {
+// FrontendArgs is the `python3` argument list of the frontend.
+func FrontendArgs(c *config.Config) []string {
 	f := c.Frontend
 	args := []string{"-m", "dynamo.frontend", "--router-mode", f.Router.Mode}
 	args = appendFlag(args, f.Router.KVEvents, "--router-kv-events")
@@ -37,39 +55,65 @@ func frontendComponent(c *config.Config) GraphComponent {
 	args = appendFlag(args, f.Router.TrackOutputBlocks, "--router-track-output-blocks")
 	args = append(args,
 		"--http-host", "0.0.0.0",
-		"--http-port", strconv.Itoa(f.HTTPPort),
+		"--http-port", strconv.Itoa(config.FrontendPort),
 		"--kv-cache-block-size", strconv.Itoa(f.Router.KVCacheBlockSize))
-	if f.ModelName != "" {
-		args = append(args, "--model-name", f.ModelName)
+	if f.LoadTokenizer {
+		args = append(args, "--model-name", c.Model.Name, "--trust-remote-code")
 	}
-	args = appendFlag(args, f.TrustRemoteCode, "--trust-remote-code")
-	args = append(args, f.ExtraArgs...)
+	return append(args, f.ExtraArgs...)
+}
 
-	env := append(literalEnv(f.Env), literalEnv(f.ExtraEnv)...)
+func frontendComponent(c *config.Config) (GraphComponent, error) {
+	f := c.Frontend
+	spec := sitePodSpec(c.ImagePullSecrets, f.Scheduling)
+	spec.Containers = []corev1.Container{{
+		Name:            mainContainer,
+		Image:           c.Image,
+		ImagePullPolicy: corev1.PullIfNotPresent,
+		Command:         []string{"python3"},
+		Args:            FrontendArgs(c),
+		Env:             literalEnv(f.Env, f.ExtraEnv),
+		Resources:       resources(f.Resources, nil),
+	}}
+	template, err := f.PodTemplatePatch.Apply(corev1.PodTemplateSpec{ObjectMeta: podMetadata(f.PodAnnotations), Spec: spec})
+	if err != nil {
+		return GraphComponent{}, err
+	}
 	return GraphComponent{
 		Name:                   "Frontend",
 		Type:                   "frontend",
 		RuntimeVersionOverride: c.RuntimeVersion,
 		Replicas:               f.Replicas,
-		PodTemplate: PodTemplate{
-			Metadata: podMetadata(f.PodAnnotations),
-			Spec: withScheduling(PodSpec{
-				ImagePullSecrets: pullSecrets(c),
-				Containers: []Container{{
-					Name:            mainContainer,
-					Image:           c.Image,
-					ImagePullPolicy: "IfNotPresent",
-					Command:         []string{"python3"},
-					Args:            args,
-					Env:             env,
-					Resources:       resources(f.Resources, nil, nil),
-				}},
-			}, f.Scheduling),
-		},
-	}
+		ScalingAdapter:         scalingAdapter(f.ScalingAdapter),
+		PodTemplate:            template,
+	}, nil
 }
 
-func workerComponent(c *config.Config, r config.Role) GraphComponent {
+// WorkerEnv is a worker role's environment in the recipe's order: what the program derives from
+// other settings, the recipe's tuning, the site's network variables, then the role's extra env.
+func WorkerEnv(c *config.Config, r config.Role) []corev1.EnvVar {
+	w := r.Config
+	kvTransfer := w.VLLM.KVTransferConfig
+	if kvTransfer == "" {
+		kvTransfer = KVTransferConfig(w.VLLM.KVTransfer)
+	}
+	env := []corev1.EnvVar{
+		{Name: "KV_TRANSFER_CONFIG", Value: kvTransfer},
+		{Name: "SPECULATIVE_CONFIG", ValueFrom: &corev1.EnvVarSource{ConfigMapKeyRef: &corev1.ConfigMapKeySelector{
+			LocalObjectReference: corev1.LocalObjectReference{Name: c.ConfigMapName()}, Key: c.SpeculativeConfigKey(),
+		}}},
+		{Name: "MODEL_NAME", Value: c.Model.Name},
+		{Name: "SERVED_MODEL_NAME", Value: c.ServedModelName()},
+		// Workers read the model from the cache the download Job filled.
+		{Name: "HF_HOME", Value: c.ModelCache.MountPath},
+	}
+	if w.FlashinferWorkspace != "" {
+		env = append(env, corev1.EnvVar{Name: "FLASHINFER_WORKSPACE_BASE", Value: path.Join(c.ModelCache.MountPath, w.FlashinferWorkspace)})
+	}
+	return append(env, literalEnv(w.Env, w.Network.Env(), w.ExtraEnv)...)
+}
+
+func workerComponent(c *config.Config, r config.Role) (GraphComponent, error) {
 	w := r.Config
 	netResources, netAnnotations := networkSettings(w.Network)
 
@@ -79,129 +123,173 @@ func workerComponent(c *config.Config, r config.Role) GraphComponent {
 			annotations[k] = v
 		}
 	}
-
-	env := []EnvVar{
-		{Name: "KV_TRANSFER_CONFIG", Value: KVTransferConfig(w.VLLM.KVTransfer)},
-		{Name: "SPECULATIVE_CONFIG", ValueFrom: &EnvVarSource{ConfigMapKeyRef: &KeySelector{Name: c.ConfigMapName(), Key: c.SpeculativeConfigKey()}}},
-		{Name: "MODEL_NAME", Value: c.Model.Name},
-		{Name: "SERVED_MODEL_NAME", Value: c.Model.ServedModelName},
-		// Workers read the model from the cache the download Job filled.
-		{Name: "HF_HOME", Value: c.ModelCache.MountPath},
+	if sum := speculativeChecksum(c); sum != "" {
+		annotations[SpeculativeConfigChecksum] = sum
 	}
-	env = append(env, literalEnv(w.Env)...)
-	env = append(env, literalEnv(w.Network.Env())...)
-	env = append(env, literalEnv(w.ExtraEnv)...)
 
 	// GPUs and network resources are requested and limited alike.
 	extended := map[string]string{config.GPUResource: strconv.Itoa(w.TensorParallelSize)}
 	for k, v := range netResources {
 		extended[k] = v
 	}
-	container := Container{
+	root := int64(0)
+	container := corev1.Container{
 		Name:            mainContainer,
 		Image:           c.Image,
-		ImagePullPolicy: "IfNotPresent",
+		ImagePullPolicy: corev1.PullIfNotPresent,
 		Command:         []string{"python3"},
 		Args:            WorkerArgs(c, r),
 		// vLLM pins memory and traces its workers; NCCL raises memlock limits.
-		SecurityContext: &SecurityContext{
-			RunAsUser:    int64Ptr(0),
-			RunAsGroup:   int64Ptr(0),
-			Capabilities: &Capabilities{Add: []string{"IPC_LOCK", "SYS_PTRACE", "SYS_RESOURCE"}},
+		SecurityContext: &corev1.SecurityContext{
+			RunAsUser:    &root,
+			RunAsGroup:   &root,
+			Capabilities: &corev1.Capabilities{Add: []corev1.Capability{"IPC_LOCK", "SYS_PTRACE", "SYS_RESOURCE"}},
 		},
-		Env:          env,
-		Resources:    resources(w.Resources, extended, []NamedObject{{Name: channelClaimName}}),
-		VolumeMounts: []VolumeMount{{Name: cacheVolumeName, MountPath: c.ModelCache.MountPath}},
-	}
-	if n := w.StartupProbe.FailureThreshold; n > 0 {
-		container.StartupProbe = &Probe{HTTPGet: &HTTPGetAction{Path: "/live", Port: systemPort}, PeriodSeconds: 10, FailureThreshold: n}
+		Env:            WorkerEnv(c, r),
+		Resources:      resources(w.Resources, extended, channelClaimName),
+		VolumeMounts:   []corev1.VolumeMount{{Name: cacheVolumeName, MountPath: c.ModelCache.MountPath}},
+		StartupProbe:   probe("startup", w.Probes.Startup),
+		LivenessProbe:  probe("liveness", w.Probes.Liveness),
+		ReadinessProbe: probe("readiness", w.Probes.Readiness),
 	}
 
-	spec := PodSpec{
-		ImagePullSecrets: pullSecrets(c),
-		// Every worker joins the graph's NVLink ComputeDomain through its channel claim.
-		ResourceClaims: []PodResourceClaim{{Name: channelClaimName, ResourceClaimTemplateName: c.ChannelClaimTemplateName()}},
-		Containers:     []Container{container},
-		Volumes: []Volume{{
-			Name:                  cacheVolumeName,
-			PersistentVolumeClaim: &PersistentVolumeClaim{ClaimName: c.ModelCache.ClaimName},
-		}},
+	spec := sitePodSpec(c.ImagePullSecrets, w.Scheduling)
+	// Every worker joins the graph's NVLink ComputeDomain through its channel claim.
+	channel := c.ChannelClaimTemplateName()
+	spec.ResourceClaims = []corev1.PodResourceClaim{{Name: channelClaimName, ResourceClaimTemplateName: &channel}}
+	spec.Containers = []corev1.Container{container}
+	spec.Volumes = []corev1.Volume{{
+		Name:         cacheVolumeName,
+		VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: c.ModelCache.ClaimName}},
+	}}
+	if g := int64(w.TerminationGracePeriodSeconds); g > 0 {
+		spec.TerminationGracePeriodSeconds = &g
 	}
-	if w.TerminationGracePeriodSeconds > 0 {
-		spec.TerminationGracePeriodSeconds = int64Ptr(int64(w.TerminationGracePeriodSeconds))
-	}
-	spec = withScheduling(spec, w.Scheduling)
 	if key := c.Placement.TopologyKey; key != "" {
 		if spec.Affinity == nil {
-			spec.Affinity = &Affinity{}
+			spec.Affinity = &corev1.Affinity{}
 		}
 		// All of a graph's workers land in one NVLink clique, so KV moves over MNNVL.
-		spec.Affinity.PodAffinity = &PodAffinity{Required: []PodAffinityTerm{{
+		spec.Affinity.PodAffinity = &corev1.PodAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{{
 			TopologyKey:    key,
 			MatchLabelKeys: []string{"nvidia.com/dynamo-graph-deployment-name"},
-			LabelSelector: &LabelSelector{MatchExpressions: []Requirement{{
-				Key: "nvidia.com/dynamo-component-type", Operator: "In", Values: []string{"worker", "prefill", "decode"},
+			LabelSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{
+				Key: "nvidia.com/dynamo-component-type", Operator: metav1.LabelSelectorOpIn, Values: []string{"worker", "prefill", "decode"},
 			}}},
 		}}}
 	}
 
+	template, err := w.PodTemplatePatch.Apply(corev1.PodTemplateSpec{ObjectMeta: podMetadata(annotations), Spec: spec})
+	if err != nil {
+		return GraphComponent{}, err
+	}
 	return GraphComponent{
 		Name:                   r.Name,
 		Type:                   r.Type,
 		RuntimeVersionOverride: c.RuntimeVersion,
 		Replicas:               w.Replicas,
 		SharedMemorySize:       w.SharedMemorySize,
-		PodTemplate:            PodTemplate{Metadata: podMetadata(annotations), Spec: spec},
+		ScalingAdapter:         scalingAdapter(w.ScalingAdapter),
+		PodTemplate:            template,
+	}, nil
+}
+
+func scalingAdapter(on bool) *ScalingAdapter {
+	if !on {
+		return nil
 	}
+	return &ScalingAdapter{Enabled: true}
+}
+
+// speculativeChecksum is the checksum annotation's value, or "" while the workers read the
+// recipe's own speculative config.
+func speculativeChecksum(c *config.Config) string {
+	key := c.SpeculativeConfigKey()
+	value := SpeculativeConfigs(c)[key]
+	recipe := config.Defaults(c.Profile)
+	if value == SpeculativeConfigs(&recipe)[key] {
+		return ""
+	}
+	sum := sha256.Sum256([]byte(value))
+	return hex.EncodeToString(sum[:])
+}
+
+// The groups of a worker's flags, and the order each role has them in the recipe: the program emits
+// a graph exactly as the recipe does, so adopting a recipe deployment changes nothing in its spec.
+const (
+	argsModule = iota
+	argsRouter
+	argsModel
+	argsMultimodal
+	argsScheduler
+	argsKernels
+	argsKVTransfer
+	argsKVEvents
+	argsParsers
+)
+
+var workerArgOrder = map[string][]int{
+	"worker":  {argsModule, argsRouter, argsModel, argsMultimodal, argsScheduler, argsKernels, argsKVTransfer, argsParsers, argsKVEvents},
+	"prefill": {argsModule, argsRouter, argsModel, argsScheduler, argsMultimodal, argsKernels, argsKVTransfer, argsParsers, argsKVEvents},
+	"decode":  {argsModule, argsRouter, argsModel, argsScheduler, argsMultimodal, argsKernels, argsKVTransfer, argsKVEvents, argsParsers},
 }
 
 // WorkerArgs is the `python3` argument list of a worker role.
 func WorkerArgs(c *config.Config, r config.Role) []string {
 	f := r.Config.VLLM
-	args := []string{"-m", "dynamo.vllm"}
+	groups := make([][]string, argsParsers+1)
+	groups[argsModule] = []string{"-m", "dynamo.vllm"}
 	if f.RouterMode != "" {
-		args = append(args, "--router-mode", f.RouterMode)
+		groups[argsRouter] = append(groups[argsRouter], "--router-mode", f.RouterMode)
 	}
 	if f.RouterTrackOutputBlocks != nil {
-		args = append(args, boolFlag("router-track-output-blocks", *f.RouterTrackOutputBlocks))
+		groups[argsRouter] = append(groups[argsRouter], boolFlag("router-track-output-blocks", *f.RouterTrackOutputBlocks))
 	}
-	args = append(args,
+	groups[argsModel] = appendFlag([]string{
 		"--model", "$(MODEL_NAME)",
 		"--revision", c.Model.Revision,
-		"--served-model-name", "$(SERVED_MODEL_NAME)")
-	args = appendFlag(args, f.TrustRemoteCode, "--trust-remote-code")
-	args = append(args,
+		"--served-model-name", "$(SERVED_MODEL_NAME)",
+	}, f.TrustRemoteCode, "--trust-remote-code")
+
+	mm := appendFlag(nil, f.EnableMultimodal, "--enable-multimodal")
+	mm = appendFlag(mm, f.FrontendDecoding, "--frontend-decoding")
+	mm = appendValue(mm, "--mm-encoder-tp-mode", f.MMEncoderTPMode)
+	groups[argsMultimodal] = appendFlag(mm, f.SkipMMProfiling, "--skip-mm-profiling")
+
+	s := []string{
 		"--tensor-parallel-size", strconv.Itoa(r.Config.TensorParallelSize),
 		"--block-size", strconv.Itoa(f.BlockSize),
 		"--gpu-memory-utilization", formatFloat(f.GPUMemoryUtilization),
 		"--max-model-len", strconv.Itoa(f.MaxModelLen),
 		"--max-num-seqs", strconv.Itoa(f.MaxNumSeqs),
-		"--max-num-batched-tokens", strconv.Itoa(f.MaxNumBatchedTokens))
-	args = appendFlag(args, f.EnablePrefixCaching, "--enable-prefix-caching")
-	args = appendFlag(args, f.KVCacheMetrics, "--kv-cache-metrics")
-	args = append(args, "--kv-cache-dtype", f.KVCacheDtype)
-	args = appendFlag(args, f.EnableMultimodal, "--enable-multimodal")
-	args = appendFlag(args, f.FrontendDecoding, "--frontend-decoding")
-	if f.MMEncoderTPMode != "" {
-		args = append(args, "--mm-encoder-tp-mode", f.MMEncoderTPMode)
+		"--max-num-batched-tokens", strconv.Itoa(f.MaxNumBatchedTokens),
 	}
-	args = appendFlag(args, f.SkipMMProfiling, "--skip-mm-profiling")
-	args = appendFlag(args, f.EnableCumemAllocator, "--enable-cumem-allocator")
+	s = appendFlag(s, f.EnablePrefixCaching, "--enable-prefix-caching")
+	s = appendFlag(s, f.KVCacheMetrics, "--kv-cache-metrics")
+	groups[argsScheduler] = append(s, "--kv-cache-dtype", f.KVCacheDtype)
+
+	k := appendFlag(nil, f.EnableCumemAllocator, "--enable-cumem-allocator")
 	if f.FlashinferAutotune != nil {
-		args = append(args, boolFlag("enable-flashinfer-autotune", *f.FlashinferAutotune))
+		k = append(k, boolFlag("enable-flashinfer-autotune", *f.FlashinferAutotune))
 	}
-	args = appendFlag(args, f.BF16x3RouterGemm, "--enable-bf16x3-router-gemm")
-	args = appendValue(args, "--attention-config", f.AttentionConfig)
-	args = appendValue(args, "--compilation-config", f.CompilationConfig)
-	args = append(args, "--speculative-config", "$(SPECULATIVE_CONFIG)")
+	k = appendFlag(k, f.BF16x3RouterGemm, "--enable-bf16x3-router-gemm")
+	k = appendValue(k, "--attention-config", f.AttentionConfig)
+	k = appendValue(k, "--compilation-config", f.CompilationConfig)
+	k = append(k, "--speculative-config", "$(SPECULATIVE_CONFIG)")
 	if r.Type == "prefill" || r.Type == "decode" {
-		args = append(args, "--disaggregation-mode", r.Type)
+		k = append(k, "--disaggregation-mode", r.Type)
 	}
-	args = append(args, "--kv-transfer-config", "$(KV_TRANSFER_CONFIG)")
-	args = appendValue(args, "--kv-events-config", f.KVEventsConfig)
-	args = appendValue(args, "--dyn-tool-call-parser", f.ToolCallParser)
-	args = appendValue(args, "--dyn-reasoning-parser", f.DynReasoningParser)
-	args = appendValue(args, "--reasoning-parser", f.ReasoningParser)
+	groups[argsKernels] = k
+	groups[argsKVTransfer] = []string{"--kv-transfer-config", "$(KV_TRANSFER_CONFIG)"}
+	groups[argsKVEvents] = appendValue(nil, "--kv-events-config", f.KVEventsConfig)
+	p := appendValue(nil, "--dyn-tool-call-parser", f.ToolCallParser)
+	p = appendValue(p, "--dyn-reasoning-parser", f.DynReasoningParser)
+	groups[argsParsers] = appendValue(p, "--reasoning-parser", f.ReasoningParser)
+
+	var args []string
+	for _, g := range workerArgOrder[r.Type] {
+		args = append(args, groups[g]...)
+	}
 	return append(args, r.Config.ExtraArgs...)
 }
 
@@ -278,65 +366,6 @@ func networkSettings(n config.Network) (map[string]string, map[string]string) {
 	return res, ann
 }
 
-// resources merges configured requests and limits with extras set identically in both (GPUs, RDMA).
-func resources(r config.Resources, both map[string]string, claims []NamedObject) *Resources {
-	out := &Resources{Claims: claims, Requests: copyMap(r.Requests), Limits: copyMap(r.Limits)}
-	for k, v := range both {
-		if out.Requests == nil {
-			out.Requests = map[string]string{}
-		}
-		if out.Limits == nil {
-			out.Limits = map[string]string{}
-		}
-		out.Requests[k], out.Limits[k] = v, v
-	}
-	if out.Claims == nil && out.Requests == nil && out.Limits == nil {
-		return nil
-	}
-	return out
-}
-
-func withScheduling(spec PodSpec, s config.Scheduling) PodSpec {
-	spec.NodeSelector = copyMap(s.NodeSelector)
-	for _, t := range s.Tolerations {
-		spec.Tolerations = append(spec.Tolerations, Toleration(t))
-	}
-	if len(s.RequiredNodeLabels) > 0 {
-		var reqs []Requirement
-		for _, k := range slices.Sorted(maps.Keys(s.RequiredNodeLabels)) {
-			reqs = append(reqs, Requirement{Key: k, Operator: "In", Values: s.RequiredNodeLabels[k]})
-		}
-		spec.Affinity = &Affinity{NodeAffinity: &NodeAffinity{Required: &NodeSelector{Terms: []NodeSelectorTerm{{MatchExpressions: reqs}}}}}
-	}
-	spec.SchedulerName = s.SchedulerName
-	spec.RuntimeClassName = s.RuntimeClassName
-	spec.PriorityClassName = s.PriorityClassName
-	return spec
-}
-
-func pullSecrets(c *config.Config) []NamedObject {
-	var out []NamedObject
-	for _, s := range c.ImagePullSecrets {
-		out = append(out, NamedObject{Name: s})
-	}
-	return out
-}
-
-func podMetadata(annotations map[string]string) *PodMetadata {
-	if len(annotations) == 0 {
-		return nil
-	}
-	return &PodMetadata{Annotations: copyMap(annotations)}
-}
-
-func literalEnv(vars []config.EnvVar) []EnvVar {
-	out := make([]EnvVar, 0, len(vars))
-	for _, v := range vars {
-		out = append(out, EnvVar{Name: v.Name, Value: v.Value})
-	}
-	return out
-}
-
 func appendFlag(args []string, on bool, flag string) []string {
 	if on {
 		return append(args, flag)
@@ -357,19 +386,6 @@ func boolFlag(name string, on bool) string {
 		return "--" + name
 	}
 	return "--no-" + name
-}
-
-func int64Ptr(i int64) *int64 { return &i }
-
-func copyMap[V any](m map[string]V) map[string]V {
-	if len(m) == 0 {
-		return nil
-	}
-	out := make(map[string]V, len(m))
-	for k, v := range m {
-		out[k] = v
-	}
-	return out
 }
 
 func formatFloat(f float64) string { return strconv.FormatFloat(f, 'f', -1, 64) }

@@ -10,9 +10,11 @@ import (
 type HFTokenSecretArgs struct {
 	Namespace  pulumi.StringInput
 	SecretName string
-	// Token creates the Secret from a Pulumi secret; nil adopts an existing Secret, which the stack
+	// Token creates the Secret from a Pulumi secret; nil uses an existing Secret, which the stack
 	// never changes or deletes.
 	Token pulumi.StringInput
+	// LegacyName is the component's logical name under the first naming scheme.
+	LegacyName string
 }
 
 // HFTokenSecret is the Hugging Face token Secret.
@@ -21,10 +23,11 @@ type HFTokenSecret struct {
 	SecretName pulumi.StringOutput `pulumi:"secretName"`
 }
 
-// NewHFTokenSecret creates the token Secret from a Pulumi secret, or adopts an existing one.
+// NewHFTokenSecret creates the token Secret from a Pulumi secret, or uses an existing one.
 func NewHFTokenSecret(ctx *pulumi.Context, name string, args *HFTokenSecretArgs, opts ...pulumi.ResourceOption) (*HFTokenSecret, error) {
 	s := &HFTokenSecret{}
-	if err := ctx.RegisterComponentResource("minimax-m3:index:HFTokenSecret", name, s, opts...); err != nil {
+	opts = append(opts, legacyAlias(ctx, args.LegacyName, deploymentType, hfTokenType))
+	if err := ctx.RegisterComponentResource(hfTokenType, name, s, opts...); err != nil {
 		return nil, err
 	}
 	s.SecretName = pulumi.String(args.SecretName).ToStringOutput()
@@ -33,12 +36,12 @@ func NewHFTokenSecret(ctx *pulumi.Context, name string, args *HFTokenSecretArgs,
 			Metadata: &metav1.ObjectMetaArgs{
 				Name:      pulumi.String(args.SecretName),
 				Namespace: args.Namespace,
-				Labels:    managedLabels(),
+				Labels:    stackLabels(ctx),
 			},
 			Type: pulumi.String("Opaque"),
 			// The token stays a secret in state, diffs and logs.
 			StringData: pulumi.StringMap{"HF_TOKEN": pulumi.ToSecret(args.Token.ToStringOutput()).(pulumi.StringOutput)},
-		}, pulumi.Parent(s)) // the provider keeps a Secret's data and stringData secret in state
+		}, pulumi.Parent(s), legacyAlias(ctx, args.LegacyName, deploymentType, hfTokenType, "kubernetes:core/v1:Secret"))
 		if err != nil {
 			return nil, err
 		}

@@ -5,10 +5,12 @@ import (
 	"strings"
 	"time"
 
-	batchv1 "github.com/pulumi/pulumi-kubernetes/sdk/v4/go/kubernetes/batch/v1"
 	corev1 "github.com/pulumi/pulumi-kubernetes/sdk/v4/go/kubernetes/core/v1"
 	metav1 "github.com/pulumi/pulumi-kubernetes/sdk/v4/go/kubernetes/meta/v1"
 	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
+	batchv1 "k8s.io/api/batch/v1"
+	k8scorev1 "k8s.io/api/core/v1"
+	k8smetav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"minimax-m3/config"
 )
@@ -16,12 +18,16 @@ import (
 // ModelCacheArgs describes the model cache claim and the Job that fills it.
 type ModelCacheArgs struct {
 	Namespace pulumi.StringInput
-	// HFTokenSecret is the Secret the download reads HF_TOKEN from.
-	HFTokenSecret pulumi.StringInput
+	// HFTokenSecret is the Secret the download reads HF_TOKEN from; Requires what must exist
+	// before the download starts (the stack's token Secret).
+	HFTokenSecret string
+	Requires      []pulumi.Resource
 	Cache         config.ModelCacheConfig
 	Download      config.ModelDownloadConfig
 	Model         config.ModelConfig
 	PullSecrets   []string
+	// LegacyName is the component's logical name under the first naming scheme.
+	LegacyName string
 }
 
 // ModelCache is the PVC holding the model and draft checkpoints, and the download Job.
@@ -33,24 +39,25 @@ type ModelCache struct {
 	Ready []pulumi.Resource `pulumi:"-"`
 }
 
-// NewModelCache creates (or adopts) the cache claim and runs the download Job to completion.
+// NewModelCache creates (or uses) the cache claim and runs the download Job to completion.
 //
 // The claim is never replaced or deleted by a config change: its immutable fields are ignored after
 // creation, and destroy keeps it unless DeleteOnDestroy is set.
 func NewModelCache(ctx *pulumi.Context, name string, args *ModelCacheArgs, opts ...pulumi.ResourceOption) (*ModelCache, error) {
 	mc := &ModelCache{}
-	if err := ctx.RegisterComponentResource("minimax-m3:index:ModelCache", name, mc, opts...); err != nil {
+	opts = append(opts, legacyAlias(ctx, args.LegacyName, deploymentType, modelCacheType))
+	if err := ctx.RegisterComponentResource(modelCacheType, name, mc, opts...); err != nil {
 		return nil, err
 	}
 	mc.ClaimName = pulumi.String(args.Cache.ClaimName).ToStringOutput()
 
-	var deps []pulumi.Resource
+	deps := args.Requires
 	if args.Cache.Create {
 		pvc, err := corev1.NewPersistentVolumeClaim(ctx, name, &corev1.PersistentVolumeClaimArgs{
 			Metadata: &metav1.ObjectMetaArgs{
 				Name:      pulumi.String(args.Cache.ClaimName),
 				Namespace: args.Namespace,
-				Labels:    managedLabels(),
+				Labels:    stackLabels(ctx),
 				Annotations: pulumi.StringMap{
 					// The provider would otherwise wait a fixed five minutes for an unbound claim (and
 					// forever with WaitForFirstConsumer before a pod). The download Job is the real
@@ -70,6 +77,7 @@ func NewModelCache(ctx *pulumi.Context, name string, args *ModelCacheArgs, opts 
 			pulumi.RetainOnDelete(!args.Cache.DeleteOnDestroy),
 			// Changing these would replace the claim and lose hours of download.
 			pulumi.IgnoreChanges([]string{"spec.storageClassName", "spec.accessModes", "spec.volumeName", "spec.volumeMode", "spec.selector"}),
+			legacyAlias(ctx, args.LegacyName, deploymentType, modelCacheType, "kubernetes:core/v1:PersistentVolumeClaim"),
 		)
 		if err != nil {
 			return nil, err
@@ -79,7 +87,7 @@ func NewModelCache(ctx *pulumi.Context, name string, args *ModelCacheArgs, opts 
 	}
 
 	if args.Download.Enabled {
-		job, err := newDownloadJob(ctx, name, args, mc, deps)
+		job, err := newDownloadJob(ctx, args, mc, deps)
 		if err != nil {
 			return nil, err
 		}
@@ -98,86 +106,64 @@ func DownloadScript(d config.ModelDownloadConfig, m config.ModelConfig) string {
 	}, "\n") + "\n"
 }
 
-func newDownloadJob(ctx *pulumi.Context, name string, args *ModelCacheArgs, parent *ModelCache, deps []pulumi.Resource) (*batchv1.Job, error) {
+// DownloadJobSpec is the download Job's spec. The token Secret's name is filled in by the caller.
+func DownloadJobSpec(d config.ModelDownloadConfig, cache config.ModelCacheConfig, m config.ModelConfig, pullSecrets []string, tokenSecret string) batchv1.JobSpec {
+	timeout, _ := time.ParseDuration(d.Timeout) // validated
+	deadline := int64(timeout.Seconds())
+	one := int32(1)
+	backoff := int32(d.BackoffLimit)
+	noEscalation := false
+
+	pod := sitePodSpec(pullSecrets, d.Scheduling)
+	pod.RestartPolicy = k8scorev1.RestartPolicyNever
+	pod.Containers = []k8scorev1.Container{{
+		Name:            "model-download",
+		Image:           d.Image,
+		ImagePullPolicy: k8scorev1.PullIfNotPresent,
+		SecurityContext: &k8scorev1.SecurityContext{
+			AllowPrivilegeEscalation: &noEscalation,
+			Capabilities:             &k8scorev1.Capabilities{Drop: []k8scorev1.Capability{"ALL"}},
+			SeccompProfile:           &k8scorev1.SeccompProfile{Type: k8scorev1.SeccompProfileTypeRuntimeDefault},
+		},
+		Command: []string{"sh", "-c"},
+		Args:    []string{DownloadScript(d, m)},
+		EnvFrom: []k8scorev1.EnvFromSource{{SecretRef: &k8scorev1.SecretEnvSource{LocalObjectReference: k8scorev1.LocalObjectReference{Name: tokenSecret}}}},
+		Env: []k8scorev1.EnvVar{
+			{Name: "HF_HOME", Value: cache.MountPath},
+			{Name: "HF_XET_HIGH_PERFORMANCE", Value: "1"},
+		},
+		Resources:    resources(d.Resources, nil),
+		VolumeMounts: []k8scorev1.VolumeMount{{Name: cacheVolumeName, MountPath: cache.MountPath}},
+	}}
+	pod.Volumes = []k8scorev1.Volume{{
+		Name:         cacheVolumeName,
+		VolumeSource: k8scorev1.VolumeSource{PersistentVolumeClaim: &k8scorev1.PersistentVolumeClaimVolumeSource{ClaimName: cache.ClaimName}},
+	}}
+	return batchv1.JobSpec{
+		BackoffLimit: &backoff,
+		Completions:  &one,
+		Parallelism:  &one,
+		// Kubernetes ends a stuck download itself (reason DeadlineExceeded), which the provider
+		// reports at once, instead of the provider's timer restarting on every pod event.
+		ActiveDeadlineSeconds: &deadline,
+		Template: k8scorev1.PodTemplateSpec{
+			ObjectMeta: k8smetav1.ObjectMeta{Labels: map[string]string{"app": d.JobName}},
+			Spec:       pod,
+		},
+	}
+}
+
+func newDownloadJob(ctx *pulumi.Context, args *ModelCacheArgs, parent *ModelCache, deps []pulumi.Resource) (pulumi.Resource, error) {
 	d := args.Download
 	timeout, _ := time.ParseDuration(d.Timeout) // validated
-	labels := pulumi.StringMap{"app": pulumi.String(d.JobName)}
-
-	var pullSecrets corev1.LocalObjectReferenceArray
-	for _, s := range args.PullSecrets {
-		pullSecrets = append(pullSecrets, corev1.LocalObjectReferenceArgs{Name: pulumi.String(s)})
-	}
-	var tolerations corev1.TolerationArray
-	for _, t := range d.Scheduling.Tolerations {
-		tolerations = append(tolerations, corev1.TolerationArgs{
-			Key: optionalString(t.Key), Operator: optionalString(t.Operator), Value: optionalString(t.Value), Effect: optionalString(t.Effect),
-		})
-	}
-	var res *corev1.ResourceRequirementsArgs
-	if len(d.Resources.Requests)+len(d.Resources.Limits) > 0 {
-		res = &corev1.ResourceRequirementsArgs{Requests: pulumi.ToStringMap(d.Resources.Requests), Limits: pulumi.ToStringMap(d.Resources.Limits)}
-	}
-
 	var annotations pulumi.StringMap
 	if !d.WaitForCompletion {
 		annotations = pulumi.StringMap{"pulumi.com/skipAwait": pulumi.String("true")}
 	}
-	return batchv1.NewJob(ctx, name+"-download", &batchv1.JobArgs{
-		Metadata: &metav1.ObjectMetaArgs{
-			Name:        pulumi.String(d.JobName),
-			Namespace:   args.Namespace,
-			Labels:      managedLabels(),
-			Annotations: annotations,
-		},
-		Spec: &batchv1.JobSpecArgs{
-			BackoffLimit: pulumi.Int(d.BackoffLimit),
-			Completions:  pulumi.Int(1),
-			Parallelism:  pulumi.Int(1),
-			// Kubernetes ends a stuck download itself (reason DeadlineExceeded), which the provider
-			// reports at once, instead of the provider's timer restarting on every pod event.
-			ActiveDeadlineSeconds: pulumi.Int(int(timeout.Seconds())),
-			Template: &corev1.PodTemplateSpecArgs{
-				Metadata: &metav1.ObjectMetaArgs{Labels: labels},
-				Spec: &corev1.PodSpecArgs{
-					RestartPolicy:     pulumi.String("Never"),
-					ImagePullSecrets:  pullSecrets,
-					NodeSelector:      pulumi.ToStringMap(d.Scheduling.NodeSelector),
-					Tolerations:       tolerations,
-					SchedulerName:     optionalString(d.Scheduling.SchedulerName),
-					RuntimeClassName:  optionalString(d.Scheduling.RuntimeClassName),
-					PriorityClassName: optionalString(d.Scheduling.PriorityClassName),
-					Containers: corev1.ContainerArray{corev1.ContainerArgs{
-						Name:            pulumi.String("model-download"),
-						Image:           pulumi.String(d.Image),
-						ImagePullPolicy: pulumi.String("IfNotPresent"),
-						SecurityContext: &corev1.SecurityContextArgs{
-							AllowPrivilegeEscalation: pulumi.Bool(false),
-							Capabilities:             &corev1.CapabilitiesArgs{Drop: pulumi.StringArray{pulumi.String("ALL")}},
-							SeccompProfile:           &corev1.SeccompProfileArgs{Type: pulumi.String("RuntimeDefault")},
-						},
-						Command: pulumi.StringArray{pulumi.String("sh"), pulumi.String("-c")},
-						EnvFrom: corev1.EnvFromSourceArray{corev1.EnvFromSourceArgs{
-							SecretRef: &corev1.SecretEnvSourceArgs{Name: args.HFTokenSecret},
-						}},
-						Env: corev1.EnvVarArray{
-							corev1.EnvVarArgs{Name: pulumi.String("HF_HOME"), Value: pulumi.String(args.Cache.MountPath)},
-							corev1.EnvVarArgs{Name: pulumi.String("HF_XET_HIGH_PERFORMANCE"), Value: pulumi.String("1")},
-						},
-						Args:      pulumi.StringArray{pulumi.String(DownloadScript(d, args.Model))},
-						Resources: res,
-						VolumeMounts: corev1.VolumeMountArray{corev1.VolumeMountArgs{
-							Name: pulumi.String(cacheVolumeName), MountPath: pulumi.String(args.Cache.MountPath),
-						}},
-					}},
-					Volumes: corev1.VolumeArray{corev1.VolumeArgs{
-						Name: pulumi.String(cacheVolumeName),
-						PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSourceArgs{
-							ClaimName: parent.ClaimName,
-						},
-					}},
-				},
-			},
-		},
+	return newObject(ctx, "model-download", objectArgs{
+		APIVersion: "batch/v1", Kind: "Job",
+		Name: d.JobName, Namespace: args.Namespace, Labels: stackLabels(ctx), Annotations: annotations,
+		Spec: DownloadJobSpec(d, args.Cache, args.Model, args.PullSecrets, args.HFTokenSecret),
 	},
 		pulumi.Parent(parent),
 		pulumi.DependsOn(deps),
@@ -185,12 +171,6 @@ func newDownloadJob(ctx *pulumi.Context, name string, args *ModelCacheArgs, pare
 		pulumi.DeleteBeforeReplace(true),
 		// Leave Kubernetes' activeDeadlineSeconds the first word on a slow download.
 		pulumi.Timeouts(&pulumi.CustomTimeouts{Create: (timeout + 10*time.Minute).String(), Update: (timeout + 10*time.Minute).String()}),
+		legacyAlias(ctx, args.LegacyName+"-download", deploymentType, modelCacheType, "kubernetes:batch/v1:Job"),
 	)
-}
-
-func optionalString(s string) pulumi.StringPtrInput {
-	if s == "" {
-		return nil
-	}
-	return pulumi.String(s)
 }

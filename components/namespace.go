@@ -9,12 +9,14 @@ import (
 // NamespaceArgs says which namespace the stack deploys to and whether the stack owns it.
 type NamespaceArgs struct {
 	Name string
-	// Create makes the stack create the namespace; otherwise an existing one is adopted by name and
+	// Create makes the stack create the namespace; otherwise an existing one is used by name and
 	// never changed or deleted.
 	Create bool
 	// RetainOnDelete keeps a created namespace on destroy: deleting a namespace deletes every claim
 	// in it, the model cache included.
 	RetainOnDelete bool
+	// LegacyName is the component's logical name under the first naming scheme.
+	LegacyName string
 }
 
 // Namespace is the namespace every object of the stack lives in.
@@ -23,26 +25,23 @@ type Namespace struct {
 	Name pulumi.StringOutput `pulumi:"name"`
 }
 
-// NewNamespace creates the namespace, or adopts an existing one.
+// NewNamespace creates the namespace, or uses an existing one.
 func NewNamespace(ctx *pulumi.Context, name string, args *NamespaceArgs, opts ...pulumi.ResourceOption) (*Namespace, error) {
 	ns := &Namespace{}
-	if err := ctx.RegisterComponentResource("minimax-m3:index:Namespace", name, ns, opts...); err != nil {
+	opts = append(opts, legacyAlias(ctx, args.LegacyName, deploymentType, namespaceType))
+	if err := ctx.RegisterComponentResource(namespaceType, name, ns, opts...); err != nil {
 		return nil, err
 	}
 	ns.Name = pulumi.String(args.Name).ToStringOutput()
 	if args.Create {
 		created, err := corev1.NewNamespace(ctx, name, &corev1.NamespaceArgs{
-			Metadata: &metav1.ObjectMetaArgs{Name: pulumi.String(args.Name), Labels: managedLabels()},
-		}, pulumi.Parent(ns), pulumi.RetainOnDelete(args.RetainOnDelete))
+			Metadata: &metav1.ObjectMetaArgs{Name: pulumi.String(args.Name), Labels: stackLabels(ctx)},
+		}, pulumi.Parent(ns), pulumi.RetainOnDelete(args.RetainOnDelete),
+			legacyAlias(ctx, args.LegacyName, deploymentType, namespaceType, "kubernetes:core/v1:Namespace"))
 		if err != nil {
 			return nil, err
 		}
 		ns.Name = created.Metadata.Name().Elem()
 	}
 	return ns, ctx.RegisterResourceOutputs(ns, pulumi.Map{"name": ns.Name})
-}
-
-// managedLabels mark what the stack created, so `kubectl get -l` finds it.
-func managedLabels() pulumi.StringMap {
-	return pulumi.StringMap{"app.kubernetes.io/managed-by": pulumi.String("pulumi"), "app.kubernetes.io/part-of": pulumi.String("minimax-m3")}
 }

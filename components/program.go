@@ -1,67 +1,136 @@
 package components
 
 import (
+	"encoding/json"
+	"os"
+	"slices"
+	"strings"
+
 	"github.com/pulumi/pulumi-kubernetes/sdk/v4/go/kubernetes"
 	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
 
 	"minimax-m3/config"
 )
 
-// Program is the stack's Pulumi program. main.go runs it; the Automation API runs it inline.
-func Program(ctx *pulumi.Context) error {
-	outputs, err := Deploy(ctx)
-	if err != nil {
-		return err
-	}
-	for k, v := range outputs {
-		ctx.Export(k, v)
-	}
-	return nil
+// Options change how the program runs, never what a stack deploys.
+type Options struct {
+	// RenderDirectory writes every object as YAML there instead of applying it: the render command's
+	// mode, which is not a stack setting (a change of it would replace every resource).
+	RenderDirectory string
+	// ConfigKeys are the full keys (`minimax-m3:...`) the stack sets, so that an unknown one is an
+	// error. nil reads them from the environment the Pulumi CLI gives a program (PULUMI_CONFIG); an
+	// inline Automation API program is handed them by its caller.
+	ConfigKeys []string
+	// Kubeconfig is the kubeconfig file the ownership check reads the cluster with; empty uses what
+	// the provider uses (KUBECONFIG, else ~/.kube/config), with the context kubernetes.context.
+	Kubeconfig string
+	// Cluster reads existing objects for the ownership check instead (tests).
+	Cluster ObjectReader
 }
 
-// Deploy reads the stack's config, builds every resource and returns the stack outputs.
-func Deploy(ctx *pulumi.Context) (pulumi.Map, error) {
-	c, err := LoadConfig(ctx)
+// Program is the stack's Pulumi program as `pulumi up` runs it (main.go).
+func Program(ctx *pulumi.Context) error { return NewProgram(Options{})(ctx) }
+
+// NewProgram returns the program with options; the Automation API runs it inline.
+func NewProgram(o Options) pulumi.RunFunc {
+	return func(ctx *pulumi.Context) error {
+		outputs, err := Deploy(ctx, o)
+		if err != nil {
+			return err
+		}
+		for k, v := range outputs {
+			ctx.Export(k, v)
+		}
+		return nil
+	}
+}
+
+// Deploy reads the stack's config, checks it against the cluster, builds every resource and returns
+// the stack outputs. Bad config and objects the stack must not take over stop it before any
+// resource is registered.
+func Deploy(ctx *pulumi.Context, o Options) (pulumi.Map, error) {
+	c, raw, err := LoadConfig(ctx, o.ConfigKeys)
 	if err != nil {
-		// Nothing has been registered yet: bad config never touches a resource.
 		return nil, err
+	}
+	if o.RenderDirectory == "" {
+		if err := checkOwnership(ctx, o, &c); err != nil {
+			return nil, err
+		}
 	}
 	if c.Speculative.Mode == config.SpeculativeSynthetic {
 		_ = ctx.Log.Warn("BENCHMARK ONLY: speculativeDecoding.mode is synthetic: workers skip real EAGLE3 verification "+
 			"(acceptance length "+formatFloat(c.Speculative.SyntheticAcceptanceLength)+"), so responses are not the model's. "+
 			"Never serve production traffic or evaluate accuracy with it.", nil)
 	}
-	if dir := c.Kubernetes.RenderDirectory; dir != "" {
+	providerArgs := &kubernetes.ProviderArgs{
+		Context:           optionalString(c.Kubernetes.Context),
+		ClusterIdentifier: pulumi.String(c.Kubernetes.ClusterIdentifier),
+	}
+	if dir := o.RenderDirectory; dir != "" {
 		msg := "rendering manifests to " + dir + " instead of applying them"
 		if c.ModelDownload.Enabled && !c.HuggingFace.ExistingSecret {
 			msg += "; the rendered Secret holds the Hugging Face token in plain text: keep that directory private and out of version control"
 		}
 		_ = ctx.Log.Warn(msg, nil)
+		providerArgs = &kubernetes.ProviderArgs{RenderYamlToDirectory: pulumi.String(dir)}
 	}
-
-	provider, err := kubernetes.NewProvider(ctx, "kubernetes", &kubernetes.ProviderArgs{
-		Context:               optionalString(c.Kubernetes.Context),
-		RenderYamlToDirectory: optionalString(c.Kubernetes.RenderDirectory),
-	})
+	provider, err := kubernetes.NewProvider(ctx, "kubernetes", providerArgs)
 	if err != nil {
 		return nil, err
 	}
-	d, err := NewMiniMaxM3(ctx, c.GraphName, &c, pulumi.Provider(provider))
+	var token pulumi.StringInput
+	if t := raw.HFToken(); t != "" {
+		token = pulumi.ToSecret(pulumi.String(t)).(pulumi.StringOutput)
+	}
+	d, err := NewMiniMaxM3(ctx, "minimax-m3", &MiniMaxM3Args{Config: &c, HFToken: token}, pulumi.Provider(provider))
 	if err != nil {
 		return nil, err
 	}
 	return Outputs(&c, d), nil
 }
 
-// LoadConfig reads and validates the stack's `minimax-m3:` config.
-func LoadConfig(ctx *pulumi.Context) (config.Config, error) {
-	raw := config.Raw{Values: map[string]string{}, Secrets: map[string]bool{}}
+// LoadConfig reads and validates every `minimax-m3:` key the stack sets. keys lists the stack's
+// full keys; nil reads them from PULUMI_CONFIG, and without that only the known keys are read.
+func LoadConfig(ctx *pulumi.Context, keys []string) (config.Config, config.Raw, error) {
+	if keys == nil {
+		keys = keysFromEnvironment()
+	}
 	for _, k := range config.Keys() {
-		full := config.Key(k)
+		keys = append(keys, config.Key(k))
+	}
+	raw := config.Raw{Values: map[string]string{}, Secrets: map[string]bool{}}
+	for _, full := range keys {
+		k, ok := strings.CutPrefix(full, config.Namespace+":")
+		if !ok {
+			continue
+		}
 		if v, ok := ctx.GetConfig(full); ok {
 			raw.Values[k] = v
 			raw.Secrets[k] = ctx.IsConfigSecret(full)
 		}
 	}
-	return config.Parse(raw)
+	c, err := config.Parse(raw)
+	return c, raw, err
+}
+
+// keysFromEnvironment lists the config keys the Pulumi CLI hands a program in PULUMI_CONFIG.
+func keysFromEnvironment() []string {
+	var cfg map[string]any
+	if err := json.Unmarshal([]byte(os.Getenv(pulumi.EnvConfig)), &cfg); err != nil {
+		return nil
+	}
+	keys := make([]string, 0, len(cfg))
+	for k := range cfg {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}
+
+func optionalString(s string) pulumi.StringPtrInput {
+	if s == "" {
+		return nil
+	}
+	return pulumi.String(s)
 }

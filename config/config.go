@@ -1,9 +1,15 @@
 // Package config holds the typed configuration of a minimax-m3 stack: the recipe's portable values as
-// defaults per profile, the site values a platform engineer adds with `pulumi config set`, and the
-// validation that rejects bad input before any resource is touched.
+// defaults per profile (defaults.go, the one place they live), the site values a platform engineer
+// adds with `pulumi config set`, and the validation beside each type that rejects bad input before
+// any resource is touched.
 //
 // It is pure Go: no Pulumi resources and no Outputs, so it is tested with plain Go tests.
 package config
+
+import (
+	"fmt"
+	"regexp"
+)
 
 // Namespace is the Pulumi config namespace of every key, as in `minimax-m3:profile`.
 const Namespace = "minimax-m3"
@@ -19,6 +25,7 @@ const (
 )
 
 // Config is everything one stack deploys. The json names are the config keys (under `minimax-m3:`).
+// The Hugging Face token is not part of it: see Raw.HFToken.
 type Config struct {
 	Profile Profile `json:"profile"`
 	// GraphName names the DynamoGraphDeployment; the ConfigMap, ComputeDomain and Service derive from it.
@@ -31,6 +38,10 @@ type Config struct {
 	RuntimeVersion string `json:"runtimeVersion"`
 	// ImagePullSecrets are added to every pod: the graph's and the download Job's.
 	ImagePullSecrets []string `json:"imagePullSecrets"`
+	// Adopt lets the stack take over objects of the recipe that already exist in the cluster and
+	// were not created by this stack (a deployment made with kustomize). Without it such an object is
+	// an error that names it.
+	Adopt bool `json:"adopt"`
 
 	Namespace     NamespaceConfig     `json:"namespace"`
 	HuggingFace   HuggingFaceConfig   `json:"huggingFace"`
@@ -41,6 +52,7 @@ type Config struct {
 	ComputeDomain ComputeDomainConfig `json:"computeDomain"`
 	Placement     PlacementConfig     `json:"placement"`
 	Readiness     ReadinessConfig     `json:"readiness"`
+	Restart       RestartConfig       `json:"restart"`
 
 	Frontend FrontendConfig `json:"frontend"`
 	// Worker is the aggregated profile's worker; PrefillWorker and DecodeWorker the disaggregated ones.
@@ -48,20 +60,71 @@ type Config struct {
 	PrefillWorker WorkerConfig `json:"prefillWorker"`
 	DecodeWorker  WorkerConfig `json:"decodeWorker"`
 
-	// Kubernetes selects the cluster; Render writes manifests instead of applying them.
+	// Kubernetes selects the cluster.
 	Kubernetes KubernetesConfig `json:"kubernetes"`
+}
 
-	// HFToken is the Hugging Face token from the secret key `minimax-m3:hfToken`. It is never
-	// serialised back: the program hands it to Pulumi only as a secret Output.
-	HFToken string `json:"-"`
+var runtimeVersionPattern = regexp.MustCompile(`^(0|[1-9][0-9]{0,3})\.(0|[1-9][0-9]{0,3})\.(0|[1-9][0-9]{0,3})$`)
+
+// Validate checks a Config and returns every problem found, sorted by key.
+func Validate(c *Config) Problems {
+	var ps Problems
+	v := validator{&ps}
+
+	switch c.Profile {
+	case Aggregated, Disaggregated:
+	case "":
+		v.add("profile", "is required: %q or %q", Aggregated, Disaggregated)
+	default:
+		v.add("profile", "unknown profile %q: use %q or %q", c.Profile, Aggregated, Disaggregated)
+	}
+	findPlaceholders(&ps, "", c)
+
+	v.dns1035("graphName", c.FrontendServiceName(), "the frontend Service name %q derived from it")
+	v.atLeast("gpusPerNode", c.GPUsPerNode, 1)
+	v.image("image", c.Image)
+	if !runtimeVersionPattern.MatchString(c.RuntimeVersion) {
+		v.add("runtimeVersion", "%q is not a version like 1.6.0", c.RuntimeVersion)
+	}
+	for i, s := range c.ImagePullSecrets {
+		v.dns1123Subdomain(fmt.Sprintf("imagePullSecrets[%d]", i), s)
+	}
+
+	c.Namespace.validate(v, "namespace")
+	v.dns1123Subdomain("huggingFace.secretName", c.HuggingFace.SecretName)
+	c.Model.validate(v, "model")
+	c.Speculative.validate(v, "speculativeDecoding")
+	c.ModelCache.validate(v, "modelCache")
+	c.ModelDownload.validate(v, "modelDownload")
+	c.ComputeDomain.validate(v, "computeDomain")
+	if c.Placement.TopologyKey != "" {
+		v.qualifiedName("placement.topologyKey", c.Placement.TopologyKey)
+	}
+	v.duration("readiness.timeout", c.Readiness.Timeout)
+	c.Restart.validate(v, "restart", c)
+	c.Frontend.validate(v, "frontend")
+	if c.Profile == Aggregated || c.Profile == Disaggregated {
+		for _, r := range c.Workers() {
+			r.Config.validate(v, r.Key, c, r)
+		}
+	}
+	return ps.sorted()
 }
 
 // NamespaceConfig says where the stack deploys and whether it owns the namespace.
 type NamespaceConfig struct {
 	Name string `json:"name"`
-	// Create makes the stack create the namespace; false adopts an existing one, which the stack
+	// Create makes the stack create the namespace; false uses an existing one, which the stack
 	// never changes or deletes.
 	Create bool `json:"create"`
+}
+
+func (n NamespaceConfig) validate(v validator, key string) {
+	if n.Name == "" {
+		v.add(key+".name", "is required: pulumi config set --path %s <namespace>", Key(key+".name"))
+		return
+	}
+	v.dns1123Label(key+".name", n.Name)
 }
 
 // HuggingFaceConfig names the Secret the download Job reads HF_TOKEN from.
@@ -72,73 +135,6 @@ type HuggingFaceConfig struct {
 	ExistingSecret bool `json:"existingSecret"`
 }
 
-// ModelConfig pins the served model and its EAGLE3 draft.
-type ModelConfig struct {
-	Name            string      `json:"name"`
-	Revision        string      `json:"revision"`
-	ServedModelName string      `json:"servedModelName"`
-	Draft           DraftConfig `json:"draft"`
-}
-
-// DraftConfig pins the EAGLE3 draft model used for speculative decoding.
-type DraftConfig struct {
-	Name     string `json:"name"`
-	Revision string `json:"revision"`
-}
-
-// SpeculativeMode selects real EAGLE3 verification or the benchmark-only synthetic acceptance.
-type SpeculativeMode string
-
-const (
-	SpeculativeReal      SpeculativeMode = "real"
-	SpeculativeSynthetic SpeculativeMode = "synthetic"
-)
-
-// SpeculativeConfig is the vLLM speculative-config both ConfigMap keys are built from.
-type SpeculativeConfig struct {
-	Method               string `json:"method"`
-	NumSpeculativeTokens int    `json:"numSpeculativeTokens"`
-	AttentionBackend     string `json:"attentionBackend"`
-	UseLocalArgmax       bool   `json:"useLocalArgmaxReduction"`
-	// Mode picks which ConfigMap key the workers read. Synthetic bypasses verification: benchmarks only.
-	Mode SpeculativeMode `json:"mode"`
-	// SyntheticAcceptanceLength is the mean accepted length simulated in synthetic mode.
-	SyntheticAcceptanceLength float64 `json:"syntheticAcceptanceLength"`
-}
-
-// ModelCacheConfig is the PVC the model is downloaded to and served from.
-type ModelCacheConfig struct {
-	ClaimName string `json:"claimName"`
-	// Create makes the stack create the claim; false uses an existing, populated one.
-	Create       bool   `json:"create"`
-	StorageClass string `json:"storageClass"`
-	Size         string `json:"size"`
-	AccessMode   string `json:"accessMode"`
-	MountPath    string `json:"mountPath"`
-	// DeleteOnDestroy lets `pulumi destroy` delete a claim the stack created. Off by default: the
-	// cache is hours of download.
-	DeleteOnDestroy bool `json:"deleteOnDestroy"`
-}
-
-// ModelDownloadConfig is the Job that fills the cache with the pinned model and draft.
-type ModelDownloadConfig struct {
-	Enabled bool   `json:"enabled"`
-	JobName string `json:"jobName"`
-	Image   string `json:"image"`
-	// HubClientVersion pins the huggingface_hub release the Job installs.
-	HubClientVersion string `json:"hubClientVersion"`
-	// Timeout bounds the download (Go duration). It becomes the Job's activeDeadlineSeconds, so
-	// Kubernetes fails the Job itself and `up` reports DeadlineExceeded at once.
-	Timeout      string `json:"timeout"`
-	BackoffLimit int    `json:"backoffLimit"`
-	// WaitForCompletion makes `up` wait for the download before creating the graph. Turn it off
-	// only where no Job can run (a local API server without nodes) or a GitOps tool owns rollout.
-	WaitForCompletion bool `json:"waitForCompletion"`
-	// Resources of the download container; empty leaves them to the namespace defaults.
-	Resources  Resources  `json:"resources"`
-	Scheduling Scheduling `json:"scheduling"`
-}
-
 // ComputeDomainConfig is the NVLink channel every worker claims.
 type ComputeDomainConfig struct {
 	// Create makes one ComputeDomain per graph; false reuses ChannelClaimTemplate, an existing
@@ -146,6 +142,18 @@ type ComputeDomainConfig struct {
 	Create               bool   `json:"create"`
 	Name                 string `json:"name"`
 	ChannelClaimTemplate string `json:"channelClaimTemplate"`
+}
+
+func (d ComputeDomainConfig) validate(v validator, key string) {
+	if d.Name != "" {
+		v.dns1123Subdomain(key+".name", d.Name)
+	}
+	if !d.Create && d.ChannelClaimTemplate == "" {
+		v.add(key+".channelClaimTemplate", "is required when computeDomain.create is false: name the existing channel ResourceClaimTemplate")
+	}
+	if d.ChannelClaimTemplate != "" {
+		v.dns1123Subdomain(key+".channelClaimTemplate", d.ChannelClaimTemplate)
+	}
 }
 
 // PlacementConfig keeps a graph's workers inside one NVLink domain.
@@ -161,202 +169,44 @@ type ReadinessConfig struct {
 	Timeout      string `json:"timeout"`
 }
 
-// KubernetesConfig selects the cluster, or rendering to a directory instead.
+// RestartConfig is the graph's spec.restart: changing ID makes the Dynamo operator restart the
+// graph's pods (a rolling restart, without any other change). Empty ID leaves spec.restart out, as
+// a new graph must have it.
+type RestartConfig struct {
+	ID string `json:"id"`
+	// Strategy is Sequential (the operator's default) or Parallel.
+	Strategy string `json:"strategy"`
+	// Order lists component names in the order a sequential restart takes them.
+	Order []string `json:"order"`
+}
+
+func (r RestartConfig) validate(v validator, key string, c *Config) {
+	if r.ID == "" {
+		if r.Strategy != "" || len(r.Order) > 0 {
+			v.add(key+".id", "is required when restart.strategy or restart.order is set")
+		}
+		return
+	}
+	if r.Strategy != "" {
+		v.oneOf(key+".strategy", r.Strategy, "Sequential", "Parallel")
+	}
+	names := []string{"Frontend"}
+	for _, w := range c.Workers() {
+		names = append(names, w.Name)
+	}
+	for i, n := range r.Order {
+		v.oneOf(fmt.Sprintf("%s.order[%d]", key, i), n, names...)
+	}
+}
+
+// KubernetesConfig selects the cluster.
 type KubernetesConfig struct {
 	// Context is a kubeconfig context; empty uses the current one.
 	Context string `json:"context"`
-	// RenderDirectory, when set, writes every object as YAML there and touches no cluster.
-	RenderDirectory string `json:"renderDirectory"`
-}
-
-// Resources are container requests and limits as Kubernetes quantities.
-type Resources struct {
-	Requests map[string]string `json:"requests"`
-	Limits   map[string]string `json:"limits"`
-}
-
-// EnvVar is a literal container environment variable.
-type EnvVar struct {
-	Name  string `json:"name"`
-	Value string `json:"value"`
-}
-
-// Toleration lets a role's pods onto tainted nodes.
-type Toleration struct {
-	Key      string `json:"key"`
-	Operator string `json:"operator"`
-	Value    string `json:"value"`
-	Effect   string `json:"effect"`
-}
-
-// Scheduling is the starter's scheduling Component for one role.
-type Scheduling struct {
-	NodeSelector map[string]string `json:"nodeSelector"`
-	Tolerations  []Toleration      `json:"tolerations"`
-	// RequiredNodeLabels becomes a required node affinity: the node's label must be one of the values.
-	RequiredNodeLabels map[string][]string `json:"requiredNodeLabels"`
-	SchedulerName      string              `json:"schedulerName"`
-	RuntimeClassName   string              `json:"runtimeClassName"`
-	PriorityClassName  string              `json:"priorityClassName"`
-}
-
-// Network is the starter's network-interface Component (and provider presets) for one worker role.
-type Network struct {
-	// SocketInterface sets NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME.
-	SocketInterface string `json:"socketInterface"`
-	// GlooSocketInterface overrides GLOO_SOCKET_IFNAME when it differs from NCCL's.
-	GlooSocketInterface string `json:"glooSocketInterface"`
-	// RDMAResource is an extended resource key (e.g. rdma.example.com/device) requested and limited
-	// with RDMACount.
-	RDMAResource string `json:"rdmaResource"`
-	RDMACount    string `json:"rdmaCount"`
-	// UCXNetDevices pins UCX to devices (UCX_NET_DEVICES) for NIXL transfers.
-	UCXNetDevices  string            `json:"ucxNetDevices"`
-	PodAnnotations map[string]string `json:"podAnnotations"`
-	// GKERoCE applies the starter's provider-networking/gke-roce preset.
-	GKERoCE *GKERoCE `json:"gkeRoce"`
-}
-
-// Env is what the network settings add to a worker's environment, in order: the socket
-// interfaces NCCL and Gloo bind (the GKE RoCE default interface unless set), NCCL_CROSS_NIC for GKE
-// RoCE, and UCX_NET_DEVICES.
-func (n Network) Env() []EnvVar {
-	socket, gloo := n.SocketInterface, n.GlooSocketInterface
-	if n.GKERoCE != nil && socket == "" {
-		socket = n.GKERoCE.DefaultInterface
-	}
-	if gloo == "" {
-		gloo = socket
-	}
-	var env []EnvVar
-	if socket != "" {
-		env = append(env, EnvVar{"NCCL_SOCKET_IFNAME", socket}, EnvVar{"GLOO_SOCKET_IFNAME", gloo})
-	}
-	if n.GKERoCE != nil && n.GKERoCE.CrossNIC != "" {
-		env = append(env, EnvVar{"NCCL_CROSS_NIC", n.GKERoCE.CrossNIC})
-	}
-	if n.UCXNetDevices != "" {
-		env = append(env, EnvVar{"UCX_NET_DEVICES", n.UCXNetDevices})
-	}
-	return env
-}
-
-// GKERoCE is GKE multi-networking with RoCE NICs: interface annotations, per-network resources
-// and NCCL settings.
-type GKERoCE struct {
-	DefaultInterface string             `json:"defaultInterface"`
-	RDMAInterfaces   []GKERDMAInterface `json:"rdmaInterfaces"`
-	// NetworkResourceQuantity is requested for each network and its .IP resource.
-	NetworkResourceQuantity string `json:"networkResourceQuantity"`
-	CrossNIC                string `json:"crossNic"`
-}
-
-// GKERDMAInterface binds one pod interface to one GKE network.
-type GKERDMAInterface struct {
-	InterfaceName string `json:"interfaceName"`
-	Network       string `json:"network"`
-}
-
-// StartupProbe is the starter's probes Component: a cluster-wide worker startup allowance.
-type StartupProbe struct {
-	// FailureThreshold × 10 s is the allowance; 0 keeps the operator's default probe.
-	FailureThreshold int `json:"failureThreshold"`
-}
-
-// FrontendConfig is the OpenAI-compatible HTTP frontend and KV-aware router.
-type FrontendConfig struct {
-	Replicas   int          `json:"replicas"`
-	Resources  Resources    `json:"resources"`
-	Scheduling Scheduling   `json:"scheduling"`
-	Router     RouterConfig `json:"router"`
-	HTTPPort   int          `json:"httpPort"`
-	// ModelName and TrustRemoteCode are passed when the frontend must load the tokenizer itself.
-	ModelName       string            `json:"modelName"`
-	TrustRemoteCode bool              `json:"trustRemoteCode"`
-	Env             []EnvVar          `json:"env"`
-	ExtraArgs       []string          `json:"extraArgs"`
-	ExtraEnv        []EnvVar          `json:"extraEnv"`
-	PodAnnotations  map[string]string `json:"podAnnotations"`
-}
-
-// RouterConfig holds the frontend's router flags.
-type RouterConfig struct {
-	Mode              string `json:"mode"`
-	KVEvents          bool   `json:"kvEvents"`
-	TrackActiveBlocks bool   `json:"trackActiveBlocks"`
-	TrackOutputBlocks bool   `json:"trackOutputBlocks"`
-	KVCacheBlockSize  int    `json:"kvCacheBlockSize"`
-}
-
-// WorkerConfig is one vLLM worker role.
-type WorkerConfig struct {
-	Replicas           int       `json:"replicas"`
-	TensorParallelSize int       `json:"tensorParallelSize"`
-	SharedMemorySize   string    `json:"sharedMemorySize"`
-	Resources          Resources `json:"resources"`
-	// TerminationGracePeriodSeconds lets a worker drain; 0 keeps the Kubernetes default.
-	TerminationGracePeriodSeconds int               `json:"terminationGracePeriodSeconds"`
-	PodAnnotations                map[string]string `json:"podAnnotations"`
-	Scheduling                    Scheduling        `json:"scheduling"`
-	Network                       Network           `json:"network"`
-	StartupProbe                  StartupProbe      `json:"startupProbe"`
-	VLLM                          VLLMConfig        `json:"vllm"`
-	// Env is the recipe's tuning environment, in order; ExtraEnv is appended after the site's network
-	// variables. A name may appear only once across all of them.
-	Env       []EnvVar `json:"env"`
-	ExtraArgs []string `json:"extraArgs"`
-	ExtraEnv  []EnvVar `json:"extraEnv"`
-}
-
-// VLLMConfig holds the flags `dynamo.vllm` is started with.
-type VLLMConfig struct {
-	// RouterMode and RouterTrackOutputBlocks configure a prefill worker's own router.
-	RouterMode              string  `json:"routerMode"`
-	RouterTrackOutputBlocks *bool   `json:"routerTrackOutputBlocks"`
-	TrustRemoteCode         bool    `json:"trustRemoteCode"`
-	BlockSize               int     `json:"blockSize"`
-	GPUMemoryUtilization    float64 `json:"gpuMemoryUtilization"`
-	MaxModelLen             int     `json:"maxModelLen"`
-	MaxNumSeqs              int     `json:"maxNumSeqs"`
-	MaxNumBatchedTokens     int     `json:"maxNumBatchedTokens"`
-	EnablePrefixCaching     bool    `json:"enablePrefixCaching"`
-	KVCacheMetrics          bool    `json:"kvCacheMetrics"`
-	KVCacheDtype            string  `json:"kvCacheDtype"`
-	// EnableMultimodal with FrontendDecoding lets the frontend decode images and pass embeddings.
-	EnableMultimodal     bool   `json:"enableMultimodal"`
-	FrontendDecoding     bool   `json:"frontendDecoding"`
-	MMEncoderTPMode      string `json:"mmEncoderTpMode"`
-	SkipMMProfiling      bool   `json:"skipMmProfiling"`
-	EnableCumemAllocator bool   `json:"enableCumemAllocator"`
-	// FlashinferAutotune false passes --no-enable-flashinfer-autotune.
-	FlashinferAutotune *bool `json:"flashinferAutotune"`
-	BF16x3RouterGemm   bool  `json:"bf16x3RouterGemm"`
-	// AttentionConfig, CompilationConfig and KVEventsConfig are JSON objects, passed verbatim.
-	AttentionConfig    string     `json:"attentionConfig"`
-	CompilationConfig  string     `json:"compilationConfig"`
-	KVEventsConfig     string     `json:"kvEventsConfig"`
-	ToolCallParser     string     `json:"toolCallParser"`
-	DynReasoningParser string     `json:"dynReasoningParser"`
-	ReasoningParser    string     `json:"reasoningParser"`
-	KVTransfer         KVTransfer `json:"kvTransfer"`
-}
-
-// KVTransfer is vLLM's kv-transfer-config: CPU offload for aggregated serving, NIXL between prefill
-// and decode for disaggregated serving.
-type KVTransfer struct {
-	Connector         string      `json:"connector"`
-	Role              string      `json:"role"`
-	LoadFailurePolicy string      `json:"loadFailurePolicy"`
-	CPUOffload        *CPUOffload `json:"cpuOffload"`
-}
-
-// CPUOffload is the OffloadingConnector's CPUOffloadingSpec.
-type CPUOffload struct {
-	SpecName               string `json:"specName"`
-	CPUBytesToUse          int64  `json:"cpuBytesToUse"`
-	BlockSize              int    `json:"blockSize"`
-	StoreThreshold         int    `json:"storeThreshold"`
-	SelfDescribingKVEvents bool   `json:"selfDescribingKvEvents"`
+	// ClusterIdentifier names the cluster for the Kubernetes provider. The provider replaces every
+	// resource when it believes the cluster changed; with a fixed identifier, a change of context
+	// or kubeconfig for the same cluster is an update of the provider only.
+	ClusterIdentifier string `json:"clusterIdentifier"`
 }
 
 // Workers returns the worker roles of the profile, in the graph's component order.
@@ -404,7 +254,20 @@ func (c *Config) ChannelClaimTemplateName() string {
 	return c.ComputeDomainName() + "-channel"
 }
 
+// FrontendServiceName is the Service the Dynamo operator creates for the frontend.
 func (c *Config) FrontendServiceName() string { return c.GraphName + "-frontend" }
+
+// FrontendPort is the port of the frontend Service. The Dynamo operator creates the Service on this
+// port whatever the frontend listens on, so it is not a setting.
+const FrontendPort = 8000
+
+// ServedModelName is the name clients request: model.servedModelName, or model.name when unset.
+func (c *Config) ServedModelName() string {
+	if c.Model.ServedModelName != "" {
+		return c.Model.ServedModelName
+	}
+	return c.Model.Name
+}
 
 // SpeculativeConfigKey is the ConfigMap key the workers read.
 func (c *Config) SpeculativeConfigKey() string {

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"fmt"
 	"strings"
 	"testing"
 
@@ -70,7 +71,7 @@ func TestValidationNamesTheKeyToFix(t *testing.T) {
 		{"zero frontend replicas", with(valid("agg"), "frontend", `{"replicas": 0}`), "minimax-m3:frontend.replicas", "at least 1"},
 		{"acceptance length too low", with(valid("agg"), "speculativeDecoding", `{"syntheticAcceptanceLength": 1}`), "minimax-m3:speculativeDecoding.syntheticAcceptanceLength", "outside (1, 4]"},
 		{"acceptance length too high", with(valid("agg"), "speculativeDecoding", `{"mode": "synthetic", "syntheticAcceptanceLength": 4.5}`), "minimax-m3:speculativeDecoding.syntheticAcceptanceLength", "outside (1, 4]"},
-		{"unknown speculative mode", with(valid("agg"), "speculativeDecoding", `{"mode": "fake"}`), "minimax-m3:speculativeDecoding.mode", "unknown mode"},
+		{"unknown speculative mode", with(valid("agg"), "speculativeDecoding", `{"mode": "fake"}`), "minimax-m3:speculativeDecoding.mode", "not one of real, synthetic"},
 		{"revision not a commit", with(valid("agg"), "model", `{"revision": "main"}`), "minimax-m3:model.revision", "not a pinned commit"},
 		{"draft revision not a commit", with(valid("agg"), "model", `{"draft": {"revision": "96692486"}}`), "minimax-m3:model.draft.revision", "not a pinned commit"},
 		{"placeholder left in", with(valid("agg"), "modelCache", `{"storageClass": "your-storage-class-name"}`), "minimax-m3:modelCache.storageClass", "placeholder"},
@@ -93,7 +94,28 @@ func TestValidationNamesTheKeyToFix(t *testing.T) {
 		{"token and existing Secret", with(valid("agg"), "huggingFace", `{"existingSecret": true}`), "minimax-m3:hfToken", "not both"},
 		{"token not a secret", Raw{Values: valid("agg").Values, Secrets: map[string]bool{}}, "minimax-m3:hfToken", "must be stored as a secret"},
 		{"unknown key", with(valid("agg"), "workers", `{}`), "minimax-m3:workers", "unknown key"},
-		{"unknown field", with(valid("agg"), "worker", `{"replica": 2}`), "minimax-m3:worker", `unknown field "replica"`},
+		{"unknown field", with(valid("agg"), "worker", `{"replica": 2}`), "minimax-m3:worker.replica", "unknown field"},
+		{"unknown nested field", with(valid("agg"), "worker", `{"vllm": {"gpuMemUtil": 0.8}}`), "minimax-m3:worker.vllm.gpuMemUtil", "unknown field"},
+		{"wrong nested type", with(valid("agg"), "worker", `{"vllm": {"gpuMemoryUtilization": "most"}}`), "minimax-m3:worker.vllm.gpuMemoryUtilization", `must be a number, got "most"`},
+		{"object where a list belongs", with(valid("agg"), "worker", `{"extraArgs": {"a": 1}}`), "minimax-m3:worker.extraArgs", "must be a list"},
+		{"bad image reference", with(valid("agg"), "image", "nvcr.io/nvidia/Dynamo:1.6"), "minimax-m3:image", "not a valid image reference"},
+		{"bad download image", with(valid("agg"), "modelDownload", `{"image": "python:3.10 slim"}`), "minimax-m3:modelDownload.image", "not a valid image reference"},
+		{"unknown KV cache dtype", with(valid("agg"), "worker", `{"vllm": {"kvCacheDtype": "fp4"}}`), "minimax-m3:worker.vllm.kvCacheDtype", "not one of auto"},
+		{"unknown block size", with(valid("disagg"), "decodeWorker", `{"vllm": {"blockSize": 100}}`), "minimax-m3:decodeWorker.vllm.blockSize", "not a vLLM block size"},
+		{"batch below sequences", with(valid("agg"), "worker", `{"vllm": {"maxNumSeqs": 512, "maxNumBatchedTokens": 256}}`), "minimax-m3:worker.vllm.maxNumBatchedTokens", "max_num_batched_tokens >= max_num_seqs"},
+		{"unknown encoder TP mode", with(valid("agg"), "worker", `{"vllm": {"mmEncoderTpMode": "all"}}`), "minimax-m3:worker.vllm.mmEncoderTpMode", "not one of weights, data"},
+		{"frontend decoding without multimodal", with(valid("agg"), "worker", `{"vllm": {"enableMultimodal": false}}`), "minimax-m3:worker.vllm.frontendDecoding", "needs enableMultimodal"},
+		{"kv transfer config not JSON", with(valid("agg"), "worker", `{"vllm": {"kvTransferConfig": "{kv_connector: x}"}}`), "minimax-m3:worker.vllm.kvTransferConfig", "not a JSON object"},
+		{"kv transfer config without a role", with(valid("disagg"), "prefillWorker", `{"vllm": {"kvTransferConfig": "{\"kv_connector\":\"NixlConnector\"}"}}`), "minimax-m3:prefillWorker.vllm.kvTransferConfig", `needs "kv_role"`},
+		{"pod template patch with an unknown field", with(valid("agg"), "worker", `{"podTemplatePatch": {"spec": {"nodeSelectr": {"a": "b"}}}}`), "minimax-m3:worker.podTemplatePatch", "unknown field"},
+		{"pod template patch with a wrong type", with(valid("agg"), "frontend", `{"podTemplatePatch": {"spec": {"hostNetwork": "yes"}}}`), "minimax-m3:frontend.podTemplatePatch", "pod template"},
+		{"negative probe threshold", with(valid("agg"), "worker", `{"probes": {"liveness": {"failureThreshold": -1}}}`), "minimax-m3:worker.probes.liveness.failureThreshold", "must not be negative"},
+		{"probe path", with(valid("agg"), "worker", `{"probes": {"startup": {"path": "live"}}}`), "minimax-m3:worker.probes.startup.path", "must start with /"},
+		{"restart strategy", with(valid("agg"), "restart", `{"id": "1", "strategy": "Rolling"}`), "minimax-m3:restart.strategy", "not one of Sequential, Parallel"},
+		{"restart order names a component", with(valid("disagg"), "restart", `{"id": "1", "order": ["Worker"]}`), "minimax-m3:restart.order[0]", "not one of Frontend, PrefillWorker, DecodeWorker"},
+		{"restart strategy without id", with(valid("agg"), "restart", `{"strategy": "Parallel"}`), "minimax-m3:restart.id", "is required"},
+		{"flashinfer workspace outside the cache", with(valid("disagg"), "decodeWorker", `{"flashinferWorkspace": "../tmp"}`), "minimax-m3:decodeWorker.flashinferWorkspace", "below modelCache.mountPath"},
+		{"http port is gone", with(valid("agg"), "frontend", `{"httpPort": 9000}`), "minimax-m3:frontend.httpPort", "unknown field"},
 		{"wrong type", with(valid("agg"), "gpusPerNode", "four"), "minimax-m3:gpusPerNode", "a whole number"},
 		{"role of the other profile", with(valid("agg"), "decodeWorker", `{"replicas": 2}`), "minimax-m3:decodeWorker", "not used by profile"},
 		{"reused channel without a name", with(valid("agg"), "computeDomain", `{"create": false}`), "minimax-m3:computeDomain.channelClaimTemplate", "is required"},
@@ -107,7 +129,7 @@ func TestValidationNamesTheKeyToFix(t *testing.T) {
 		{"gpu memory utilization", with(valid("agg"), "worker", `{"vllm": {"gpuMemoryUtilization": 1.5}}`), "minimax-m3:worker.vllm.gpuMemoryUtilization", "outside (0, 1]"},
 		{"CPU offload on disagg", with(valid("disagg"), "decodeWorker", `{"vllm": {"kvTransfer": {"cpuOffload": {"specName": "CPUOffloadingSpec", "cpuBytesToUse": 1}}}}`), "minimax-m3:decodeWorker.vllm.kvTransfer.cpuOffload", "NIXL"},
 		{"bad access mode", with(valid("agg"), "modelCache", `{"accessMode": "Shared"}`), "minimax-m3:modelCache.accessMode", "unknown access mode"},
-		{"relative mount path", with(valid("agg"), "modelCache", `{"mountPath": "cache"}`), "minimax-m3:modelCache.mountPath", "not an absolute path"},
+		{"relative mount path", with(valid("agg"), "modelCache", `{"mountPath": "cache"}`), "minimax-m3:modelCache.mountPath", "not a clean absolute path"},
 		{"bad pull secret", with(valid("agg"), "imagePullSecrets", `["NGC Pull"]`), "minimax-m3:imagePullSecrets[0]", "not a valid Kubernetes name"},
 		{"gke roce without interfaces", with(valid("disagg"), "prefillWorker", `{"network": {"gkeRoce": {"defaultInterface": "eth0", "networkResourceQuantity": "1"}}}`), "minimax-m3:prefillWorker.network.gkeRoce.rdmaInterfaces", "at least one"},
 	}
@@ -147,4 +169,50 @@ func TestTokenIsNeverPrintedInErrors(t *testing.T) {
 	_, err := Parse(r)
 	require.Error(t, err)
 	assert.NotContains(t, err.Error(), "hf_secretvalue")
+}
+
+// What `pulumi config set --path` stores (digit-only values as numbers, true/false as booleans,
+// decimals as strings), what `--type` and a hand-edited file give, are all accepted.
+func TestValuesAreAcceptedInEveryFormPulumiStoresThem(t *testing.T) {
+	c, err := Parse(with(valid("agg"),
+		"gpusPerNode", "4",
+		"worker", `{"replicas": "2", "vllm": {"gpuMemoryUtilization": "0.85", "maxNumSeqs": 128, "enablePrefixCaching": "false", "kvCacheDtype": "fp8"},
+			"network": {"rdmaResource": "rdma.example.com/device", "rdmaCount": 4}, "terminationGracePeriodSeconds": "30"}`,
+		"model", `{"revision": "9014640831616bf8612a29ff7ad29914cd4ab4a8", "draft": {"revision": 1234567890123456789012345678901234567890}}`,
+		"modelDownload", `{"waitForCompletion": true, "backoffLimit": "5"}`,
+		"speculativeDecoding", `{"syntheticAcceptanceLength": 2.5, "numSpeculativeTokens": "3"}`,
+	))
+	require.NoError(t, err)
+	assert.Equal(t, 2, c.Worker.Replicas)
+	assert.Equal(t, 0.85, c.Worker.VLLM.GPUMemoryUtilization)
+	assert.Equal(t, 128, c.Worker.VLLM.MaxNumSeqs)
+	assert.False(t, c.Worker.VLLM.EnablePrefixCaching)
+	assert.Equal(t, "4", c.Worker.Network.RDMACount, "a number is taken as written where a string belongs")
+	assert.Equal(t, 30, c.Worker.TerminationGracePeriodSeconds)
+	assert.Equal(t, "1234567890123456789012345678901234567890", c.Model.Draft.Revision, "a digit-only revision keeps every digit")
+	assert.Equal(t, 5, c.ModelDownload.BackoffLimit)
+	assert.Equal(t, 2.5, c.Speculative.SyntheticAcceptanceLength)
+}
+
+func TestANullMapEntryRemovesADefault(t *testing.T) {
+	c, err := Parse(with(valid("agg"), "worker", `{"podAnnotations": {"nvidia.com/vllm-distributed-executor-backend": null, "team": "a"}}`))
+	require.NoError(t, err)
+	assert.Equal(t, map[string]string{"team": "a"}, c.Worker.PodAnnotations)
+}
+
+func TestDerivedNamesFollowWhatTheyAreDerivedFrom(t *testing.T) {
+	c, err := Parse(with(valid("agg"), "model", `{"name": "acme/MiniMax-M3-FT", "revision": "901464083161bf8612a29ff7ad29914cd4ab4a85"}`))
+	require.NoError(t, err)
+	assert.Equal(t, "acme/MiniMax-M3-FT", c.ServedModelName())
+	c, err = Parse(with(valid("agg"), "model", `{"servedModelName": "minimax"}`))
+	require.NoError(t, err)
+	assert.Equal(t, "minimax", c.ServedModelName())
+}
+
+func TestTheTokenIsNotPartOfConfig(t *testing.T) {
+	r := valid("agg")
+	c, err := Parse(r)
+	require.NoError(t, err)
+	assert.NotContains(t, fmt.Sprintf("%+v", c), "hf_test")
+	assert.Equal(t, "hf_test", r.HFToken())
 }

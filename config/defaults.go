@@ -1,7 +1,8 @@
 package config
 
-// The recipe's portable values. A stack that sets only `profile` (and its site values) deploys the
-// upstream MiniMax M3 GB200 recipe object for object.
+// The recipe's portable values, in one place: the stack files, Pulumi.yaml and the components
+// restate none of them. A stack that sets only `profile` (and its site values) deploys the upstream
+// MiniMax M3 GB200 recipe object for object.
 
 const (
 	defaultImage          = "nvcr.io/nvidia/ai-dynamo/vllm-runtime:1.6.0-minimax-m3-dev.1"
@@ -31,10 +32,9 @@ func Defaults(p Profile) Config {
 		Namespace:      NamespaceConfig{Create: true},
 		HuggingFace:    HuggingFaceConfig{SecretName: "hf-token-secret"},
 		Model: ModelConfig{
-			Name:            modelName,
-			Revision:        modelRevision,
-			ServedModelName: modelName,
-			Draft:           DraftConfig{Name: draftName, Revision: draftRevision},
+			Name:     modelName,
+			Revision: modelRevision,
+			Draft:    DraftConfig{Name: draftName, Revision: draftRevision},
 		},
 		Speculative: SpeculativeConfig{
 			Method:                    "eagle3",
@@ -62,23 +62,24 @@ func Defaults(p Profile) Config {
 		},
 		ComputeDomain: ComputeDomainConfig{Create: true},
 		Readiness:     ReadinessConfig{WaitForReady: true, Timeout: "2h"},
+		// A fixed identifier: a new kubeconfig context for the same cluster updates the provider
+		// instead of replacing every resource. Change it only to move the stack to another cluster.
+		Kubernetes: KubernetesConfig{ClusterIdentifier: "default"},
 		Frontend: FrontendConfig{
 			Replicas: 1,
 			Resources: Resources{
 				Requests: map[string]string{"cpu": "2", "memory": "8Gi", "ephemeral-storage": "512Mi"},
 				Limits:   map[string]string{"cpu": "8", "memory": "24Gi", "ephemeral-storage": "12Gi"},
 			},
-			Router:   RouterConfig{Mode: "kv", KVEvents: true, KVCacheBlockSize: 128},
-			HTTPPort: 8000,
-			Env:      offlineEnv(),
+			Router: RouterConfig{Mode: "kv", KVEvents: true, KVCacheBlockSize: 128},
+			Env:    offlineEnv(),
 		},
 	}
 	if p == Disaggregated {
 		c.Frontend.Router.TrackActiveBlocks = true
 		c.Frontend.Router.TrackOutputBlocks = true
 		// The disaggregated frontend loads the tokenizer itself to route prefill and decode.
-		c.Frontend.ModelName = modelName
-		c.Frontend.TrustRemoteCode = true
+		c.Frontend.LoadTokenizer = true
 		c.PrefillWorker = prefillWorker()
 		c.DecodeWorker = decodeWorker()
 	} else {
@@ -169,8 +170,9 @@ func disaggregatedWorker(flashinferWorkspace string) WorkerConfig {
 	w.VLLM.EnableCumemAllocator = true
 	// NIXL moves KV from prefill to decode over multi-node NVLink (UCX cuda_ipc with MNNVL).
 	w.VLLM.KVTransfer = KVTransfer{Connector: "NixlConnector", Role: "kv_both"}
+	// FlashInfer's JIT workspace lives on the cache, so restarts reuse compiled kernels.
+	w.FlashinferWorkspace = flashinferWorkspace
 	w.Env = []EnvVar{
-		{"FLASHINFER_WORKSPACE_BASE", flashinferWorkspace},
 		{"HF_HUB_OFFLINE", "1"},
 		{"TRANSFORMERS_OFFLINE", "1"},
 		{"VLLM_ENGINE_READY_TIMEOUT_S", "14400"},
@@ -193,7 +195,7 @@ func disaggregatedWorker(flashinferWorkspace string) WorkerConfig {
 }
 
 func prefillWorker() WorkerConfig {
-	w := disaggregatedWorker("/shared-model-cache/flashinfer-workspaces/fi-23945310-sm100-d07-prefill-v2")
+	w := disaggregatedWorker("flashinfer-workspaces/fi-23945310-sm100-d07-prefill-v2")
 	// Prefill workers route among themselves on KV overlap but do not track decode output.
 	w.VLLM.RouterMode = "kv"
 	w.VLLM.RouterTrackOutputBlocks = boolPtr(false)
@@ -205,7 +207,7 @@ func prefillWorker() WorkerConfig {
 }
 
 func decodeWorker() WorkerConfig {
-	w := disaggregatedWorker("/shared-model-cache/flashinfer-workspaces/fi-23945310-sm100")
+	w := disaggregatedWorker("flashinfer-workspaces/fi-23945310-sm100")
 	w.VLLM.GPUMemoryUtilization = 0.9
 	w.VLLM.MaxNumSeqs = 256
 	w.VLLM.MaxNumBatchedTokens = 8192

@@ -1,11 +1,9 @@
 package config
 
 import (
-	"bytes"
-	"encoding/json"
-	"fmt"
+	"maps"
 	"reflect"
-	"sort"
+	"slices"
 	"strings"
 )
 
@@ -13,59 +11,55 @@ import (
 // "minimax-m3:worker.replicas".
 func Key(path string) string { return Namespace + ":" + path }
 
-// Raw is a stack's config as Pulumi hands it over: values by key without the namespace (objects as
-// JSON text), and which keys are secrets.
+// Raw is a stack's config as Pulumi hands it over: every value under the `minimax-m3:` namespace by
+// key without the namespace (objects as JSON text), and which keys are secrets.
 type Raw struct {
 	Values  map[string]string
 	Secrets map[string]bool
 }
 
-// hfTokenKey is the one secret key; it is kept out of Config's JSON on purpose.
-const hfTokenKey = "hfToken"
+// HFTokenKey is the one secret key. The token never enters Config: only the token Secret's
+// component receives it, as a Pulumi secret.
+const HFTokenKey = "hfToken"
+
+// HFToken is the Hugging Face token the stack holds, or "".
+func (r Raw) HFToken() string { return r.Values[HFTokenKey] }
 
 // Parse builds a Config from a stack's config: the profile's recipe defaults, overlaid with what the
 // stack sets, then validated. The error lists every problem at once, each naming its key.
 func Parse(raw Raw) (Config, error) {
-	var problems Problems
+	var ps Problems
 	profile := Profile(strings.TrimSpace(raw.Values["profile"]))
 	c := Defaults(profile)
 
-	keys := make([]string, 0, len(raw.Values))
-	for k := range raw.Values {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-
-	fields := topLevelFields(&c)
-	for _, k := range keys {
-		v := raw.Values[k]
-		if k == hfTokenKey {
+	v := reflect.ValueOf(&c).Elem()
+	fields := structFields(v.Type())
+	for _, k := range slices.Sorted(maps.Keys(raw.Values)) {
+		if k == HFTokenKey {
 			if !raw.Secrets[k] {
-				problems.Add(k, "must be stored as a secret: pulumi config set --secret %s", Key(k))
+				ps.Add(k, "must be stored as a secret: pulumi config set --secret %s <token>", Key(k))
 			}
-			c.HFToken = v
 			continue
 		}
-		field, ok := fields[k]
+		i, ok := fields[k]
 		if !ok {
-			problems.Add(k, "unknown key (known keys: %s)", strings.Join(knownKeys(fields), ", "))
+			ps.Add(k, "unknown key (known keys: %s)", strings.Join(Keys(), ", "))
 			continue
 		}
 		if raw.Secrets[k] {
-			problems.Add(k, "is not a secret value; set it without --secret")
+			ps.Add(k, "is not a secret value; set it without --secret")
 		}
-		if err := decodeInto(field, v); err != nil {
-			problems.Add(k, "%v", err)
-		}
+		decodeTopLevel(&ps, k, raw.Values[k], v.Field(i))
 	}
 	for _, role := range unusedRoles(profile) {
 		if _, set := raw.Values[role]; set {
-			problems.Add(role, "is not used by profile %q; remove it", profile)
+			ps.Add(role, "is not used by profile %q; remove it", profile)
 		}
 	}
-	problems = append(problems, Validate(&c)...)
-	if len(problems) > 0 {
-		return c, problems
+	ps = append(ps, validateToken(&c, raw.HFToken() != "")...)
+	ps = append(ps, Validate(&c)...)
+	if len(ps) > 0 {
+		return c, ps.sorted()
 	}
 	return c, nil
 }
@@ -80,74 +74,32 @@ func unusedRoles(p Profile) []string {
 	return nil
 }
 
-// topLevelFields maps each config key to the field it sets.
-func topLevelFields(c *Config) map[string]reflect.Value {
-	fields := map[string]reflect.Value{}
-	v := reflect.ValueOf(c).Elem()
-	t := v.Type()
-	for i := 0; i < t.NumField(); i++ {
-		name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
-		if name == "" || name == "-" {
-			continue
-		}
-		fields[name] = v.Field(i)
+// validateToken checks that the download has exactly one source of the Hugging Face token.
+func validateToken(c *Config, hasToken bool) Problems {
+	var ps Problems
+	if !c.ModelDownload.Enabled {
+		return nil
 	}
-	return fields
+	switch {
+	case c.HuggingFace.ExistingSecret && hasToken:
+		ps.Add(HFTokenKey, "is set but huggingFace.existingSecret is true: use either the existing Secret %q or a token, not both", c.HuggingFace.SecretName)
+	case !c.HuggingFace.ExistingSecret && !hasToken:
+		ps.Add(HFTokenKey, "the model download needs a Hugging Face token: pulumi config set --secret %s <token>, or set %s=true to use the existing Secret %q",
+			Key(HFTokenKey), Key("huggingFace.existingSecret"), c.HuggingFace.SecretName)
+	}
+	return ps
 }
 
-func knownKeys(fields map[string]reflect.Value) []string {
-	keys := []string{hfTokenKey}
-	for k := range fields {
+// Keys lists every top-level config key a stack may set (without the namespace), the secret
+// hfToken included.
+func Keys() []string {
+	keys := []string{HFTokenKey}
+	for k := range structFields(reflect.TypeFor[Config]()) {
 		keys = append(keys, k)
 	}
-	sort.Strings(keys)
+	slices.Sort(keys)
 	return keys
 }
 
-// decodeInto sets a field from a config value. Strings are taken as they are; everything else is
-// JSON (Pulumi hands objects, lists, numbers and booleans over as JSON text). Objects merge into the
-// defaults field by field; unknown fields are errors so that a typo never goes unnoticed.
-func decodeInto(field reflect.Value, value string) error {
-	if field.Kind() == reflect.String {
-		field.SetString(value)
-		return nil
-	}
-	dec := json.NewDecoder(bytes.NewReader([]byte(value)))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(field.Addr().Interface()); err != nil {
-		return fmt.Errorf("cannot read %q as %s: %s", abbreviate(value), describe(field.Type()), strings.TrimPrefix(err.Error(), "json: "))
-	}
-	return nil
-}
-
-func describe(t reflect.Type) string {
-	switch t.Kind() {
-	case reflect.Struct, reflect.Map:
-		return "an object"
-	case reflect.Slice:
-		return "a list"
-	case reflect.Bool:
-		return "true or false"
-	case reflect.Int, reflect.Int64:
-		return "a whole number"
-	case reflect.Float64:
-		return "a number"
-	}
-	return t.String()
-}
-
-func abbreviate(s string) string {
-	if len(s) > 60 {
-		return s[:57] + "..."
-	}
-	return s
-}
-
-// Keys lists every config key a stack may set (without the namespace), the secret hfToken included.
-func Keys() []string {
-	var c Config
-	return knownKeys(topLevelFields(&c))
-}
-
 // IsSecretKey reports whether a key must hold a Pulumi secret.
-func IsSecretKey(key string) bool { return key == hfTokenKey }
+func IsSecretKey(key string) bool { return key == HFTokenKey }

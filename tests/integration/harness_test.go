@@ -45,7 +45,7 @@ type testStack struct {
 	ns    string
 	dir   string
 	env   map[string]string
-	stack auto.Stack
+	stack automation.Stack
 	log   *syncBuffer
 }
 
@@ -70,7 +70,7 @@ func newStack(t *testing.T, stackName, ns string, extra auto.ConfigMap) *testSta
 	}
 	ctx := context.Background()
 	env := pulumiEnv(t)
-	s, err := automation.Stack(ctx, automation.Options{
+	s, err := automation.NewStack(ctx, automation.Options{
 		ProjectDir: dir,
 		Stack:      stackName,
 		Config:     cfg,

@@ -72,7 +72,7 @@ func runStack(ctx context.Context, root, dir, stack, kubeconfig string) error {
 	}
 	fmt.Printf("\n== stack %s: the committed Pulumi.%s.yaml plus a local namespace and a placeholder token\n", stack, stack)
 	fmt.Println("   awaits turned off for this local run: modelDownload.waitForCompletion=false, readiness.waitForReady=false")
-	s, err := automation.Stack(ctx, automation.Options{
+	s, err := automation.NewStack(ctx, automation.Options{
 		ProjectDir: dir,
 		Stack:      stack,
 		Config: auto.ConfigMap{

@@ -3,6 +3,7 @@
 package unit
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -17,6 +18,8 @@ import (
 	pulumirpc "github.com/pulumi/pulumi/sdk/v3/proto/go"
 	"github.com/stretchr/testify/require"
 	"gopkg.in/yaml.v3"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"minimax-m3/components"
 )
@@ -83,9 +86,23 @@ func stackConfig(t testing.TB, stack string) map[string]string {
 	return out
 }
 
+// fakeCluster answers the program's ownership check: objects by "resource/namespace/name", with
+// their labels. An empty one is a cluster where none of the stack's objects exist yet.
+type fakeCluster map[string]map[string]string
+
+func (f fakeCluster) Labels(_ context.Context, gvr schema.GroupVersionResource, namespace, name string) (map[string]string, bool, error) {
+	labels, ok := f[gvr.Resource+"/"+namespace+"/"+name]
+	return labels, ok, nil
+}
+
 // run runs the program on a committed stack file plus site config plus overrides (an empty
 // override value removes the key).
 func run(t testing.TB, stack string, overrides map[string]string) (*result, error) {
+	return runOn(t, fakeCluster{}, stack, overrides)
+}
+
+// runOn runs the program against a cluster holding the given objects.
+func runOn(t testing.TB, cluster fakeCluster, stack string, overrides map[string]string) (*result, error) {
 	t.Helper()
 	cfg := stackConfig(t, stack)
 	for k, v := range siteConfig() {
@@ -101,7 +118,11 @@ func run(t testing.TB, stack string, overrides map[string]string) (*result, erro
 	m := &mocks{}
 	res := &result{}
 	err := pulumi.RunErr(func(ctx *pulumi.Context) error {
-		outs, err := components.Deploy(ctx)
+		keys := make([]string, 0, len(cfg))
+		for k := range cfg {
+			keys = append(keys, k)
+		}
+		outs, err := components.Deploy(ctx, components.Options{ConfigKeys: keys, Cluster: cluster})
 		if err != nil {
 			return err
 		}
@@ -221,24 +242,7 @@ func graphSpec(t *testing.T, r *result) components.DynamoGraphDeploymentSpec {
 	return decode[components.DynamoGraphDeploymentSpec](t, r.customResource(t, "DynamoGraphDeployment"), "spec")
 }
 
-// flags reads an argparse argument list into flag → values, ignoring order (argparse does too).
-func flags(args []string) map[string][]string {
-	out := map[string][]string{}
-	for i := 0; i < len(args); i++ {
-		if !strings.HasPrefix(args[i], "--") {
-			continue
-		}
-		if i+1 < len(args) && !strings.HasPrefix(args[i+1], "--") {
-			out[args[i]] = append(out[args[i]], args[i+1])
-			i++
-		} else {
-			out[args[i]] = append(out[args[i]], "")
-		}
-	}
-	return out
-}
-
-func envNames(env []components.EnvVar) []string {
+func envNames(env []corev1.EnvVar) []string {
 	var out []string
 	for _, e := range env {
 		out = append(out, e.Name)
@@ -246,7 +250,7 @@ func envNames(env []components.EnvVar) []string {
 	return out
 }
 
-func envValue(t *testing.T, env []components.EnvVar, name string) string {
+func envValue(t *testing.T, env []corev1.EnvVar, name string) string {
 	t.Helper()
 	for _, e := range env {
 		if e.Name == name {
@@ -255,6 +259,39 @@ func envValue(t *testing.T, env []components.EnvVar, name string) string {
 	}
 	t.Fatalf("no env %s in %v", name, envNames(env))
 	return ""
+}
+
+// resourceList is a container's resources as text, the way the recipe writes them.
+type resourceList struct {
+	Claims           []string
+	Requests, Limits map[string]string
+}
+
+func resourcesOf(c corev1.Container) resourceList {
+	text := func(l corev1.ResourceList) map[string]string {
+		if len(l) == 0 {
+			return nil
+		}
+		out := map[string]string{}
+		for k, q := range l {
+			out[string(k)] = q.String()
+		}
+		return out
+	}
+	r := resourceList{Requests: text(c.Resources.Requests), Limits: text(c.Resources.Limits)}
+	for _, cl := range c.Resources.Claims {
+		r.Claims = append(r.Claims, cl.Name)
+	}
+	return r
+}
+
+func cacheVolume(claim string) corev1.Volume {
+	return corev1.Volume{Name: "shared-model-cache", VolumeSource: corev1.VolumeSource{
+		PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: claim}}}
+}
+
+func secretEnv(name string) corev1.EnvFromSource {
+	return corev1.EnvFromSource{SecretRef: &corev1.SecretEnvSource{LocalObjectReference: corev1.LocalObjectReference{Name: name}}}
 }
 
 func sortedTypes(r *result) []string {

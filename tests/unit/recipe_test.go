@@ -5,6 +5,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
 
 	"minimax-m3/components"
 )
@@ -28,8 +29,8 @@ type workerExpectation struct {
 	sharedMemory     string
 	memoryLimit      string
 	grace            *int64
-	flags            map[string][]string
-	envAfterHFHome   []components.EnvVar
+	args             []string
+	envAfterHFHome   []corev1.EnvVar
 	kvTransferConfig string
 }
 
@@ -40,37 +41,45 @@ type profileExpectation struct {
 	gpus         int
 }
 
-func commonWorkerFlags(gpuUtil, seqs, batched, compile string) map[string][]string {
-	return map[string][]string{
-		"--model": {"$(MODEL_NAME)"}, "--revision": {modelRevision}, "--served-model-name": {"$(SERVED_MODEL_NAME)"},
-		"--trust-remote-code": {""}, "--enable-multimodal": {""}, "--frontend-decoding": {""},
-		"--mm-encoder-tp-mode": {"data"}, "--skip-mm-profiling": {""}, "--tensor-parallel-size": {"4"},
-		"--block-size": {"128"}, "--gpu-memory-utilization": {gpuUtil}, "--max-model-len": {"1048576"},
-		"--max-num-seqs": {seqs}, "--max-num-batched-tokens": {batched}, "--enable-prefix-caching": {""},
-		"--kv-cache-metrics": {""}, "--kv-cache-dtype": {"fp8"}, "--no-enable-flashinfer-autotune": {""},
-		"--enable-bf16x3-router-gemm": {""}, "--attention-config": {attention}, "--compilation-config": {compile},
-		"--speculative-config": {"$(SPECULATIVE_CONFIG)"}, "--kv-transfer-config": {"$(KV_TRANSFER_CONFIG)"},
-		"--dyn-tool-call-parser": {"minimax_m3"}, "--dyn-reasoning-parser": {"minimax_m3"},
-		"--reasoning-parser": {"minimax_m3"}, "--kv-events-config": {kvEvents},
+// workerArgs is a worker's argument list exactly as the recipe writes it for a role.
+func workerArgs(role, gpuUtil, seqs, batched, compile string) []string {
+	args := []string{"-m", "dynamo.vllm"}
+	if role == "prefill" {
+		args = append(args, "--router-mode", "kv", "--no-router-track-output-blocks")
 	}
+	args = append(args, "--model", "$(MODEL_NAME)", "--revision", modelRevision, "--served-model-name", "$(SERVED_MODEL_NAME)", "--trust-remote-code")
+	multimodal := []string{"--enable-multimodal", "--frontend-decoding", "--mm-encoder-tp-mode", "data", "--skip-mm-profiling"}
+	scheduler := []string{"--tensor-parallel-size", "4", "--block-size", "128", "--gpu-memory-utilization", gpuUtil,
+		"--max-model-len", "1048576", "--max-num-seqs", seqs, "--max-num-batched-tokens", batched,
+		"--enable-prefix-caching", "--kv-cache-metrics", "--kv-cache-dtype", "fp8"}
+	if role == "worker" {
+		args = append(append(args, multimodal...), scheduler...)
+	} else {
+		args = append(append(append(args, scheduler...), multimodal...), "--enable-cumem-allocator")
+	}
+	args = append(args, "--no-enable-flashinfer-autotune", "--enable-bf16x3-router-gemm",
+		"--attention-config", attention, "--compilation-config", compile, "--speculative-config", "$(SPECULATIVE_CONFIG)")
+	if role != "worker" {
+		args = append(args, "--disaggregation-mode", role)
+	}
+	args = append(args, "--kv-transfer-config", "$(KV_TRANSFER_CONFIG)")
+	parsers := []string{"--dyn-tool-call-parser", "minimax_m3", "--dyn-reasoning-parser", "minimax_m3", "--reasoning-parser", "minimax_m3"}
+	events := []string{"--kv-events-config", kvEvents}
+	if role == "decode" {
+		return append(append(args, events...), parsers...)
+	}
+	return append(append(args, parsers...), events...)
 }
 
-func with(m map[string][]string, extra map[string][]string) map[string][]string {
-	for k, v := range extra {
-		m[k] = v
-	}
-	return m
-}
-
-func env(pairs ...string) []components.EnvVar {
-	var out []components.EnvVar
+func env(pairs ...string) []corev1.EnvVar {
+	var out []corev1.EnvVar
 	for i := 0; i < len(pairs); i += 2 {
-		out = append(out, components.EnvVar{Name: pairs[i], Value: pairs[i+1]})
+		out = append(out, corev1.EnvVar{Name: pairs[i], Value: pairs[i+1]})
 	}
 	return out
 }
 
-func disaggEnv(workspace string) []components.EnvVar {
+func disaggEnv(workspace string) []corev1.EnvVar {
 	return env("FLASHINFER_WORKSPACE_BASE", workspace,
 		"HF_HUB_OFFLINE", "1", "TRANSFORMERS_OFFLINE", "1", "VLLM_ENGINE_READY_TIMEOUT_S", "14400",
 		"VLLM_FLOAT32_MATMUL_PRECISION", "high", "VLLM_FLASHINFER_ALLREDUCE_BACKEND", "mnnvl",
@@ -90,7 +99,7 @@ var profiles = []profileExpectation{
 			"--http-host", "0.0.0.0", "--http-port", "8000", "--kv-cache-block-size", "128"},
 		workers: []workerExpectation{{
 			name: "Worker", typ: "worker", sharedMemory: "448Gi", memoryLimit: "640Gi",
-			flags:            commonWorkerFlags("0.9", "256", "16384", compile8K),
+			args:             workerArgs("worker", "0.9", "256", "16384", compile8K),
 			kvTransferConfig: offloadKV,
 			envAfterHFHome: env("HF_MODULES_CACHE", "/tmp/hf_modules", "PYTHONHASHSEED", "0",
 				"HF_HUB_OFFLINE", "1", "TRANSFORMERS_OFFLINE", "1", "VLLM_ENGINE_READY_TIMEOUT_S", "14400",
@@ -107,18 +116,13 @@ var profiles = []profileExpectation{
 		workers: []workerExpectation{
 			{
 				name: "PrefillWorker", typ: "prefill", sharedMemory: "64Gi", memoryLimit: "512Gi", grace: &grace60,
-				flags: with(commonWorkerFlags("0.8", "32", "24576", compile16K), map[string][]string{
-					"--router-mode": {"kv"}, "--no-router-track-output-blocks": {""},
-					"--enable-cumem-allocator": {""}, "--disaggregation-mode": {"prefill"},
-				}),
+				args:             workerArgs("prefill", "0.8", "32", "24576", compile16K),
 				kvTransferConfig: nixlKV,
 				envAfterHFHome:   disaggEnv("/shared-model-cache/flashinfer-workspaces/fi-23945310-sm100-d07-prefill-v2"),
 			},
 			{
 				name: "DecodeWorker", typ: "decode", sharedMemory: "64Gi", memoryLimit: "512Gi", grace: &grace60,
-				flags: with(commonWorkerFlags("0.9", "256", "8192", compile8K), map[string][]string{
-					"--enable-cumem-allocator": {""}, "--disaggregation-mode": {"decode"},
-				}),
+				args:             workerArgs("decode", "0.9", "256", "8192", compile8K),
 				kvTransferConfig: nixlKV,
 				envAfterHFHome:   disaggEnv("/shared-model-cache/flashinfer-workspaces/fi-23945310-sm100"),
 			},
@@ -134,11 +138,13 @@ func TestGraphReproducesTheRecipe(t *testing.T) {
 			assert.Equal(t, "nvidia.com/v1beta1", decode[string](t, dgd, "apiVersion"))
 			assert.Equal(t, p.graph, decode[string](t, dgd, "metadata", "name"))
 			assert.Equal(t, "inference", decode[string](t, dgd, "metadata", "namespace"))
-			assert.Equal(t, map[string]string{"app.kubernetes.io/name": p.graph, "app.kubernetes.io/part-of": "dynamo"},
+			assert.Equal(t, map[string]string{"app.kubernetes.io/name": p.graph, "app.kubernetes.io/part-of": "dynamo",
+				"app.kubernetes.io/managed-by": "pulumi", "app.kubernetes.io/instance": p.stack},
 				decode[map[string]string](t, dgd, "metadata", "labels"))
 
 			spec := graphSpec(t, r)
 			assert.Equal(t, "vllm", spec.BackendFramework)
+			assert.Nil(t, spec.Restart, "a new graph has no spec.restart")
 			require.Len(t, spec.Components, 1+len(p.workers))
 
 			fe := spec.Components[0]
@@ -147,19 +153,20 @@ func TestGraphReproducesTheRecipe(t *testing.T) {
 			assert.Equal(t, "1.6.0", fe.RuntimeVersionOverride)
 			assert.Equal(t, 1, fe.Replicas)
 			assert.Empty(t, fe.SharedMemorySize)
-			assert.Nil(t, fe.PodTemplate.Metadata)
+			assert.Empty(t, fe.PodTemplate.Annotations)
+			assert.Nil(t, fe.ScalingAdapter)
 			require.Len(t, fe.PodTemplate.Spec.Containers, 1)
 			fc := fe.PodTemplate.Spec.Containers[0]
 			assert.Equal(t, "main", fc.Name)
 			assert.Equal(t, image, fc.Image)
-			assert.Equal(t, "IfNotPresent", fc.ImagePullPolicy)
+			assert.Equal(t, corev1.PullIfNotPresent, fc.ImagePullPolicy)
 			assert.Equal(t, []string{"python3"}, fc.Command)
 			assert.Equal(t, p.frontendArgs, fc.Args)
 			assert.Equal(t, env("HF_HUB_OFFLINE", "1", "TRANSFORMERS_OFFLINE", "1"), fc.Env)
-			assert.Equal(t, &components.Resources{
+			assert.Equal(t, resourceList{
 				Requests: map[string]string{"cpu": "2", "memory": "8Gi", "ephemeral-storage": "512Mi"},
 				Limits:   map[string]string{"cpu": "8", "memory": "24Gi", "ephemeral-storage": "12Gi"},
-			}, fc.Resources)
+			}, resourcesOf(fc))
 			assert.Empty(t, fe.PodTemplate.Spec.Volumes, "the beta frontend does not mount the cache")
 
 			for i, w := range p.workers {
@@ -169,37 +176,41 @@ func TestGraphReproducesTheRecipe(t *testing.T) {
 				assert.Equal(t, "1.6.0", c.RuntimeVersionOverride)
 				assert.Equal(t, 3, c.Replicas)
 				assert.Equal(t, w.sharedMemory, c.SharedMemorySize)
-				assert.Equal(t, &components.PodMetadata{Annotations: map[string]string{"nvidia.com/vllm-distributed-executor-backend": "mp"}}, c.PodTemplate.Metadata)
+				assert.Equal(t, map[string]string{"nvidia.com/vllm-distributed-executor-backend": "mp"}, c.PodTemplate.Annotations,
+					"no checksum annotation while the workers read the recipe's speculative config")
 				ps := c.PodTemplate.Spec
-				assert.Equal(t, []components.PodResourceClaim{{Name: "compute-domain-channel", ResourceClaimTemplateName: p.graph + "-cd-channel"}}, ps.ResourceClaims)
+				channel := p.graph + "-cd-channel"
+				assert.Equal(t, []corev1.PodResourceClaim{{Name: "compute-domain-channel", ResourceClaimTemplateName: &channel}}, ps.ResourceClaims)
 				assert.Equal(t, w.grace, ps.TerminationGracePeriodSeconds)
-				assert.Equal(t, []components.Volume{{Name: "shared-model-cache", PersistentVolumeClaim: &components.PersistentVolumeClaim{ClaimName: "shared-model-cache"}}}, ps.Volumes)
+				assert.Equal(t, []corev1.Volume{cacheVolume("shared-model-cache")}, ps.Volumes)
 				require.Len(t, ps.Containers, 1)
 				wc := ps.Containers[0]
 				assert.Equal(t, "main", wc.Name)
 				assert.Equal(t, image, wc.Image)
-				assert.Equal(t, "IfNotPresent", wc.ImagePullPolicy)
+				assert.Equal(t, corev1.PullIfNotPresent, wc.ImagePullPolicy)
 				assert.Equal(t, []string{"python3"}, wc.Command)
-				assert.Equal(t, []string{"-m", "dynamo.vllm"}, wc.Args[:2])
-				assert.Equal(t, w.flags, flags(wc.Args))
+				assert.Equal(t, w.args, wc.Args, "the recipe's arguments in the recipe's order")
 				zero := int64(0)
-				assert.Equal(t, &components.SecurityContext{RunAsUser: &zero, RunAsGroup: &zero,
-					Capabilities: &components.Capabilities{Add: []string{"IPC_LOCK", "SYS_PTRACE", "SYS_RESOURCE"}}}, wc.SecurityContext)
-				wantEnv := append([]components.EnvVar{
+				assert.Equal(t, &corev1.SecurityContext{RunAsUser: &zero, RunAsGroup: &zero,
+					Capabilities: &corev1.Capabilities{Add: []corev1.Capability{"IPC_LOCK", "SYS_PTRACE", "SYS_RESOURCE"}}}, wc.SecurityContext)
+				wantEnv := append([]corev1.EnvVar{
 					{Name: "KV_TRANSFER_CONFIG", Value: w.kvTransferConfig},
-					{Name: "SPECULATIVE_CONFIG", ValueFrom: &components.EnvVarSource{ConfigMapKeyRef: &components.KeySelector{Name: p.graph + "-config", Key: "speculative-config"}}},
+					{Name: "SPECULATIVE_CONFIG", ValueFrom: &corev1.EnvVarSource{ConfigMapKeyRef: &corev1.ConfigMapKeySelector{
+						LocalObjectReference: corev1.LocalObjectReference{Name: p.graph + "-config"}, Key: "speculative-config"}}},
 					{Name: "MODEL_NAME", Value: "nvidia/MiniMax-M3-NVFP4"},
 					{Name: "SERVED_MODEL_NAME", Value: "nvidia/MiniMax-M3-NVFP4"},
 					{Name: "HF_HOME", Value: "/shared-model-cache"},
 				}, w.envAfterHFHome...)
 				assert.Equal(t, wantEnv, wc.Env)
-				assert.Equal(t, &components.Resources{
-					Claims:   []components.NamedObject{{Name: "compute-domain-channel"}},
+				assert.Equal(t, resourceList{
+					Claims:   []string{"compute-domain-channel"},
 					Requests: map[string]string{"cpu": "32", "memory": "448Gi", "nvidia.com/gpu": "4"},
 					Limits:   map[string]string{"cpu": "128", "memory": w.memoryLimit, "nvidia.com/gpu": "4"},
-				}, wc.Resources)
-				assert.Equal(t, []components.VolumeMount{{Name: "shared-model-cache", MountPath: "/shared-model-cache"}}, wc.VolumeMounts)
-				assert.Nil(t, wc.StartupProbe, "the operator's default probe is kept unless the site sets one")
+				}, resourcesOf(wc))
+				assert.Equal(t, []corev1.VolumeMount{{Name: "shared-model-cache", MountPath: "/shared-model-cache"}}, wc.VolumeMounts)
+				assert.Nil(t, wc.StartupProbe, "the operator's default probes are kept unless the site sets one")
+				assert.Nil(t, wc.LivenessProbe)
+				assert.Nil(t, wc.ReadinessProbe)
 			}
 		})
 	}
@@ -227,7 +238,7 @@ func TestComputeDomainReproducesTheRecipe(t *testing.T) {
 			assert.Equal(t, p.graph+"-cd", decode[string](t, cd, "metadata", "name"))
 			assert.Equal(t, "inference", decode[string](t, cd, "metadata", "namespace"))
 			assert.Equal(t, components.ComputeDomainSpec{NumNodes: 0, Channel: components.ComputeDomainChannel{
-				ResourceClaimTemplate: components.NamedObject{Name: p.graph + "-cd-channel"}}},
+				ResourceClaimTemplate: corev1.LocalObjectReference{Name: p.graph + "-cd-channel"}}},
 				decode[components.ComputeDomainSpec](t, cd, "spec"))
 		})
 	}
@@ -251,24 +262,25 @@ func TestModelCacheReproducesTheRecipe(t *testing.T) {
 			assert.Equal(t, 1, decode[int](t, job, "spec", "parallelism"))
 			assert.Equal(t, 4*3600, decode[int](t, job, "spec", "activeDeadlineSeconds"), "Kubernetes ends the Job at the 4h timeout")
 			assert.Equal(t, map[string]string{"app": "minimax-m3-model-download"}, decode[map[string]string](t, job, "spec", "template", "metadata", "labels"))
-			pod := decode[components.PodSpec](t, job, "spec", "template", "spec")
-			assert.Equal(t, "Never", pod.RestartPolicy)
-			assert.Equal(t, []components.Volume{{Name: "shared-model-cache", PersistentVolumeClaim: &components.PersistentVolumeClaim{ClaimName: "shared-model-cache"}}}, pod.Volumes)
+			pod := decode[corev1.PodSpec](t, job, "spec", "template", "spec")
+			assert.Equal(t, corev1.RestartPolicyNever, pod.RestartPolicy)
+			assert.Equal(t, []corev1.Volume{cacheVolume("shared-model-cache")}, pod.Volumes)
 			require.Len(t, pod.Containers, 1)
 			c := pod.Containers[0]
 			assert.Equal(t, "model-download", c.Name)
 			assert.Equal(t, "python:3.10-slim", c.Image)
-			assert.Equal(t, "IfNotPresent", c.ImagePullPolicy)
+			assert.Equal(t, corev1.PullIfNotPresent, c.ImagePullPolicy)
 			no := false
-			assert.Equal(t, &components.SecurityContext{AllowPrivilegeEscalation: &no,
-				Capabilities: &components.Capabilities{Drop: []string{"ALL"}}, SeccompProfile: &components.SeccompProfile{Type: "RuntimeDefault"}}, c.SecurityContext)
+			assert.Equal(t, &corev1.SecurityContext{AllowPrivilegeEscalation: &no,
+				Capabilities: &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}}, SeccompProfile: &corev1.SeccompProfile{Type: "RuntimeDefault"}}, c.SecurityContext)
 			assert.Equal(t, []string{"sh", "-c"}, c.Command)
-			assert.Equal(t, []components.EnvFromSource{{SecretRef: &components.NamedObject{Name: "hf-token-secret"}}}, c.EnvFrom)
+			assert.Equal(t, []corev1.EnvFromSource{secretEnv("hf-token-secret")}, c.EnvFrom)
 			assert.Equal(t, env("HF_HOME", "/shared-model-cache", "HF_XET_HIGH_PERFORMANCE", "1"), c.Env)
 			assert.Equal(t, []string{"set -eux\npip install --no-cache-dir huggingface_hub==1.16.4\n" +
 				"hf download nvidia/MiniMax-M3-NVFP4 \\\n  --revision " + modelRevision + "\n" +
 				"hf download Inferact/MiniMax-M3-EAGLE3-GQA \\\n  --revision " + draftRevision + "\n"}, c.Args)
-			assert.Equal(t, []components.VolumeMount{{Name: "shared-model-cache", MountPath: "/shared-model-cache"}}, c.VolumeMounts)
+			assert.Equal(t, []corev1.VolumeMount{{Name: "shared-model-cache", MountPath: "/shared-model-cache"}}, c.VolumeMounts)
+			assert.Empty(t, resourcesOf(c), "the download's resources are left to the namespace defaults")
 		})
 	}
 }

@@ -10,8 +10,15 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"minimax-m3/components"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 )
+
+func nodeAffinity(key string, values ...string) *corev1.Affinity {
+	return &corev1.Affinity{NodeAffinity: &corev1.NodeAffinity{RequiredDuringSchedulingIgnoredDuringExecution: &corev1.NodeSelector{
+		NodeSelectorTerms: []corev1.NodeSelectorTerm{{MatchExpressions: []corev1.NodeSelectorRequirement{{Key: key, Operator: "In", Values: values}}}}}}}
+}
 
 // Site values land where the cluster starter's Components patched them.
 
@@ -23,7 +30,7 @@ const siteWorker = `{
     "schedulerName": "kai-scheduler", "runtimeClassName": "nvidia", "priorityClassName": "inference-high"
   },
   "network": {"socketInterface": "eth0", "rdmaResource": "rdma.example.com/device", "rdmaCount": "1"},
-  "startupProbe": {"failureThreshold": 1080},
+  "probes": {"startup": {"failureThreshold": 1080}, "liveness": {"periodSeconds": 5, "timeoutSeconds": 4, "failureThreshold": 120}},
   "extraEnv": [{"name": "SITE_TUNING", "value": "on"}],
   "extraArgs": ["--enable-log-requests"]
 }`
@@ -34,6 +41,7 @@ func siteOverrides(stack string) map[string]string {
 		"minimax-m3:placement":        `{"topologyKey": "nvidia.com/gpu.clique"}`,
 		"minimax-m3:modelCache":       `{"claimName": "mm3-weights", "storageClass": "rwx-fast"}`,
 		"minimax-m3:frontend":         `{"scheduling": {"nodeSelector": {"pool": "cpu"}, "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "frontend", "effect": "NoSchedule"}], "requiredNodeLabels": {"pool": ["cpu"]}, "schedulerName": "kai-scheduler", "runtimeClassName": "runc", "priorityClassName": "inference-high"}}`,
+		"minimax-m3:modelDownload":    `{"scheduling": {"nodeSelector": {"pool": "cpu-io"}, "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "io", "effect": "NoSchedule"}], "requiredNodeLabels": {"pool": ["cpu-io", "cpu-io-b"]}, "schedulerName": "batch-scheduler", "runtimeClassName": "runc", "priorityClassName": "batch-low"}}`,
 	}
 	if stack == "agg" {
 		o["minimax-m3:worker"] = siteWorker
@@ -52,37 +60,42 @@ func TestSiteConfigLandsWhereTheStarterPutIt(t *testing.T) {
 
 			// registry-credentials: every pod, the download Job's too.
 			for _, c := range spec.Components {
-				assert.Equal(t, []components.NamedObject{{Name: "ngc-pull"}}, c.PodTemplate.Spec.ImagePullSecrets, c.Name)
+				assert.Equal(t, []corev1.LocalObjectReference{{Name: "ngc-pull"}}, c.PodTemplate.Spec.ImagePullSecrets, c.Name)
 			}
-			job := decode[components.PodSpec](t, r.one(t, "kubernetes:batch/v1:Job"), "spec", "template", "spec")
-			assert.Equal(t, []components.NamedObject{{Name: "ngc-pull"}}, job.ImagePullSecrets)
+			job := decode[corev1.PodSpec](t, r.one(t, "kubernetes:batch/v1:Job"), "spec", "template", "spec")
+			assert.Equal(t, []corev1.LocalObjectReference{{Name: "ngc-pull"}}, job.ImagePullSecrets)
+			// scheduling: the download Job's own policy, built like the graph's pods'.
+			assert.Equal(t, map[string]string{"pool": "cpu-io"}, job.NodeSelector)
+			assert.Equal(t, []corev1.Toleration{{Key: "dedicated", Operator: "Equal", Value: "io", Effect: "NoSchedule"}}, job.Tolerations)
+			assert.Equal(t, nodeAffinity("pool", "cpu-io", "cpu-io-b"), job.Affinity)
+			assert.Equal(t, "batch-scheduler", job.SchedulerName)
+			assert.Equal(t, "runc", *job.RuntimeClassName)
+			assert.Equal(t, "batch-low", job.PriorityClassName)
 
 			// scheduling: the frontend's own policy.
 			fe := spec.Components[0].PodTemplate.Spec
 			assert.Equal(t, map[string]string{"pool": "cpu"}, fe.NodeSelector)
-			assert.Equal(t, []components.Toleration{{Key: "dedicated", Operator: "Equal", Value: "frontend", Effect: "NoSchedule"}}, fe.Tolerations)
-			assert.Equal(t, &components.Affinity{NodeAffinity: &components.NodeAffinity{Required: &components.NodeSelector{Terms: []components.NodeSelectorTerm{
-				{MatchExpressions: []components.Requirement{{Key: "pool", Operator: "In", Values: []string{"cpu"}}}}}}}}, fe.Affinity,
-				"placement adds no pod affinity to the frontend")
-			assert.Equal(t, "runc", fe.RuntimeClassName)
+			assert.Equal(t, []corev1.Toleration{{Key: "dedicated", Operator: "Equal", Value: "frontend", Effect: "NoSchedule"}}, fe.Tolerations)
+			assert.Equal(t, nodeAffinity("pool", "cpu"), fe.Affinity, "placement adds no pod affinity to the frontend")
+			assert.Equal(t, "runc", *fe.RuntimeClassName)
 
 			for _, c := range spec.Components[1:] {
 				ps := c.PodTemplate.Spec
 				// cache-binding: only the claim name changes; the volume and mount keep their names.
-				assert.Equal(t, []components.Volume{{Name: "shared-model-cache", PersistentVolumeClaim: &components.PersistentVolumeClaim{ClaimName: "mm3-weights"}}}, ps.Volumes, c.Name)
+				assert.Equal(t, []corev1.Volume{cacheVolume("mm3-weights")}, ps.Volumes, c.Name)
 				// scheduling
 				assert.Equal(t, map[string]string{"pool": "gb200"}, ps.NodeSelector)
-				assert.Equal(t, []components.Toleration{{Key: "nvidia.com/gpu", Operator: "Equal", Value: "present", Effect: "NoSchedule"}}, ps.Tolerations)
+				assert.Equal(t, []corev1.Toleration{{Key: "nvidia.com/gpu", Operator: "Equal", Value: "present", Effect: "NoSchedule"}}, ps.Tolerations)
 				assert.Equal(t, "kai-scheduler", ps.SchedulerName)
-				assert.Equal(t, "nvidia", ps.RuntimeClassName)
+				assert.Equal(t, "nvidia", *ps.RuntimeClassName)
 				assert.Equal(t, "inference-high", ps.PriorityClassName)
 				// placement: extends the scheduling affinity with the NVLink clique.
 				require.NotNil(t, ps.Affinity)
-				assert.Equal(t, []components.Requirement{{Key: "pool", Operator: "In", Values: []string{"gb200"}}}, ps.Affinity.NodeAffinity.Required.Terms[0].MatchExpressions)
-				assert.Equal(t, &components.PodAffinity{Required: []components.PodAffinityTerm{{
+				assert.Equal(t, nodeAffinity("pool", "gb200").NodeAffinity, ps.Affinity.NodeAffinity)
+				assert.Equal(t, &corev1.PodAffinity{RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{{
 					TopologyKey:    "nvidia.com/gpu.clique",
 					MatchLabelKeys: []string{"nvidia.com/dynamo-graph-deployment-name"},
-					LabelSelector: &components.LabelSelector{MatchExpressions: []components.Requirement{{
+					LabelSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{
 						Key: "nvidia.com/dynamo-component-type", Operator: "In", Values: []string{"worker", "prefill", "decode"}}}},
 				}}}, ps.Affinity.PodAffinity)
 
@@ -92,10 +105,14 @@ func TestSiteConfigLandsWhereTheStarterPutIt(t *testing.T) {
 				assert.Equal(t, []string{"NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME", "SITE_TUNING"}, names[len(names)-3:])
 				assert.Equal(t, "eth0", envValue(t, wc.Env, "NCCL_SOCKET_IFNAME"))
 				assert.Equal(t, "eth0", envValue(t, wc.Env, "GLOO_SOCKET_IFNAME"))
-				assert.Equal(t, "1", wc.Resources.Requests["rdma.example.com/device"])
-				assert.Equal(t, "1", wc.Resources.Limits["rdma.example.com/device"])
-				// probes: the starter's startup allowance, 10 s × threshold.
-				assert.Equal(t, &components.Probe{HTTPGet: &components.HTTPGetAction{Path: "/live", Port: "system"}, PeriodSeconds: 10, FailureThreshold: 1080}, wc.StartupProbe)
+				assert.Equal(t, "1", resourcesOf(wc).Requests["rdma.example.com/device"])
+				assert.Equal(t, "1", resourcesOf(wc).Limits["rdma.example.com/device"])
+				// probes: a set probe replaces the operator's whole; unset fields keep its values.
+				assert.Equal(t, &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/live", Port: intstr.FromString("system")}},
+					PeriodSeconds: 10, TimeoutSeconds: 5, FailureThreshold: 1080}, wc.StartupProbe)
+				assert.Equal(t, &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/live", Port: intstr.FromString("system")}},
+					PeriodSeconds: 5, TimeoutSeconds: 4, FailureThreshold: 120}, wc.LivenessProbe)
+				assert.Nil(t, wc.ReadinessProbe)
 				assert.Equal(t, "--enable-log-requests", wc.Args[len(wc.Args)-1])
 			}
 			assert.Equal(t, "mm3-weights", r.outputs["cacheClaimName"])
@@ -108,7 +125,7 @@ func TestGKERoCEPresetAddsInterfacesResourcesAndNCCLSettings(t *testing.T) {
 	  "rdmaInterfaces": [{"interfaceName": "eth1", "network": "rdma-0"}, {"interfaceName": "eth2", "network": "rdma-1"}]}}}`
 	r := mustRun(t, "disagg", map[string]string{"minimax-m3:prefillWorker": roce, "minimax-m3:decodeWorker": roce})
 	for _, c := range graphSpec(t, r).Components[1:] {
-		ann := c.PodTemplate.Metadata.Annotations
+		ann := c.PodTemplate.Annotations
 		assert.Equal(t, "mp", ann["nvidia.com/vllm-distributed-executor-backend"], "the recipe's annotation stays")
 		assert.Equal(t, "eth0", ann["networking.gke.io/default-interface"])
 		var ifaces []map[string]string
@@ -120,8 +137,8 @@ func TestGKERoCEPresetAddsInterfacesResourcesAndNCCLSettings(t *testing.T) {
 		}, ifaces)
 		wc := c.PodTemplate.Spec.Containers[0]
 		for _, res := range []string{"networking.gke.io.networks/rdma-0", "networking.gke.io.networks/rdma-0.IP", "networking.gke.io.networks/rdma-1", "networking.gke.io.networks/rdma-1.IP"} {
-			assert.Equal(t, "1", wc.Resources.Requests[res], res)
-			assert.Equal(t, "1", wc.Resources.Limits[res], res)
+			assert.Equal(t, "1", resourcesOf(wc).Requests[res], res)
+			assert.Equal(t, "1", resourcesOf(wc).Limits[res], res)
 		}
 		assert.Equal(t, "eth0", envValue(t, wc.Env, "NCCL_SOCKET_IFNAME"))
 		assert.Equal(t, "eth0", envValue(t, wc.Env, "GLOO_SOCKET_IFNAME"))
@@ -134,8 +151,8 @@ func TestDisaggWorkersShareOneComputeDomain(t *testing.T) {
 	require.Len(t, r.byType("kubernetes:resource.nvidia.com/v1beta1:ComputeDomain"), 1)
 	spec := graphSpec(t, r)
 	for _, c := range spec.Components[1:] {
-		assert.Equal(t, "minimax-m3-disagg-gb200-agentic-cd-channel", c.PodTemplate.Spec.ResourceClaims[0].ResourceClaimTemplateName, c.Name)
-		assert.Equal(t, []components.NamedObject{{Name: "compute-domain-channel"}}, c.PodTemplate.Spec.Containers[0].Resources.Claims)
+		assert.Equal(t, "minimax-m3-disagg-gb200-agentic-cd-channel", *c.PodTemplate.Spec.ResourceClaims[0].ResourceClaimTemplateName, c.Name)
+		assert.Equal(t, []string{"compute-domain-channel"}, resourcesOf(c.PodTemplate.Spec.Containers[0]).Claims)
 	}
 }
 
@@ -143,7 +160,7 @@ func TestExistingChannelClaimTemplateIsReused(t *testing.T) {
 	r := mustRun(t, "disagg", map[string]string{"minimax-m3:computeDomain": `{"create": false, "channelClaimTemplate": "rack-7-channel"}`})
 	assert.Empty(t, r.byType("kubernetes:resource.nvidia.com/v1beta1:ComputeDomain"))
 	for _, c := range graphSpec(t, r).Components[1:] {
-		assert.Equal(t, "rack-7-channel", c.PodTemplate.Spec.ResourceClaims[0].ResourceClaimTemplateName)
+		assert.Equal(t, "rack-7-channel", *c.PodTemplate.Spec.ResourceClaims[0].ResourceClaimTemplateName)
 	}
 }
 
@@ -179,8 +196,8 @@ func TestExistingNamespaceAndSecretAreAdopted(t *testing.T) {
 	})
 	assert.Empty(t, r.byType("kubernetes:core/v1:Namespace"))
 	assert.Empty(t, r.byType("kubernetes:core/v1:Secret"))
-	c := decode[components.PodSpec](t, r.one(t, "kubernetes:batch/v1:Job"), "spec", "template", "spec").Containers[0]
-	assert.Equal(t, []components.EnvFromSource{{SecretRef: &components.NamedObject{Name: "team-a-hf"}}}, c.EnvFrom)
+	c := decode[corev1.PodSpec](t, r.one(t, "kubernetes:batch/v1:Job"), "spec", "template", "spec").Containers[0]
+	assert.Equal(t, []corev1.EnvFromSource{secretEnv("team-a-hf")}, c.EnvFrom)
 	assert.Equal(t, "team-a", decode[string](t, r.customResource(t, "DynamoGraphDeployment"), "metadata", "namespace"))
 }
 

@@ -1,0 +1,170 @@
+package components
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"minimax-m3/config"
+)
+
+// ObjectReader reads the labels of a live object; found is false when it does not exist.
+type ObjectReader interface {
+	Labels(ctx context.Context, gvr schema.GroupVersionResource, namespace, name string) (labels map[string]string, found bool, err error)
+}
+
+// plannedObject is an object the stack creates, and the config key that makes the stack use an
+// existing one instead.
+type plannedObject struct {
+	gvr             schema.GroupVersionResource
+	kind, namespace string
+	name            string
+	key, useInstead string
+}
+
+func (o plannedObject) String() string {
+	if o.namespace == "" {
+		return o.kind + " " + o.name
+	}
+	return o.kind + " " + o.namespace + "/" + o.name
+}
+
+// plannedObjects lists what the stack would create, as the components do.
+func plannedObjects(c *config.Config) []plannedObject {
+	ns := c.Namespace.Name
+	var out []plannedObject
+	if c.Namespace.Create {
+		out = append(out, plannedObject{schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}, "Namespace", "", ns,
+			"namespace.create", "set namespace.create=false to deploy into it (the stack then never changes or deletes it)"})
+	}
+	if c.ModelDownload.Enabled && !c.HuggingFace.ExistingSecret {
+		out = append(out, plannedObject{schema.GroupVersionResource{Version: "v1", Resource: "secrets"}, "Secret", ns, c.HuggingFace.SecretName,
+			"huggingFace.existingSecret", "set huggingFace.existingSecret=true (and remove hfToken) to use it"})
+	}
+	if c.ModelCache.Create {
+		out = append(out, plannedObject{schema.GroupVersionResource{Version: "v1", Resource: "persistentvolumeclaims"}, "PersistentVolumeClaim", ns, c.ModelCache.ClaimName,
+			"modelCache.create", "set modelCache.create=false to use it (the stack then never changes or deletes it)"})
+	}
+	if c.ModelDownload.Enabled {
+		out = append(out, plannedObject{schema.GroupVersionResource{Group: "batch", Version: "v1", Resource: "jobs"}, "Job", ns, c.ModelDownload.JobName,
+			"modelDownload.enabled", "set modelDownload.enabled=false to leave the download to the stack that owns the cache"})
+	}
+	if c.ComputeDomain.Create {
+		out = append(out, plannedObject{schema.GroupVersionResource{Group: "resource.nvidia.com", Version: "v1beta1", Resource: "computedomains"}, "ComputeDomain", ns, c.ComputeDomainName(),
+			"computeDomain.name", "choose another computeDomain.name (or graphName)"})
+	}
+	out = append(out,
+		plannedObject{schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}, "ConfigMap", ns, c.ConfigMapName(),
+			"graphName", "choose another graphName"},
+		plannedObject{schema.GroupVersionResource{Group: "nvidia.com", Version: "v1beta1", Resource: "dynamographdeployments"}, "DynamoGraphDeployment", ns, c.GraphName,
+			"graphName", "choose another graphName"},
+	)
+	return out
+}
+
+// checkOwnership stops the program before any resource is registered when an object it would
+// create already exists and is not this stack's: server-side apply would otherwise take it over
+// silently, and a later destroy would delete what another stack or a person relies on. With
+// `adopt` the stack takes such objects over. Where the cluster cannot be read (no kubeconfig, or
+// it is unreachable) the check is skipped with a warning; `up` then fails at the provider.
+func checkOwnership(ctx *pulumi.Context, o Options, c *config.Config) error {
+	if c.Adopt {
+		return nil
+	}
+	reader := o.Cluster
+	if reader == nil {
+		r, err := NewClusterReader(o.Kubeconfig, c.Kubernetes.Context)
+		if err != nil {
+			_ = ctx.Log.Warn("not checking for existing objects the stack would take over: "+err.Error(), nil)
+			return nil
+		}
+		reader = r
+	}
+	var ps config.Problems
+	for _, o := range plannedObjects(c) {
+		labels, found, err := reader.Labels(ctx.Context(), o.gvr, o.namespace, o.name)
+		if err != nil {
+			_ = ctx.Log.Warn(fmt.Sprintf("not checking for existing objects the stack would take over: reading %s: %v", o, err), nil)
+			return nil
+		}
+		if !found || ownedBy(labels, ctx.Stack()) {
+			continue
+		}
+		owner := "was not created by this stack"
+		if other := labels[instanceLabel]; other != "" && labels[managedByLabel] == managedBy {
+			owner = fmt.Sprintf("belongs to stack %q", other)
+		}
+		ps.Add(o.key, "%s already exists and %s: %s; or set adopt=true to take it over (only for objects no other stack manages, such as a kustomize deployment of the recipe)",
+			o, owner, o.useInstead)
+	}
+	if len(ps) > 0 {
+		return ps
+	}
+	return nil
+}
+
+// ownedBy reports whether labels mark an object as this stack's. Objects created before stacks were
+// labelled with their instance carry only the managed-by and part-of labels: they are the stack's
+// own too.
+func ownedBy(labels map[string]string, stack string) bool {
+	if labels[managedByLabel] != managedBy {
+		return false
+	}
+	instance, labelled := labels[instanceLabel]
+	if !labelled {
+		return labels[partOfLabel] == partOf
+	}
+	return instance == stack
+}
+
+// clusterReader reads object metadata with the kubeconfig the provider uses.
+type clusterReader struct{ client metadata.Interface }
+
+// NewClusterReader reads the cluster of a kubeconfig file (empty: KUBECONFIG or ~/.kube/config) and
+// context (empty: its current context), as the Kubernetes provider does.
+func NewClusterReader(kubeconfig, kubeContext string) (ObjectReader, error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = kubeconfig
+	if kubeconfig == "" && os.Getenv(clientcmd.RecommendedConfigPathEnvVar) == "" {
+		if _, err := os.Stat(clientcmd.RecommendedHomeFile); err != nil {
+			return nil, fmt.Errorf("no kubeconfig (KUBECONFIG is unset and %s does not exist)", clientcmd.RecommendedHomeFile)
+		}
+	}
+	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: kubeContext}).ClientConfig()
+	if err != nil {
+		return nil, err
+	}
+	cfg.Timeout = 15 * time.Second
+	client, err := metadata.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return clusterReader{client}, nil
+}
+
+func (r clusterReader) Labels(ctx context.Context, gvr schema.GroupVersionResource, namespace, name string) (map[string]string, bool, error) {
+	var (
+		obj *metav1.PartialObjectMetadata
+		err error
+	)
+	if namespace == "" {
+		obj, err = r.client.Resource(gvr).Get(ctx, name, metav1.GetOptions{})
+	} else {
+		obj, err = r.client.Resource(gvr).Namespace(namespace).Get(ctx, name, metav1.GetOptions{})
+	}
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil, false, nil
+	case err != nil:
+		return nil, false, err
+	}
+	return obj.Labels, true, nil
+}

@@ -1,0 +1,233 @@
+package unit
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+
+	"minimax-m3/components"
+)
+
+// Day-two changes: what a change reaches, what it leaves alone, and what a stack may take over.
+
+const newDraftRevision = "0123456789abcdef0123456789abcdef01234567"
+
+func workerAnnotations(t *testing.T, r *result) []map[string]string {
+	var out []map[string]string
+	for _, c := range graphSpec(t, r).Components[1:] {
+		out = append(out, c.PodTemplate.Annotations)
+	}
+	return out
+}
+
+func TestADraftChangeRollsTheWorkersThroughAChecksum(t *testing.T) {
+	for _, p := range profiles {
+		t.Run(p.stack, func(t *testing.T) {
+			before := mustRun(t, p.stack, nil)
+			for _, a := range workerAnnotations(t, before) {
+				assert.NotContains(t, a, components.SpeculativeConfigChecksum, "the recipe's own config carries no checksum")
+			}
+			after := mustRun(t, p.stack, map[string]string{"minimax-m3:model": `{"draft": {"revision": "` + newDraftRevision + `"}}`})
+			sums := map[string]bool{}
+			for _, a := range workerAnnotations(t, after) {
+				require.Contains(t, a, components.SpeculativeConfigChecksum)
+				assert.Len(t, a[components.SpeculativeConfigChecksum], 64)
+				sums[a[components.SpeculativeConfigChecksum]] = true
+			}
+			assert.Len(t, sums, 1, "every worker role reads the same config")
+
+			tokens := mustRun(t, p.stack, map[string]string{"minimax-m3:speculativeDecoding": `{"numSpeculativeTokens": 2}`})
+			for _, a := range workerAnnotations(t, tokens) {
+				assert.NotContains(t, sums, a[components.SpeculativeConfigChecksum], "another config, another checksum")
+			}
+			// The frontend reads no speculative config: it does not roll.
+			assert.Equal(t, graphSpec(t, before).Components[0], graphSpec(t, after).Components[0])
+		})
+	}
+}
+
+func TestDerivedValuesFollowWhatTheyAreDerivedFrom(t *testing.T) {
+	r := mustRun(t, "disagg", map[string]string{
+		"minimax-m3:modelCache": `{"storageClass": "rwx-fast", "mountPath": "/models"}`,
+		"minimax-m3:model":      `{"name": "acme/MiniMax-M3-FT", "revision": "` + newDraftRevision + `"}`,
+	})
+	spec := graphSpec(t, r)
+	assert.Equal(t, []string{"--model-name", "acme/MiniMax-M3-FT", "--trust-remote-code"}, spec.Components[0].PodTemplate.Spec.Containers[0].Args[13:])
+	for i, ws := range []string{"/models/flashinfer-workspaces/fi-23945310-sm100-d07-prefill-v2", "/models/flashinfer-workspaces/fi-23945310-sm100"} {
+		wc := spec.Components[i+1].PodTemplate.Spec.Containers[0]
+		assert.Equal(t, ws, envValue(t, wc.Env, "FLASHINFER_WORKSPACE_BASE"))
+		assert.Equal(t, "/models", envValue(t, wc.Env, "HF_HOME"))
+		assert.Equal(t, "acme/MiniMax-M3-FT", envValue(t, wc.Env, "MODEL_NAME"))
+		assert.Equal(t, "acme/MiniMax-M3-FT", envValue(t, wc.Env, "SERVED_MODEL_NAME"))
+		assert.Equal(t, "/models", wc.VolumeMounts[0].MountPath)
+	}
+	assert.Equal(t, "acme/MiniMax-M3-FT", r.outputs["servedModelName"])
+	job := decode[corev1.PodSpec](t, r.one(t, "kubernetes:batch/v1:Job"), "spec", "template", "spec").Containers[0]
+	assert.Equal(t, "/models", job.VolumeMounts[0].MountPath)
+}
+
+func TestEveryObjectCarriesTheStacksInstanceLabel(t *testing.T) {
+	r := mustRun(t, "disagg", nil)
+	n := 0
+	for _, res := range r.resources {
+		if !strings.HasPrefix(res.Type, "kubernetes:") || res.Type == "pulumi:providers:kubernetes" {
+			continue
+		}
+		labels := decode[map[string]string](t, res, "metadata", "labels")
+		assert.Equal(t, "disagg", labels["app.kubernetes.io/instance"], res.Type)
+		assert.Equal(t, "pulumi", labels["app.kubernetes.io/managed-by"], res.Type)
+		n++
+	}
+	assert.Equal(t, 7, n, "namespace, Secret, claim, Job, ComputeDomain, ConfigMap, graph")
+}
+
+// Logical names never follow a setting, so renaming the graph moves only what it names.
+func TestLogicalNamesAreStableAcrossAGraphRename(t *testing.T) {
+	names := func(r *result) map[string]string {
+		out := map[string]string{}
+		for _, res := range r.resources {
+			out[res.Type] += res.Name + " "
+		}
+		return out
+	}
+	before := mustRun(t, "agg", nil)
+	after := mustRun(t, "agg", map[string]string{"minimax-m3:graphName": "mm3-prod"})
+	assert.Equal(t, names(before), names(after))
+	assert.Equal(t, "mm3-prod", decode[string](t, after.customResource(t, "DynamoGraphDeployment"), "metadata", "name"))
+	assert.True(t, after.customResource(t, "DynamoGraphDeployment").RPC.GetDeleteBeforeReplace(),
+		"a renamed graph frees its GPUs before the new one claims them")
+}
+
+// Stacks created when logical names followed graphName keep their objects: each resource aliases
+// its old URN.
+func TestResourcesAliasTheirFormerGraphDerivedNames(t *testing.T) {
+	r := mustRun(t, "agg", nil)
+	const g = "minimax-m3-agg-gb200-agentic"
+	prefix := "urn:pulumi:agg::minimax-m3::minimax-m3:index:Deployment"
+	want := map[string]string{
+		"kubernetes:core/v1:PersistentVolumeClaim":            prefix + "$minimax-m3:index:ModelCache$kubernetes:core/v1:PersistentVolumeClaim::" + g + "-model-cache",
+		"kubernetes:batch/v1:Job":                             prefix + "$minimax-m3:index:ModelCache$kubernetes:batch/v1:Job::" + g + "-model-cache-download",
+		"kubernetes:core/v1:Namespace":                        prefix + "$minimax-m3:index:Namespace$kubernetes:core/v1:Namespace::" + g + "-namespace",
+		"kubernetes:core/v1:Secret":                           prefix + "$minimax-m3:index:HFTokenSecret$kubernetes:core/v1:Secret::" + g + "-hf-token",
+		"kubernetes:core/v1:ConfigMap":                        prefix + "$minimax-m3:index:DynamoGraph$kubernetes:core/v1:ConfigMap::" + g + "-graph-config",
+		"kubernetes:nvidia.com/v1beta1:DynamoGraphDeployment": prefix + "$minimax-m3:index:DynamoGraph$kubernetes:nvidia.com/v1beta1:DynamoGraphDeployment::" + g + "-graph",
+		"minimax-m3:index:Deployment":                         prefix + "::" + g,
+	}
+	for typ, urn := range want {
+		var aliases []string
+		for _, a := range r.one(t, typ).RPC.GetAliases() {
+			aliases = append(aliases, a.GetUrn())
+		}
+		assert.Contains(t, aliases, urn, typ)
+	}
+}
+
+func TestScalingAdapterHandsReplicasOver(t *testing.T) {
+	r := mustRun(t, "disagg", map[string]string{"minimax-m3:decodeWorker": `{"scalingAdapter": true}`})
+	spec := graphSpec(t, r)
+	assert.Nil(t, spec.Components[1].ScalingAdapter)
+	assert.Equal(t, &components.ScalingAdapter{Enabled: true}, spec.Components[2].ScalingAdapter)
+	assert.Equal(t, []string{"spec.components[2].replicas"}, r.customResource(t, "DynamoGraphDeployment").RPC.GetIgnoreChanges())
+}
+
+func TestRestartIsOmittedUntilAnIDIsSet(t *testing.T) {
+	r := mustRun(t, "disagg", map[string]string{"minimax-m3:restart": `{"id": "2026-12-02", "order": ["DecodeWorker", "PrefillWorker", "Frontend"]}`})
+	assert.Equal(t, &components.GraphRestart{ID: "2026-12-02", Strategy: &components.GraphRestartStrategy{Order: []string{"DecodeWorker", "PrefillWorker", "Frontend"}}}, graphSpec(t, r).Restart)
+}
+
+func TestPodTemplatePatchIsTheEscapeHatch(t *testing.T) {
+	r := mustRun(t, "agg", map[string]string{"minimax-m3:worker": `{"podTemplatePatch": {"metadata": {"labels": {"team": "a"}},
+	  "spec": {"hostIPC": true, "containers": [{"name": "main", "env": [{"name": "NCCL_DEBUG", "value": "INFO"}]}],
+	  "volumes": [{"name": "scratch", "emptyDir": {}}]}}}`})
+	w := graphSpec(t, r).Components[1].PodTemplate
+	assert.Equal(t, map[string]string{"team": "a"}, w.Labels)
+	assert.True(t, w.Spec.HostIPC)
+	require.Len(t, w.Spec.Containers, 1, "containers merge by name")
+	assert.Equal(t, "INFO", envValue(t, w.Spec.Containers[0].Env, "NCCL_DEBUG"))
+	assert.Equal(t, "nvidia/MiniMax-M3-NVFP4", envValue(t, w.Spec.Containers[0].Env, "MODEL_NAME"), "env merges by name")
+	var volumes []string
+	for _, v := range w.Spec.Volumes {
+		volumes = append(volumes, v.Name)
+	}
+	assert.ElementsMatch(t, []string{"shared-model-cache", "scratch"}, volumes, "volumes merge by name")
+}
+
+func TestAFullKVTransferConfigReplacesTheTypedOne(t *testing.T) {
+	const custom = `{"kv_connector":"NixlConnector","kv_role":"kv_both","kv_connector_extra_config":{"backends":["UCX"]}}`
+	r := mustRun(t, "disagg", map[string]string{"minimax-m3:prefillWorker": `{"vllm": {"kvTransferConfig": ` + quote(custom) + `}}`})
+	spec := graphSpec(t, r)
+	assert.Equal(t, custom, envValue(t, spec.Components[1].PodTemplate.Spec.Containers[0].Env, "KV_TRANSFER_CONFIG"))
+	assert.Equal(t, nixlKV, envValue(t, spec.Components[2].PodTemplate.Spec.Containers[0].Env, "KV_TRANSFER_CONFIG"))
+}
+
+func quote(s string) string { return `"` + strings.ReplaceAll(s, `"`, `\"`) + `"` }
+
+func TestUnknownKeysFailWithTheirName(t *testing.T) {
+	r, err := run(t, "agg", map[string]string{"minimax-m3:workers.replicas": "2"})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "minimax-m3:workers.replicas: unknown key")
+	assert.Empty(t, r.resources)
+}
+
+// An object the stack would create that already exists and is not the stack's stops the program
+// before anything is registered, naming the object and the key to set.
+func TestExistingObjectsOfOthersAreNeverTakenOverSilently(t *testing.T) {
+	kustomized := map[string]string{"app.kubernetes.io/name": "minimax-m3-agg-gb200-agentic"}
+	otherStack := map[string]string{"app.kubernetes.io/managed-by": "pulumi", "app.kubernetes.io/part-of": "minimax-m3", "app.kubernetes.io/instance": "disagg"}
+	cluster := fakeCluster{
+		"namespaces//inference":                                         otherStack,
+		"secrets/inference/hf-token-secret":                             otherStack,
+		"persistentvolumeclaims/inference/shared-model-cache":           otherStack,
+		"jobs/inference/minimax-m3-model-download":                      otherStack,
+		"dynamographdeployments/inference/minimax-m3-agg-gb200-agentic": kustomized,
+	}
+	r, err := runOn(t, cluster, "agg", nil)
+	require.Error(t, err)
+	assert.Empty(t, r.resources)
+	for key, text := range map[string]string{
+		"namespace.create":           `Namespace inference already exists and belongs to stack "disagg": set namespace.create=false`,
+		"huggingFace.existingSecret": "Secret inference/hf-token-secret already exists",
+		"modelCache.create":          "PersistentVolumeClaim inference/shared-model-cache already exists and belongs to stack \"disagg\": set modelCache.create=false to use it",
+		"modelDownload.enabled":      "Job inference/minimax-m3-model-download already exists and belongs to stack \"disagg\": set modelDownload.enabled=false",
+		"graphName":                  "DynamoGraphDeployment inference/minimax-m3-agg-gb200-agentic already exists and was not created by this stack",
+	} {
+		assert.Contains(t, err.Error(), "minimax-m3:"+key+": "+text, key)
+	}
+
+	_, err = runOn(t, cluster, "agg", map[string]string{"minimax-m3:adopt": "true"})
+	assert.NoError(t, err, "adopt takes them over")
+}
+
+func TestTheStacksOwnObjectsAreItsOwn(t *testing.T) {
+	own := map[string]string{"app.kubernetes.io/managed-by": "pulumi", "app.kubernetes.io/part-of": "minimax-m3", "app.kubernetes.io/instance": "agg"}
+	legacy := map[string]string{"app.kubernetes.io/managed-by": "pulumi", "app.kubernetes.io/part-of": "minimax-m3"}
+	_, err := runOn(t, fakeCluster{
+		"namespaces//inference":                               own,
+		"persistentvolumeclaims/inference/shared-model-cache": legacy,
+	}, "agg", nil)
+	assert.NoError(t, err)
+}
+
+// The second stack on a namespace uses the first one's namespace, claim and download.
+func TestASecondStackUsesTheFirstStacksCache(t *testing.T) {
+	first := map[string]string{"app.kubernetes.io/managed-by": "pulumi", "app.kubernetes.io/part-of": "minimax-m3", "app.kubernetes.io/instance": "agg"}
+	r, err := runOn(t, fakeCluster{
+		"namespaces//inference":                               first,
+		"secrets/inference/hf-token-secret":                   first,
+		"persistentvolumeclaims/inference/shared-model-cache": first,
+		"jobs/inference/minimax-m3-model-download":            first,
+	}, "disagg", map[string]string{
+		"minimax-m3:namespace":     `{"name": "inference", "create": false}`,
+		"minimax-m3:modelCache":    `{"create": false}`,
+		"minimax-m3:modelDownload": `{"enabled": false}`,
+		"minimax-m3:hfToken":       "",
+	})
+	require.NoError(t, err)
+	for _, typ := range []string{"kubernetes:core/v1:Namespace", "kubernetes:core/v1:Secret", "kubernetes:core/v1:PersistentVolumeClaim", "kubernetes:batch/v1:Job"} {
+		assert.Empty(t, r.byType(typ), "%s belongs to the first stack", typ)
+	}
+	assert.Equal(t, "shared-model-cache", graphSpec(t, r).Components[1].PodTemplate.Spec.Volumes[0].PersistentVolumeClaim.ClaimName)
+}
