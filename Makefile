@@ -6,6 +6,9 @@ SHELL := bash
 # Point it at your own Dynamo release's CRDs to test against them.
 MINIMAX_M3_CRDS ?= $(abspath ../shared/reference/crds)
 export MINIMAX_M3_CRDS
+# The upstream recipe the adoption test deploys with kubectl before moving it under Pulumi.
+MINIMAX_M3_RECIPE ?= $(abspath ../shared/reference/minimax-m3)
+export MINIMAX_M3_RECIPE
 export PULUMI_SKIP_UPDATE_CHECK := true
 
 GO_FILES = $(shell git ls-files '*.go')

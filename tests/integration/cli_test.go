@@ -53,6 +53,16 @@ func TestPlainCLIPreviewOfBothStacks(t *testing.T) {
 		}
 		assert.NotContains(t, out, testToken, "the preview diff shows no token")
 	}
+
+	// A key the program does not know, and a value of the wrong type, fail preview at their key.
+	pulumi("config", "set", "--stack", "agg", "minimax-m3:workers.replicas", "2")
+	pulumi("config", "set", "--stack", "agg", "--path", "minimax-m3:worker.vllm.maxNumSeqs", "lots")
+	cmd := exec.Command("pulumi", "preview", "--stack", "agg", "--cwd", dir, "--non-interactive")
+	cmd.Env = env
+	out, err := cmd.CombinedOutput()
+	require.Error(t, err, string(out))
+	assert.Contains(t, string(out), "minimax-m3:workers.replicas: unknown key")
+	assert.Contains(t, string(out), `minimax-m3:worker.vllm.maxNumSeqs: must be a whole number, got "lots"`)
 }
 
 // Render for GitOps review: every object as YAML with no cluster, then a server-side dry run of

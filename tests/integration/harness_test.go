@@ -62,6 +62,12 @@ func siteConfig(ns string) auto.ConfigMap {
 
 func newStack(t *testing.T, stackName, ns string, extra auto.ConfigMap) *testStack {
 	t.Helper()
+	return newStackOn(t, cluster.kubeconfig, stackName, ns, extra)
+}
+
+// newStackOn is newStack with a kubeconfig of the test's own.
+func newStackOn(t *testing.T, kubeconfig, stackName, ns string, extra auto.ConfigMap) *testStack {
+	t.Helper()
 	dir := t.TempDir()
 	require.NoError(t, automation.CopyProject(cluster.root, dir))
 	cfg := siteConfig(ns)
@@ -70,6 +76,7 @@ func newStack(t *testing.T, stackName, ns string, extra auto.ConfigMap) *testSta
 	}
 	ctx := context.Background()
 	env := pulumiEnv(t)
+	env["KUBECONFIG"] = kubeconfig
 	s, err := automation.NewStack(ctx, automation.Options{
 		ProjectDir: dir,
 		Stack:      stackName,
@@ -156,6 +163,17 @@ func (s *testStack) export() string {
 	return string(out)
 }
 
+// cli runs the real Pulumi CLI on the stack's project copy, as a user would.
+func (s *testStack) cli(args ...string) (string, error) {
+	cmd := exec.Command("pulumi", append(args, "--stack", s.name, "--cwd", s.dir, "--non-interactive")...)
+	cmd.Env = os.Environ()
+	for k, v := range s.env {
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
 func (s *testStack) set(ctx context.Context, key, value string) {
 	s.t.Helper()
 	require.NoError(s.t, s.stack.SetConfigWithOptions(ctx, key, auto.ConfigValue{Value: value}, &auto.ConfigOptions{Path: true}))
@@ -166,9 +184,21 @@ type controllers struct {
 	// jobOutcome: "complete" marks download Jobs complete, "fail" marks them failed with
 	// BackoffLimitExceeded; "" leaves them running.
 	jobOutcome string
-	// graphReady marks each DynamoGraphDeployment generation Ready, as the Dynamo operator does.
+	// graphReady marks each DynamoGraphDeployment generation Ready, as the Dynamo operator does:
+	// a Ready condition and status.observedGeneration, both at the graph's generation.
 	graphReady bool
+	// readyStyle changes what the played operator writes: readyStatusGenerationOnly writes the
+	// generation only in status.observedGeneration, readyNoGeneration writes none at all.
+	readyStyle readyStyle
 }
+
+type readyStyle int
+
+const (
+	readyLikeTheOperator readyStyle = iota
+	readyStatusGenerationOnly
+	readyNoGeneration
+)
 
 // playControllers plays the missing controllers in a namespace until stop is called. It always
 // plays the garbage collector, which releases foreground deletions.
@@ -184,7 +214,7 @@ func playControllers(t *testing.T, ns string, c controllers) (stop func()) {
 				playJobController(ctx, t, ns, c.jobOutcome)
 			}
 			if c.graphReady {
-				playDynamoOperator(ctx, t, ns)
+				playDynamoOperator(ctx, t, ns, c.readyStyle)
 			}
 			playGarbageCollector(ctx, t, ns)
 			select {
@@ -229,8 +259,9 @@ func playJobController(ctx context.Context, t *testing.T, ns, outcome string) {
 }
 
 // playDynamoOperator marks each graph Ready for its current generation, as the Dynamo operator
-// does once every component is ready.
-func playDynamoOperator(ctx context.Context, t *testing.T, ns string) {
+// does once every component is ready (internal/controller: readyCondition and
+// status.observedGeneration).
+func playDynamoOperator(ctx context.Context, t *testing.T, ns string, style readyStyle) {
 	var graphs unstructured.UnstructuredList
 	graphs.SetGroupVersionKind(graphGVK.GroupVersion().WithKind("DynamoGraphDeploymentList"))
 	if err := cluster.client.List(ctx, &graphs, client.InNamespace(ns)); err != nil {
@@ -238,17 +269,39 @@ func playDynamoOperator(ctx context.Context, t *testing.T, ns string) {
 	}
 	for i := range graphs.Items {
 		g := &graphs.Items[i]
-		if g.GetDeletionTimestamp() != nil || readyGeneration(g) >= g.GetGeneration() {
+		if g.GetDeletionTimestamp() != nil {
 			continue
 		}
-		patch := fmt.Sprintf(`{"status":{"state":"successful","conditions":[{"type":"Ready","status":"True","reason":"AllComponentsReady","message":"set by the test playing the Dynamo operator","lastTransitionTime":%q,"observedGeneration":%d}]}}`,
-			time.Now().UTC().Format(time.RFC3339), g.GetGeneration())
+		observed, _, _ := unstructured.NestedInt64(g.Object, "status", "observedGeneration")
+		var patch string
+		now := time.Now().UTC().Format(time.RFC3339)
+		switch style {
+		case readyLikeTheOperator:
+			if readyGeneration(g) >= g.GetGeneration() {
+				continue
+			}
+			patch = fmt.Sprintf(`{"status":{"state":"successful","observedGeneration":%d,"conditions":[{"type":"Ready","status":"True","reason":"AllComponentsReady","message":"set by the test playing the Dynamo operator","lastTransitionTime":%q,"observedGeneration":%d}]}}`,
+				g.GetGeneration(), now, g.GetGeneration())
+		case readyStatusGenerationOnly:
+			if readyGeneration(g) == 0 && observed >= g.GetGeneration() {
+				continue
+			}
+			patch = fmt.Sprintf(`{"status":{"state":"successful","observedGeneration":%d,"conditions":[{"type":"Ready","status":"True","reason":"AllComponentsReady","message":"set by the test playing the Dynamo operator","lastTransitionTime":%q}]}}`,
+				g.GetGeneration(), now)
+		case readyNoGeneration:
+			if readyGeneration(g) == 0 {
+				continue
+			}
+			patch = fmt.Sprintf(`{"status":{"state":"successful","conditions":[{"type":"Ready","status":"True","reason":"AllComponentsReady","message":"set by the test playing the Dynamo operator","lastTransitionTime":%q}]}}`, now)
+		}
 		if err := cluster.client.Status().Patch(ctx, g, client.RawPatch(types.MergePatchType, []byte(patch))); err != nil && ctx.Err() == nil {
 			t.Logf("playing the Dynamo operator: %v", err)
 		}
 	}
 }
 
+// readyGeneration is the observedGeneration of a graph's Ready=True condition: 0 when the
+// condition has none, -1 when the graph is not Ready.
 func readyGeneration(g *unstructured.Unstructured) int64 {
 	conds, _, _ := unstructured.NestedSlice(g.Object, "status", "conditions")
 	for _, c := range conds {

@@ -1,0 +1,217 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"reflect"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/pulumi/pulumi/sdk/v3/go/auto"
+	"github.com/pulumi/pulumi/sdk/v3/go/auto/optpreview"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"gopkg.in/yaml.v3"
+
+	"minimax-m3/config"
+)
+
+// leafSettings lists every typed field of a profile's config that holds a value, as the path and
+// value a user would give `pulumi config set --path`: the recipe's defaults, so that setting all of
+// them changes nothing.
+func leafSettings(profile config.Profile, skip ...string) []string {
+	c := config.Defaults(profile)
+	var unused []string
+	if profile == config.Aggregated {
+		unused = []string{"prefillWorker", "decodeWorker"}
+	} else {
+		unused = []string{"worker"}
+	}
+	var out []string
+	var walk func(path string, v reflect.Value)
+	walk = func(path string, v reflect.Value) {
+		switch v.Kind() {
+		case reflect.Pointer, reflect.Interface:
+			if !v.IsNil() {
+				walk(path, v.Elem())
+			}
+		case reflect.Struct:
+			t := v.Type()
+			for i := range t.NumField() {
+				name, _, _ := strings.Cut(t.Field(i).Tag.Get("json"), ",")
+				if name == "" || name == "-" {
+					continue
+				}
+				walk(pathJoin(path, name), v.Field(i))
+			}
+		case reflect.Map:
+			for _, k := range v.MapKeys() {
+				walk(pathJoin(path, k.String()), v.MapIndex(k))
+			}
+		case reflect.Slice:
+			for i := range v.Len() {
+				walk(fmt.Sprintf("%s[%d]", path, i), v.Index(i))
+			}
+		case reflect.String:
+			if v.String() != "" {
+				out = append(out, path+"="+v.String())
+			}
+		case reflect.Int, reflect.Int64:
+			out = append(out, path+"="+strconv.FormatInt(v.Int(), 10))
+		case reflect.Float64:
+			out = append(out, path+"="+strconv.FormatFloat(v.Float(), 'f', -1, 64))
+		case reflect.Bool:
+			out = append(out, path+"="+strconv.FormatBool(v.Bool()))
+		}
+	}
+	walk("", reflect.ValueOf(c))
+	var kept []string
+	for _, s := range out {
+		key, _, _ := strings.Cut(s, "=")
+		top := regexp.MustCompile(`^[a-zA-Z]+`).FindString(key)
+		if slices.Contains(unused, top) || slices.ContainsFunc(skip, func(p string) bool { return strings.HasPrefix(key, p) }) {
+			continue
+		}
+		kept = append(kept, "minimax-m3:"+s)
+	}
+	slices.Sort(kept) // list items in index order
+	return kept
+}
+
+var plainSegment = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+
+// pathJoin appends a property to a Pulumi config path, quoting keys such as
+// nvidia.com/vllm-distributed-executor-backend.
+func pathJoin(path, key string) string {
+	if !plainSegment.MatchString(key) {
+		return path + `["` + key + `"]`
+	}
+	if path == "" {
+		return key
+	}
+	return path + "." + key
+}
+
+// Every typed field, set through the real CLI with `pulumi config set-all --path` (which stores
+// digit-only values as numbers, true/false as booleans and the rest, decimals included, as
+// strings), then rewritten by hand with every value a string, then a few with `--type`: each time
+// the program reads back exactly the recipe's values, so a preview shows no change.
+func TestEveryTypedFieldSetThroughTheCLIReadsBackTheSame(t *testing.T) {
+	for _, stack := range []string{"agg", "disagg"} {
+		t.Run(stack, func(t *testing.T) {
+			ctx := context.Background()
+			ns := "cli-config-" + stack
+			s := newStack(t, stack, ns, nil)
+			stop := playControllers(t, ns, controllers{jobOutcome: "complete", graphReady: true})
+			defer stop()
+			_, _, err := s.up(ctx)
+			require.NoError(t, err, s.log.String())
+
+			// Keys the test stack sets to its own values stay as they are.
+			settings := leafSettings(config.Profile(stack), "namespace.name", "modelDownload.timeout", "readiness.timeout")
+			require.Greater(t, len(settings), 100)
+			args := []string{"config", "set-all", "--path"}
+			for _, kv := range settings {
+				args = append(args, "--plaintext", kv)
+			}
+			out, err := s.cli(args...)
+			require.NoError(t, err, out)
+			stackFile := filepath.Join(s.dir, "Pulumi."+stack+".yaml")
+			b, err := os.ReadFile(stackFile)
+			require.NoError(t, err)
+			assert.Contains(t, string(b), "gpuMemoryUtilization: \"0.", "a decimal is stored as a string")
+			assert.Regexp(t, `maxNumSeqs: \d+\n`, string(b), "a whole number is stored as a number")
+			_, err = s.preview(ctx, optpreview.ExpectNoChanges())
+			require.NoError(t, err, "every field set by path reads back as the recipe's value\n%s", s.log.String())
+
+			// A hand-edited stack file with every value a string.
+			var file yaml.Node
+			require.NoError(t, yaml.Unmarshal(b, &file))
+			stringify(&file)
+			edited, err := yaml.Marshal(&file)
+			require.NoError(t, err)
+			require.NoError(t, os.WriteFile(stackFile, edited, 0o644))
+			_, err = s.preview(ctx, optpreview.ExpectNoChanges())
+			require.NoError(t, err, "every field written as a string reads back the same\n%s", s.log.String())
+
+			// `--type` as the user picks it.
+			role := "worker"
+			if stack == "disagg" {
+				role = "decodeWorker"
+			}
+			for _, typed := range [][]string{
+				{"float", "minimax-m3:" + role + ".vllm.gpuMemoryUtilization", "0.9"},
+				{"int", "minimax-m3:" + role + ".vllm.maxNumSeqs", "256"},
+				{"bool", "minimax-m3:" + role + ".vllm.enablePrefixCaching", "true"},
+				{"string", "minimax-m3:" + role + ".replicas", "3"},
+				{"float", "minimax-m3:speculativeDecoding.numSpeculativeTokens", "3"},
+				{"int", "minimax-m3:gpusPerNode", "4"},
+			} {
+				out, err := s.cli("config", "set", "--path", "--type", typed[0], typed[1], typed[2])
+				require.NoError(t, err, out)
+			}
+			_, err = s.preview(ctx, optpreview.ExpectNoChanges())
+			require.NoError(t, err, "typed values read back the same\n%s", s.log.String())
+
+			// The README's examples land where they say.
+			for _, kv := range [][]string{
+				{"minimax-m3:" + role + ".vllm.gpuMemoryUtilization", "0.85"},
+				{"minimax-m3:" + role + ".network.rdmaResource", "rdma.example.com/device"},
+				{"minimax-m3:" + role + ".network.rdmaCount", "4"},
+			} {
+				out, err := s.cli("config", "set", "--path", kv[0], kv[1])
+				require.NoError(t, err, out)
+			}
+			_, ops, err := s.up(ctx)
+			require.NoError(t, err, s.log.String())
+			assert.Equal(t, map[string]string{"kubernetes:nvidia.com/v1beta1:DynamoGraphDeployment graph": "update"}, opsOf(ops))
+			spec := liveGraphSpec(t, ns, "minimax-m3-"+stack+"-gb200-agentic")
+			w := spec.Components[len(spec.Components)-1] // the role set above is the last one
+			assert.Contains(t, w.PodTemplate.Spec.Containers[0].Args, "0.85")
+			rdma := w.PodTemplate.Spec.Containers[0].Resources.Limits["rdma.example.com/device"]
+			assert.Equal(t, "4", rdma.String())
+		})
+	}
+}
+
+// stringify turns every scalar under the stack file's config into a quoted string.
+func stringify(n *yaml.Node) {
+	if n.Kind == yaml.ScalarNode && (n.Tag == "!!int" || n.Tag == "!!float" || n.Tag == "!!bool") {
+		n.Tag = "!!str"
+		n.Style = yaml.DoubleQuotedStyle
+	}
+	for _, c := range n.Content {
+		stringify(c)
+	}
+}
+
+// A key the program does not know, or a value of the wrong type, fails preview naming that key,
+// before anything reaches the cluster.
+func TestUnknownKeysAndBadValuesFailPreviewAtTheirOwnKey(t *testing.T) {
+	ctx := context.Background()
+	ns := "unknown-keys"
+	s := newStack(t, "agg", ns, nil)
+
+	// `pulumi config set` without --path: a key with a dot in it, which the program does not know.
+	require.NoError(t, s.stack.SetConfig(ctx, "minimax-m3:workers.replicas", auto.ConfigValue{Value: "2"}))
+	_, err := s.preview(ctx)
+	require.Error(t, err)
+	assert.Contains(t, err.Error()+s.log.String(), "minimax-m3:workers.replicas: unknown key")
+	require.NoError(t, s.stack.RemoveConfig(ctx, "minimax-m3:workers.replicas"))
+
+	s.set(ctx, "minimax-m3:worker.vllm.gpuMemoryUtilization", "most")
+	s.set(ctx, "minimax-m3:worker.vllm.maxNumSeq", "12")
+	_, err = s.preview(ctx)
+	require.Error(t, err)
+	msg := err.Error() + s.log.String()
+	assert.Contains(t, msg, `minimax-m3:worker.vllm.gpuMemoryUtilization: must be a number, got "most"`)
+	assert.Contains(t, msg, "minimax-m3:worker.vllm.maxNumSeq: unknown field")
+	assert.NotContains(t, msg, "cannot read", "no error on the top-level key")
+	_, exists := get(t, namespaceGVK, "", ns)
+	assert.False(t, exists, "nothing reached the API server")
+}

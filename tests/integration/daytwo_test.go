@@ -1,0 +1,276 @@
+package integration
+
+import (
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pulumi/pulumi/sdk/v3/go/auto"
+	"github.com/pulumi/pulumi/sdk/v3/go/auto/optpreview"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"minimax-m3/components"
+)
+
+const aggGraph = "minimax-m3-agg-gb200-agentic"
+
+// upReady runs `up` while the test plays the Job controller and the Dynamo operator.
+func upReady(t *testing.T, s *testStack, c controllers) []operation {
+	t.Helper()
+	c.jobOutcome, c.graphReady = "complete", true
+	stop := playControllers(t, s.ns, c)
+	defer stop()
+	_, ops, err := s.up(context.Background())
+	require.NoError(t, err, s.log.String())
+	return ops
+}
+
+func TestADraftRevisionChangeRollsTheWorkers(t *testing.T) {
+	ctx := context.Background()
+	s := newStack(t, "agg", "draft-change", nil)
+	upReady(t, s, controllers{})
+	before, _ := get(t, graphGVK, s.ns, aggGraph)
+
+	s.set(ctx, "minimax-m3:model.draft.revision", "0123456789abcdef0123456789abcdef01234567")
+	ops, err := s.preview(ctx)
+	require.NoError(t, err, s.log.String())
+	want := map[string]string{
+		"kubernetes:core/v1:ConfigMap speculative-config":           "update",
+		"kubernetes:nvidia.com/v1beta1:DynamoGraphDeployment graph": "update",
+	}
+	assert.Equal(t, want, opsOf(ops), "the workers' pod template changes with the config they read")
+
+	assert.Equal(t, want, opsOf(upReady(t, s, controllers{})))
+	after, _ := get(t, graphGVK, s.ns, aggGraph)
+	assert.Greater(t, after.GetGeneration(), before.GetGeneration(), "a new generation: the operator rolls the workers")
+	w := liveGraphSpec(t, s.ns, aggGraph).Components[1]
+	assert.Len(t, w.PodTemplate.Annotations[components.SpeculativeConfigChecksum], 64)
+}
+
+// One stack owns the namespace, the cache, the token Secret and the download; a second stack in the
+// namespace uses them, cannot delete them, and is told which keys to set when it tries to create
+// them.
+func TestTwoStacksShareANamespaceAndOneCache(t *testing.T) {
+	ctx := context.Background()
+	ns := "shared"
+	owner := newStack(t, "agg", ns, nil)
+	upReady(t, owner, controllers{})
+
+	user := newStack(t, "disagg", ns, nil)
+	_, err := user.preview(ctx)
+	require.Error(t, err, "the second stack may not take over the first one's objects")
+	msg := err.Error() + user.log.String()
+	for _, want := range []string{
+		`minimax-m3:namespace.create: Namespace shared already exists and belongs to stack "agg"`,
+		`minimax-m3:huggingFace.existingSecret: Secret shared/hf-token-secret already exists and belongs to stack "agg"`,
+		`minimax-m3:modelCache.create: PersistentVolumeClaim shared/shared-model-cache already exists and belongs to stack "agg"`,
+		`minimax-m3:modelDownload.enabled: Job shared/minimax-m3-model-download already exists and belongs to stack "agg"`,
+	} {
+		assert.Contains(t, msg, want)
+	}
+
+	// The README's second-stack settings.
+	for k, v := range map[string]string{"minimax-m3:namespace.create": "false", "minimax-m3:modelCache.create": "false", "minimax-m3:modelDownload.enabled": "false"} {
+		user.set(ctx, k, v)
+	}
+	require.NoError(t, user.stack.RemoveConfig(ctx, "minimax-m3:hfToken"))
+	ops := upReady(t, user, controllers{})
+	for k := range opsOf(ops) {
+		assert.NotRegexp(t, "Namespace|Secret|PersistentVolumeClaim|Job", k, "the second stack creates none of the owner's objects")
+	}
+
+	// kubectl get -l app.kubernetes.io/instance=<stack> tells the stacks apart.
+	for stack, graph := range map[string]string{"agg": aggGraph, "disagg": "minimax-m3-disagg-gb200-agentic"} {
+		var graphs unstructured.UnstructuredList
+		graphs.SetGroupVersionKind(graphGVK.GroupVersion().WithKind("DynamoGraphDeploymentList"))
+		require.NoError(t, cluster.client.List(ctx, &graphs, client.InNamespace(ns), client.MatchingLabels{"app.kubernetes.io/instance": stack}))
+		require.Len(t, graphs.Items, 1)
+		assert.Equal(t, graph, graphs.Items[0].GetName())
+	}
+
+	stop := playControllers(t, ns, controllers{})
+	_, err = user.stack.Destroy(ctx)
+	stop()
+	require.NoError(t, err, user.log.String())
+	_, exists := get(t, graphGVK, ns, "minimax-m3-disagg-gb200-agentic")
+	assert.False(t, exists)
+	for _, o := range []struct {
+		gvk  schema.GroupVersionKind
+		name string
+	}{{secretGVK, "hf-token-secret"}, {pvcGVK, "shared-model-cache"}, {jobGVK, "minimax-m3-model-download"}, {graphGVK, aggGraph}} {
+		_, kept := get(t, o.gvk, ns, o.name)
+		assert.True(t, kept, "destroying the second stack keeps the owner's %s %s", o.gvk.Kind, o.name)
+	}
+	g, _ := get(t, graphGVK, ns, aggGraph)
+	assert.GreaterOrEqual(t, readyGeneration(g), g.GetGeneration(), "the owner's graph is still Ready")
+	_, err = owner.preview(ctx, optpreview.ExpectNoChanges())
+	require.NoError(t, err, "the owner's stack is intact")
+}
+
+// Renaming the graph replaces what its name names (the graph, its ConfigMap and ComputeDomain) and
+// nothing else: the cache, its download, the Secret and the namespace are untouched.
+func TestRenamingTheGraphMovesOnlyWhatItNames(t *testing.T) {
+	ctx := context.Background()
+	s := newStack(t, "agg", "rename", nil)
+	upReady(t, s, controllers{})
+	pvc, _ := get(t, pvcGVK, s.ns, "shared-model-cache")
+
+	s.set(ctx, "minimax-m3:graphName", "mm3-renamed")
+	ops, err := s.preview(ctx)
+	require.NoError(t, err, s.log.String())
+	changed := opsOf(ops)
+	for _, k := range []string{"kubernetes:nvidia.com/v1beta1:DynamoGraphDeployment graph", "kubernetes:core/v1:ConfigMap speculative-config", "kubernetes:resource.nvidia.com/v1beta1:ComputeDomain compute-domain"} {
+		assert.Contains(t, changed[k], "replace", k)
+	}
+	for k := range changed {
+		assert.NotRegexp(t, "Namespace|Secret|PersistentVolumeClaim|Job", k, "only what the graph name names changes")
+	}
+	upReady(t, s, controllers{})
+	_, exists := get(t, graphGVK, s.ns, aggGraph)
+	assert.False(t, exists, "the old graph is gone")
+	_, exists = get(t, graphGVK, s.ns, "mm3-renamed")
+	assert.True(t, exists)
+	after, _ := get(t, pvcGVK, s.ns, "shared-model-cache")
+	assert.Equal(t, pvc.GetUID(), after.GetUID(), "the same cache claim")
+}
+
+// A second kubeconfig context for the same cluster (its own cluster entry, the same server): with
+// the stack's fixed cluster identifier, switching to it replaces nothing. Changing the identifier
+// is how a stack moves to another cluster, and that replaces everything.
+func TestSwitchingToAnotherContextOfTheSameClusterReplacesNothing(t *testing.T) {
+	ctx := context.Background()
+	kc, err := clientcmd.LoadFromFile(cluster.kubeconfig)
+	require.NoError(t, err)
+	current := kc.Contexts[kc.CurrentContext]
+	kc.Clusters["same-cluster-other-entry"] = kc.Clusters[current.Cluster].DeepCopy()
+	second := current.DeepCopy()
+	second.Cluster = "same-cluster-other-entry"
+	kc.Contexts["second"] = second
+	path := filepath.Join(t.TempDir(), "kubeconfig")
+	require.NoError(t, clientcmd.WriteToFile(*kc, path))
+
+	s := newStackOn(t, path, "agg", "context-switch", nil)
+	upReady(t, s, controllers{})
+
+	s.set(ctx, "minimax-m3:kubernetes.context", "second")
+	ops, err := s.preview(ctx)
+	require.NoError(t, err, s.log.String())
+	assert.Empty(t, ops, "no resource is replaced or changed")
+	upReady(t, s, controllers{})
+	_, err = s.preview(ctx, optpreview.ExpectNoChanges())
+	require.NoError(t, err)
+
+	s.set(ctx, "minimax-m3:kubernetes.clusterIdentifier", "another-cluster")
+	ops, err = s.preview(ctx)
+	require.NoError(t, err, s.log.String())
+	assert.Contains(t, opsOf(ops)["kubernetes:nvidia.com/v1beta1:DynamoGraphDeployment graph"], "replace", "a new cluster identifier replaces the stack's objects")
+}
+
+// A team running the recipe through kustomize moves it under Pulumi: the adopted graph's spec is
+// unchanged, so the operator sees no new generation and no worker restarts.
+func TestAdoptingAKustomizeDeploymentRestartsNothing(t *testing.T) {
+	ctx := context.Background()
+	ns := "kustomized"
+	require.NoError(t, cluster.client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
+	kubectl := func(stdin string, args ...string) {
+		cmd := exec.Command("kubectl", append([]string{"--kubeconfig", cluster.kubeconfig, "-n", ns}, args...)...)
+		cmd.Stdin = strings.NewReader(stdin)
+		out, err := cmd.CombinedOutput()
+		require.NoError(t, err, string(out))
+	}
+	// The recipe's steps: the token Secret, the cache claim (storage class filled in), the graph.
+	kubectl("", "create", "secret", "generic", "hf-token-secret", "--from-literal=HF_TOKEN=hf_brought_by_the_user")
+	cache, err := os.ReadFile(filepath.Join(recipeDir(t), "model-cache", "model-cache.yaml"))
+	require.NoError(t, err)
+	kubectl(strings.ReplaceAll(string(cache), "your-storage-class-name", "rwx-fast"), "apply", "-f", "-")
+	kubectl("", "apply", "-f", filepath.Join(recipeDir(t), "vllm", "agg-gb200-agentic", "deploy.yaml"))
+	// The test plays the Dynamo operator for the kustomize deployment: it is Ready.
+	stop := playControllers(t, ns, controllers{graphReady: true})
+	require.Eventually(t, func() bool { g, _ := get(t, graphGVK, ns, aggGraph); return readyGeneration(g) >= 1 }, time.Minute, 200*time.Millisecond)
+	stop()
+	live, _ := get(t, graphGVK, ns, aggGraph)
+	generation, uid := live.GetGeneration(), live.GetUID()
+
+	site := auto.ConfigMap{
+		"minimax-m3:namespace.create":           {Value: "false"},
+		"minimax-m3:huggingFace.existingSecret": {Value: "true"},
+		"minimax-m3:modelDownload.enabled":      {Value: "false"},
+		"minimax-m3:modelCache.storageClass":    {Value: "rwx-fast"},
+	}
+	s := newStack(t, "agg", ns, site)
+	require.NoError(t, s.stack.RemoveConfig(ctx, "minimax-m3:hfToken"))
+
+	// Without adopt, the program refuses to take the recipe's objects over.
+	_, err = s.preview(ctx)
+	require.Error(t, err)
+	assert.Contains(t, err.Error()+s.log.String(), "minimax-m3:graphName: DynamoGraphDeployment kustomized/"+aggGraph+" already exists and was not created by this stack")
+
+	s.set(ctx, "minimax-m3:adopt", "true")
+	upReady(t, s, controllers{})
+	live, _ = get(t, graphGVK, ns, aggGraph)
+	assert.Equal(t, uid, live.GetUID(), "the same graph")
+	assert.Equal(t, generation, live.GetGeneration(), "the adopted spec is the recipe's: no new generation, no restart")
+	assert.Equal(t, "agg", live.GetLabels()["app.kubernetes.io/instance"], "now labelled as the stack's")
+	_, err = s.preview(ctx, optpreview.ExpectNoChanges())
+	require.NoError(t, err, "after adoption, preview shows no diff")
+	secret, _ := get(t, secretGVK, ns, "hf-token-secret")
+	assert.Empty(t, secret.GetLabels(), "the user's Secret is used, not adopted")
+}
+
+// The provider waits for a Ready condition whose generation has caught up with the one `up` wrote:
+// the condition's observedGeneration, else status.observedGeneration. The Dynamo operator writes
+// both. With neither, the provider has nothing to compare, and `up` takes an old Ready as done.
+func TestUpWaitsForTheOperatorToObserveTheNewGeneration(t *testing.T) {
+	ctx := context.Background()
+	s := newStack(t, "agg", "observed-generation", nil)
+	// The test plays an operator that writes the generation only in status.observedGeneration.
+	upReady(t, s, controllers{readyStyle: readyStatusGenerationOnly})
+
+	s.set(ctx, "minimax-m3:worker.vllm.maxNumSeqs", "128")
+	done := make(chan error, 1)
+	go func() { _, _, err := s.up(ctx); done <- err }()
+	require.Eventually(t, func() bool { g, _ := get(t, graphGVK, s.ns, aggGraph); return g.GetGeneration() == 2 }, time.Minute, 200*time.Millisecond)
+	time.Sleep(3 * time.Second)
+	select {
+	case err := <-done:
+		t.Fatalf("up returned on the old generation's Ready: %v", err)
+	default:
+	}
+	stop := playControllers(t, s.ns, controllers{graphReady: true, readyStyle: readyStatusGenerationOnly})
+	select {
+	case err := <-done:
+		require.NoError(t, err, s.log.String())
+	case <-time.After(2 * time.Minute):
+		t.Fatal("up did not return once the operator observed the new generation")
+	}
+	stop()
+
+	// Neither generation written: the old Ready is taken at once (documented in the README).
+	g, _ := get(t, graphGVK, s.ns, aggGraph)
+	require.NoError(t, cluster.client.Status().Patch(ctx, g, client.RawPatch(types.MergePatchType, []byte(`{"status":{"observedGeneration":null}}`))))
+	s.set(ctx, "minimax-m3:worker.vllm.maxNumSeqs", "64")
+	_, _, err := s.up(ctx)
+	require.NoError(t, err, "up took the old Ready without waiting for its timeout\n%s", s.log.String())
+	g, _ = get(t, graphGVK, s.ns, aggGraph)
+	assert.Equal(t, int64(3), g.GetGeneration())
+	_, observed, _ := unstructured.NestedInt64(g.Object, "status", "observedGeneration")
+	assert.False(t, observed, "no one observed generation 3")
+}
+
+func recipeDir(t *testing.T) string {
+	dir := os.Getenv("MINIMAX_M3_RECIPE")
+	require.NotEmpty(t, dir, "MINIMAX_M3_RECIPE names the upstream recipe's folder (make sets it)")
+	return dir
+}
