@@ -66,6 +66,12 @@ func Deploy(ctx *pulumi.Context, o Options) (pulumi.Map, error) {
 	providerArgs := &kubernetes.ProviderArgs{
 		Context:           optionalString(c.Kubernetes.Context),
 		ClusterIdentifier: pulumi.String(c.Kubernetes.ClusterIdentifier),
+		// Update the speculative ConfigMap and the token Secret in place: replacing them (the
+		// provider's default) deletes the object before creating it again under the same name, and
+		// a worker starting in between fails on the missing key. Workers roll on a config change
+		// through their checksum annotation instead.
+		EnableConfigMapMutable: pulumi.Bool(true),
+		EnableSecretMutable:    pulumi.Bool(true),
 	}
 	if dir := o.RenderDirectory; dir != "" {
 		msg := "rendering manifests to " + dir + " instead of applying them"

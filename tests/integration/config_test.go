@@ -50,8 +50,13 @@ func leafSettings(profile config.Profile, skip ...string) []string {
 				walk(pathJoin(path, name), v.Field(i))
 			}
 		case reflect.Map:
+			keys := make([]string, 0, v.Len())
 			for _, k := range v.MapKeys() {
-				walk(pathJoin(path, k.String()), v.MapIndex(k))
+				keys = append(keys, k.String())
+			}
+			slices.Sort(keys)
+			for _, k := range keys {
+				walk(pathJoin(path, k), v.MapIndex(reflect.ValueOf(k)))
 			}
 		case reflect.Slice:
 			for i := range v.Len() {
@@ -79,8 +84,7 @@ func leafSettings(profile config.Profile, skip ...string) []string {
 		}
 		kept = append(kept, "minimax-m3:"+s)
 	}
-	slices.Sort(kept) // list items in index order
-	return kept
+	return kept // in walk order: list items by index
 }
 
 var plainSegment = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
