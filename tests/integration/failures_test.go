@@ -37,7 +37,7 @@ func TestGraphThatNeverBecomesReadyFailsUpWithATimeout(t *testing.T) {
 	defer stop()
 	_, _, err := s.up(ctx)
 	require.Error(t, err)
-	assert.Contains(t, err.Error(), "minimax-m3-disagg-gb200-agentic")
+	assert.Contains(t, err.Error(), "kubernetes:nvidia.com/v1beta1:DynamoGraphDeployment::graph", "the error names the graph resource")
 	assert.Contains(t, err.Error(), "timed out")
 }
 
