@@ -73,12 +73,10 @@ func plannedObjects(c *config.Config) []plannedObject {
 // checkOwnership stops the program before any resource is registered when an object it would
 // create already exists and is not this stack's: server-side apply would otherwise take it over
 // silently, and a later destroy would delete what another stack or a person relies on. With
-// `adopt` the stack takes such objects over. Where the cluster cannot be read (no kubeconfig, or
+// `adopt` the stack takes such objects over. It also stops a first `up` with restart.id set, which
+// the CRD would reject once the rest of the stack exists. Where the cluster cannot be read (no kubeconfig, or
 // it is unreachable) the check is skipped with a warning; `up` then fails at the provider.
 func checkOwnership(ctx *pulumi.Context, o Options, c *config.Config) error {
-	if c.Adopt {
-		return nil
-	}
 	reader := o.Cluster
 	if reader == nil {
 		r, err := NewClusterReader(o.Kubeconfig, c.Kubernetes.Context)
@@ -95,7 +93,11 @@ func checkOwnership(ctx *pulumi.Context, o Options, c *config.Config) error {
 			_ = ctx.Log.Warn(fmt.Sprintf("not checking for existing objects the stack would take over: reading %s: %v", o, err), nil)
 			return nil
 		}
-		if !found || ownedBy(labels, ctx.Stack()) {
+		if o.kind == "DynamoGraphDeployment" && !found && c.Restart.ID != "" {
+			// The CRD rejects spec.restart on create; say so before anything is created.
+			ps.Add("restart.id", "%s does not exist yet, and a graph cannot be created with spec.restart: remove restart.id for the first up, set it afterwards to restart the graph", o)
+		}
+		if !found || c.Adopt || ownedBy(labels, ctx.Stack()) {
 			continue
 		}
 		owner := "was not created by this stack"

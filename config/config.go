@@ -190,6 +190,9 @@ func (r RestartConfig) validate(v validator, key string, c *Config) {
 	if r.Strategy != "" {
 		v.oneOf(key+".strategy", r.Strategy, "Sequential", "Parallel")
 	}
+	if r.Strategy == "Parallel" && len(r.Order) > 0 {
+		v.add(key+".order", "cannot be set with strategy Parallel: every component restarts at once")
+	}
 	names := []string{"Frontend"}
 	for _, w := range c.Workers() {
 		names = append(names, w.Name)

@@ -113,6 +113,7 @@ func TestValidationNamesTheKeyToFix(t *testing.T) {
 		{"probe path", with(valid("agg"), "worker", `{"probes": {"startup": {"path": "live"}}}`), "minimax-m3:worker.probes.startup.path", "must start with /"},
 		{"restart strategy", with(valid("agg"), "restart", `{"id": "1", "strategy": "Rolling"}`), "minimax-m3:restart.strategy", "not one of Sequential, Parallel"},
 		{"restart order names a component", with(valid("disagg"), "restart", `{"id": "1", "order": ["Worker"]}`), "minimax-m3:restart.order[0]", "not one of Frontend, PrefillWorker, DecodeWorker"},
+		{"restart order with parallel strategy", with(valid("agg"), "restart", `{"id": "1", "strategy": "Parallel", "order": ["Worker"]}`), "minimax-m3:restart.order", "cannot be set with strategy Parallel"},
 		{"restart strategy without id", with(valid("agg"), "restart", `{"strategy": "Parallel"}`), "minimax-m3:restart.id", "is required"},
 		{"flashinfer workspace outside the cache", with(valid("disagg"), "decodeWorker", `{"flashinferWorkspace": "../tmp"}`), "minimax-m3:decodeWorker.flashinferWorkspace", "below modelCache.mountPath"},
 		{"http port is gone", with(valid("agg"), "frontend", `{"httpPort": 9000}`), "minimax-m3:frontend.httpPort", "unknown field"},

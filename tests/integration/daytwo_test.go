@@ -276,3 +276,22 @@ func recipeDir(t *testing.T) string {
 	require.NotEmpty(t, dir, "MINIMAX_M3_RECIPE names the upstream recipe's folder (make sets it)")
 	return dir
 }
+
+// spec.restart: refused on a graph that does not exist yet (the CRD forbids it on create), an
+// update of the graph alone once it does.
+func TestRestartIDRestartsAnExistingGraphOnly(t *testing.T) {
+	ctx := context.Background()
+	s := newStack(t, "agg", "restart", auto.ConfigMap{"minimax-m3:restart.id": {Value: "first"}})
+	_, err := s.preview(ctx)
+	require.Error(t, err)
+	assert.Contains(t, err.Error()+s.log.String(), "minimax-m3:restart.id: DynamoGraphDeployment restart/"+aggGraph+" does not exist yet")
+
+	require.NoError(t, s.stack.RemoveConfig(ctx, "minimax-m3:restart"))
+	upReady(t, s, controllers{})
+	s.set(ctx, "minimax-m3:restart.id", "2026-12-02T18:00")
+	ops := upReady(t, s, controllers{})
+	assert.Equal(t, map[string]string{"kubernetes:nvidia.com/v1beta1:DynamoGraphDeployment graph": "update"}, opsOf(ops))
+	g, _ := get(t, graphGVK, s.ns, aggGraph)
+	id, _, _ := unstructured.NestedString(g.Object, "spec", "restart", "id")
+	assert.Equal(t, "2026-12-02T18:00", id, "the CRD accepts spec.restart on an update")
+}

@@ -134,7 +134,14 @@ func TestScalingAdapterHandsReplicasOver(t *testing.T) {
 }
 
 func TestRestartIsOmittedUntilAnIDIsSet(t *testing.T) {
-	r := mustRun(t, "disagg", map[string]string{"minimax-m3:restart": `{"id": "2026-12-02", "order": ["DecodeWorker", "PrefillWorker", "Frontend"]}`})
+	restart := map[string]string{"minimax-m3:restart": `{"id": "2026-12-02", "order": ["DecodeWorker", "PrefillWorker", "Frontend"]}`}
+	_, err := run(t, "disagg", restart)
+	require.Error(t, err, "the CRD rejects spec.restart on create")
+	assert.Contains(t, err.Error(), "minimax-m3:restart.id: DynamoGraphDeployment inference/minimax-m3-disagg-gb200-agentic does not exist yet")
+
+	own := map[string]string{"app.kubernetes.io/managed-by": "pulumi", "app.kubernetes.io/part-of": "minimax-m3", "app.kubernetes.io/instance": "disagg"}
+	r, err := runOn(t, fakeCluster{"dynamographdeployments/inference/minimax-m3-disagg-gb200-agentic": own}, "disagg", restart)
+	require.NoError(t, err)
 	assert.Equal(t, &components.GraphRestart{ID: "2026-12-02", Strategy: &components.GraphRestartStrategy{Order: []string{"DecodeWorker", "PrefillWorker", "Frontend"}}}, graphSpec(t, r).Restart)
 }
 
