@@ -73,7 +73,7 @@ func plannedObjects(c *config.Config) []plannedObject {
 // checkOwnership stops the program before any resource is registered when an object it would
 // create already exists and is not this stack's: server-side apply would otherwise take it over
 // silently, and a later destroy would delete what another stack or a person relies on. With
-// `adopt` the stack takes such objects over. It also stops a first `up` with restart.id set, which
+// `adopt` the stack takes over objects no stack manages; another stack's objects it never takes. It also stops a first `up` with restart.id set, which
 // the CRD would reject once the rest of the stack exists. Where the cluster cannot be read (no kubeconfig, or
 // it is unreachable) the check is skipped with a warning; `up` then fails at the provider.
 func checkOwnership(ctx *pulumi.Context, o Options, c *config.Config) error {
@@ -97,15 +97,20 @@ func checkOwnership(ctx *pulumi.Context, o Options, c *config.Config) error {
 			// The CRD rejects spec.restart on create; say so before anything is created.
 			ps.Add("restart.id", "%s does not exist yet, and a graph cannot be created with spec.restart: remove restart.id for the first up, set it afterwards to restart the graph", o)
 		}
-		if !found || c.Adopt || ownedBy(labels, ctx.Stack()) {
+		if !found || ownedBy(labels, ctx.Stack()) {
 			continue
 		}
-		owner := "was not created by this stack"
+		// Another stack's object is never taken over, adopt or not: two stacks would manage it,
+		// and either one's destroy would delete it under the other.
 		if other := labels[instanceLabel]; other != "" && labels[managedByLabel] == managedBy {
-			owner = fmt.Sprintf("belongs to stack %q", other)
+			ps.Add(o.key, "%s already exists and belongs to stack %q: %s", o, other, o.useInstead)
+			continue
 		}
-		ps.Add(o.key, "%s already exists and %s: %s; or set adopt=true to take it over (only for objects no other stack manages, such as a kustomize deployment of the recipe)",
-			o, owner, o.useInstead)
+		if c.Adopt {
+			continue
+		}
+		ps.Add(o.key, "%s already exists and was not created by this stack: %s; or set adopt=true to take it over (a kustomize deployment of the recipe, for one)",
+			o, o.useInstead)
 	}
 	if len(ps) > 0 {
 		return ps

@@ -205,7 +205,12 @@ func TestExistingObjectsOfOthersAreNeverTakenOverSilently(t *testing.T) {
 	}
 
 	_, err = runOn(t, cluster, "agg", map[string]string{"minimax-m3:adopt": "true"})
-	assert.NoError(t, err, "adopt takes them over")
+	require.Error(t, err, "adopt never takes another stack's objects")
+	assert.Contains(t, err.Error(), `minimax-m3:modelCache.create: PersistentVolumeClaim inference/shared-model-cache already exists and belongs to stack "disagg"`)
+	assert.NotContains(t, err.Error(), "DynamoGraphDeployment", "adopt takes over the kustomize graph")
+
+	_, err = runOn(t, fakeCluster{"dynamographdeployments/inference/minimax-m3-agg-gb200-agentic": kustomized}, "agg", map[string]string{"minimax-m3:adopt": "true"})
+	assert.NoError(t, err, "adopt takes over objects no stack manages")
 }
 
 func TestTheStacksOwnObjectsAreItsOwn(t *testing.T) {
