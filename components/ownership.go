@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strings"
 	"time"
 
 	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
@@ -16,9 +17,16 @@ import (
 	"minimax-m3/config"
 )
 
-// ObjectReader reads the labels of a live object; found is false when it does not exist.
+// ObjectReader reads a live object's metadata; found is false when it does not exist.
 type ObjectReader interface {
-	Labels(ctx context.Context, gvr schema.GroupVersionResource, namespace, name string) (labels map[string]string, found bool, err error)
+	Read(ctx context.Context, gvr schema.GroupVersionResource, namespace, name string) (obj LiveObject, found bool, err error)
+}
+
+// LiveObject is what the ownership check needs of a live object: its labels, and the field
+// managers that wrote it (server-side apply records every writer).
+type LiveObject struct {
+	Labels   map[string]string
+	Managers []string
 }
 
 // plannedObject is an object the stack creates, and the config key that makes the stack use an
@@ -88,7 +96,7 @@ func checkOwnership(ctx *pulumi.Context, o Options, c *config.Config) error {
 	}
 	var ps config.Problems
 	for _, o := range plannedObjects(c) {
-		labels, found, err := reader.Labels(ctx.Context(), o.gvr, o.namespace, o.name)
+		live, found, err := reader.Read(ctx.Context(), o.gvr, o.namespace, o.name)
 		if err != nil {
 			_ = ctx.Log.Warn(fmt.Sprintf("not checking for existing objects the stack would take over: reading %s: %v", o, err), nil)
 			return nil
@@ -97,7 +105,8 @@ func checkOwnership(ctx *pulumi.Context, o Options, c *config.Config) error {
 			// The CRD rejects spec.restart on create; say so before anything is created.
 			ps.Add("restart.id", "%s does not exist yet, and a graph cannot be created with spec.restart: remove restart.id for the first up, set it afterwards to restart the graph", o)
 		}
-		if !found || ownedBy(labels, ctx.Stack()) {
+		labels := live.Labels
+		if !found || ownedBy(live, ctx.Stack()) {
 			continue
 		}
 		// Another stack's object is never taken over, adopt or not: two stacks would manage it,
@@ -118,18 +127,23 @@ func checkOwnership(ctx *pulumi.Context, o Options, c *config.Config) error {
 	return nil
 }
 
-// ownedBy reports whether labels mark an object as this stack's. Objects created before stacks were
-// labelled with their instance carry only the managed-by and part-of labels: they are the stack's
-// own too.
-func ownedBy(labels map[string]string, stack string) bool {
-	if labels[managedByLabel] != managedBy {
-		return false
+// ownedBy reports whether a live object is this stack's: labelled with its instance. Objects this
+// program created before it labelled them with the stack carry no instance label; they are the
+// stack's own when they carry its managed-by and part-of labels, or (the graph, which carried only
+// the recipe's labels) when the Kubernetes provider wrote them.
+func ownedBy(o LiveObject, stack string) bool {
+	if instance, labelled := o.Labels[instanceLabel]; labelled {
+		return o.Labels[managedByLabel] == managedBy && instance == stack
 	}
-	instance, labelled := labels[instanceLabel]
-	if !labelled {
-		return labels[partOfLabel] == partOf
+	if o.Labels[managedByLabel] == managedBy && o.Labels[partOfLabel] == partOf {
+		return true
 	}
-	return instance == stack
+	for _, m := range o.Managers {
+		if strings.HasPrefix(m, "pulumi-kubernetes") {
+			return true
+		}
+	}
+	return false
 }
 
 // clusterReader reads object metadata with the kubeconfig the provider uses.
@@ -157,7 +171,7 @@ func NewClusterReader(kubeconfig, kubeContext string) (ObjectReader, error) {
 	return clusterReader{client}, nil
 }
 
-func (r clusterReader) Labels(ctx context.Context, gvr schema.GroupVersionResource, namespace, name string) (map[string]string, bool, error) {
+func (r clusterReader) Read(ctx context.Context, gvr schema.GroupVersionResource, namespace, name string) (LiveObject, bool, error) {
 	var (
 		obj *metav1.PartialObjectMetadata
 		err error
@@ -169,9 +183,13 @@ func (r clusterReader) Labels(ctx context.Context, gvr schema.GroupVersionResour
 	}
 	switch {
 	case apierrors.IsNotFound(err):
-		return nil, false, nil
+		return LiveObject{}, false, nil
 	case err != nil:
-		return nil, false, err
+		return LiveObject{}, false, err
 	}
-	return obj.Labels, true, nil
+	live := LiveObject{Labels: obj.Labels}
+	for _, m := range obj.ManagedFields {
+		live.Managers = append(live.Managers, m.Manager)
+	}
+	return live, true, nil
 }

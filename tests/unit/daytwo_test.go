@@ -216,11 +216,18 @@ func TestExistingObjectsOfOthersAreNeverTakenOverSilently(t *testing.T) {
 func TestTheStacksOwnObjectsAreItsOwn(t *testing.T) {
 	own := map[string]string{"app.kubernetes.io/managed-by": "pulumi", "app.kubernetes.io/part-of": "minimax-m3", "app.kubernetes.io/instance": "agg"}
 	legacy := map[string]string{"app.kubernetes.io/managed-by": "pulumi", "app.kubernetes.io/part-of": "minimax-m3"}
+	// The graph an earlier version of the program created carried only the recipe's labels; the
+	// provider's field manager marks it as the stack's.
+	legacyGraph := map[string]string{"app.kubernetes.io/name": "minimax-m3-agg-gb200-agentic", "app.kubernetes.io/part-of": "dynamo", "managers": "pulumi-kubernetes-8c4fd1f2,dynamo-operator"}
 	_, err := runOn(t, fakeCluster{
-		"namespaces//inference":                               own,
-		"persistentvolumeclaims/inference/shared-model-cache": legacy,
+		"namespaces//inference":                                         own,
+		"persistentvolumeclaims/inference/shared-model-cache":           legacy,
+		"dynamographdeployments/inference/minimax-m3-agg-gb200-agentic": legacyGraph,
 	}, "agg", nil)
 	assert.NoError(t, err)
+	kubectlApplied := map[string]string{"app.kubernetes.io/part-of": "dynamo", "managers": "kubectl-client-side-apply"}
+	_, err = runOn(t, fakeCluster{"dynamographdeployments/inference/minimax-m3-agg-gb200-agentic": kubectlApplied}, "agg", nil)
+	assert.Error(t, err, "an object kubectl applied is not the stack's")
 }
 
 // The second stack on a namespace uses the first one's namespace, claim and download.

@@ -87,12 +87,21 @@ func stackConfig(t testing.TB, stack string) map[string]string {
 }
 
 // fakeCluster answers the program's ownership check: objects by "resource/namespace/name", with
-// their labels. An empty one is a cluster where none of the stack's objects exist yet.
+// their labels (and, under the label key "managers", their field managers). An empty one is a
+// cluster where none of the stack's objects exist yet.
 type fakeCluster map[string]map[string]string
 
-func (f fakeCluster) Labels(_ context.Context, gvr schema.GroupVersionResource, namespace, name string) (map[string]string, bool, error) {
+func (f fakeCluster) Read(_ context.Context, gvr schema.GroupVersionResource, namespace, name string) (components.LiveObject, bool, error) {
 	labels, ok := f[gvr.Resource+"/"+namespace+"/"+name]
-	return labels, ok, nil
+	o := components.LiveObject{Labels: map[string]string{}}
+	for k, v := range labels {
+		if k == "managers" {
+			o.Managers = strings.Split(v, ",")
+		} else {
+			o.Labels[k] = v
+		}
+	}
+	return o, ok, nil
 }
 
 // run runs the program on a committed stack file plus site config plus overrides (an empty
