@@ -18,15 +18,16 @@ GO_FILES = $(shell git ls-files '*.go')
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
 
-toolchain: ## build the pinned Pulumi CLI, Go language host, Kubernetes provider, kube-apiserver and etcd (cached)
+toolchain: ## build the pinned Pulumi CLI, Go language host, Kubernetes provider, kube-apiserver, etcd and linters (cached)
 	bash tools/build.sh
 
-check: toolchain ## gofmt, go vet and golangci-lint, program and tests
+check: toolchain ## gofmt, go vet and golangci-lint (program and tests), actionlint (workflows)
 	@unformatted=$$(gofmt -l $(GO_FILES)); if [ -n "$$unformatted" ]; then echo "gofmt would change: $$unformatted"; exit 1; fi
 	go vet ./...
 	cd tests && go vet ./...
 	.toolchain/bin/golangci-lint run ./...
 	cd tests && ../.toolchain/bin/golangci-lint run --config ../.golangci.yml ./...
+	.toolchain/bin/actionlint .github/workflows/*.yml
 
 unit: ## config and mocked-engine tests (no toolchain needed)
 	go test -count=1 ./...

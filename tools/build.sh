@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the pinned toolchain the tests and the offline main job need, from Go modules:
-# the Pulumi CLI, the Go language host, the Kubernetes provider plugin, kube-apiserver, etcd and
-# golangci-lint.
+# the Pulumi CLI, the Go language host, the Kubernetes provider plugin, kube-apiserver, etcd,
+# golangci-lint and actionlint.
 #
 # Binaries live in a per-user cache keyed by tool and version, so a fresh clone (as in CI) reuses
 # them; $ROOT/.toolchain/bin only links to them. A binary whose version is already built is skipped.
@@ -11,8 +11,9 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 tools="$root/tools"
 cache="${MINIMAX_M3_TOOLCHAIN_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/minimax-m3/toolchain}"
 bin="$root/.toolchain/bin"
-# The provider stays off PATH: the engine loads it from PULUMI_HOME, where it is installed below,
-# without the "using ... from $PATH" warning on every run.
+# The plugins stay off PATH: the engine loads the provider from PULUMI_HOME, where it is installed
+# below, and the language host from beside the CLI, without the "using ... from $PATH" warning on
+# every run.
 plugins="$root/.toolchain/plugins"
 mkdir -p "$cache" "$bin" "$plugins"
 
@@ -65,8 +66,13 @@ rm -f "$bin/pulumi-resource-kubernetes"
 
 build golangci-lint v2.15.0 "$tools/golangci-lint" github.com/golangci/golangci-lint/v2/cmd/golangci-lint
 
+# The Go language host is a plugin the CLI bundles: it looks for it next to its own (resolved)
+# binary, so it is linked there, and kept off PATH (no "using ... from $PATH" warning).
 build pulumi-language-go "$LANGUAGE_GO_VERSION" "$tools/pulumi-language-go" github.com/pulumi/pulumi/sdk/v3/go/pulumi-language-go \
-  "-X github.com/pulumi/pulumi/sdk/v3/go/common/version.Version=$LANGUAGE_GO_VERSION"
+  "-X github.com/pulumi/pulumi/sdk/v3/go/common/version.Version=$LANGUAGE_GO_VERSION" "$cache/pulumi-$PULUMI_VERSION"
+rm -f "$bin/pulumi-language-go" "$plugins/pulumi-language-go"
+
+build actionlint v1.7.12 "$tools/actionlint" github.com/rhysd/actionlint/cmd/actionlint
 
 build etcd "$ETCD_VERSION" "$tools/etcd" .
 
@@ -92,4 +98,5 @@ if [ ! -d "$PULUMI_HOME/plugins/resource-kubernetes-v$KUBERNETES_PROVIDER_VERSIO
   "$bin/pulumi" plugin install resource kubernetes "v$KUBERNETES_PROVIDER_VERSION" \
     --file "$plugins/pulumi-resource-kubernetes" >&2
 fi
+
 log "ready in $bin ($((SECONDS))s)"

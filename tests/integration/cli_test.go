@@ -52,6 +52,7 @@ func TestPlainCLIPreviewOfBothStacks(t *testing.T) {
 			assert.Contains(t, out, want, stack)
 		}
 		assert.NotContains(t, out, testToken, "the preview diff shows no token")
+		assert.NotContains(t, out, "from $PATH", "the plugins come from the toolchain's PULUMI_HOME and beside the CLI")
 	}
 
 	// A key the program does not know, and a value of the wrong type, fail preview at their key.
