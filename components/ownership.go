@@ -81,9 +81,10 @@ func plannedObjects(c *config.Config) []plannedObject {
 // checkOwnership stops the program before any resource is registered when an object it would
 // create already exists and is not this stack's: server-side apply would otherwise take it over
 // silently, and a later destroy would delete what another stack or a person relies on. With
-// `adopt` the stack takes over objects no stack manages; another stack's objects it never takes. It also stops a first `up` with restart.id set, which
-// the CRD would reject once the rest of the stack exists. Where the cluster cannot be read (no kubeconfig, or
-// it is unreachable) the check is skipped with a warning; `up` then fails at the provider.
+// `adopt` the stack takes over objects no stack manages; another stack's objects it never takes.
+// It also stops a first `up` with restart.id set, which the CRD would reject once the rest of the
+// stack exists. Where the cluster cannot be read (no kubeconfig, or it is unreachable) the check is
+// skipped with a warning; `up` then fails at the provider.
 func checkOwnership(ctx *pulumi.Context, o Options, c *config.Config) error {
 	reader := o.Cluster
 	if reader == nil {
@@ -95,31 +96,30 @@ func checkOwnership(ctx *pulumi.Context, o Options, c *config.Config) error {
 		reader = r
 	}
 	var ps config.Problems
-	for _, o := range plannedObjects(c) {
-		live, found, err := reader.Read(ctx.Context(), o.gvr, o.namespace, o.name)
+	for _, obj := range plannedObjects(c) {
+		live, found, err := reader.Read(ctx.Context(), obj.gvr, obj.namespace, obj.name)
 		if err != nil {
-			_ = ctx.Log.Warn(fmt.Sprintf("not checking for existing objects the stack would take over: reading %s: %v", o, err), nil)
+			_ = ctx.Log.Warn(fmt.Sprintf("not checking for existing objects the stack would take over: reading %s: %v", obj, err), nil)
 			return nil
 		}
-		if o.kind == "DynamoGraphDeployment" && !found && c.Restart.ID != "" {
+		if obj.kind == "DynamoGraphDeployment" && !found && c.Restart.ID != "" {
 			// The CRD rejects spec.restart on create; say so before anything is created.
-			ps.Add("restart.id", "%s does not exist yet, and a graph cannot be created with spec.restart: remove restart.id for the first up, set it afterwards to restart the graph", o)
+			ps.Add("restart.id", "%s does not exist yet, and a graph cannot be created with spec.restart: remove restart.id for the first up, set it afterwards to restart the graph", obj)
 		}
-		labels := live.Labels
 		if !found || ownedBy(live, ctx.Stack()) {
 			continue
 		}
 		// Another stack's object is never taken over, adopt or not: two stacks would manage it,
 		// and either one's destroy would delete it under the other.
-		if other := labels[instanceLabel]; other != "" && labels[managedByLabel] == managedBy {
-			ps.Add(o.key, "%s already exists and belongs to stack %q: %s", o, other, o.useInstead)
+		if other := live.Labels[instanceLabel]; other != "" && live.Labels[managedByLabel] == managedBy {
+			ps.Add(obj.key, "%s already exists and belongs to stack %q: %s", obj, other, obj.useInstead)
 			continue
 		}
 		if c.Adopt {
 			continue
 		}
-		ps.Add(o.key, "%s already exists and was not created by this stack: %s; or set adopt=true to take it over (a kustomize deployment of the recipe, for one)",
-			o, o.useInstead)
+		ps.Add(obj.key, "%s already exists and was not created by this stack: %s; or set adopt=true to take it over (a kustomize deployment of the recipe, for one)",
+			obj, obj.useInstead)
 	}
 	if len(ps) > 0 {
 		return ps

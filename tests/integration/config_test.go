@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"gopkg.in/yaml.v3"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"minimax-m3/config"
 )
@@ -179,6 +180,37 @@ func TestEveryTypedFieldSetThroughTheCLIReadsBackTheSame(t *testing.T) {
 			assert.Contains(t, w.PodTemplate.Spec.Containers[0].Args, "0.85")
 			rdma := w.PodTemplate.Spec.Containers[0].Resources.Limits["rdma.example.com/device"]
 			assert.Equal(t, "4", rdma.String())
+
+			// The field types the recipe's defaults leave empty: lists of strings and of objects, maps
+			// of lists, optional objects and the free-form pod-template patch.
+			args = []string{"config", "set-all", "--path"}
+			for _, kv := range []string{
+				"imagePullSecrets[0]=ngc-pull",
+				role + ".extraArgs[0]=--enable-log-requests",
+				role + ".scheduling.requiredNodeLabels.pool[0]=gb200",
+				role + ".scheduling.tolerations[0].key=nvidia.com/gpu",
+				role + ".scheduling.tolerations[0].operator=Exists",
+				role + ".scheduling.tolerations[0].effect=NoSchedule",
+				role + ".probes.startup.failureThreshold=1080",
+				role + ".podTemplatePatch.spec.hostIPC=true",
+				"modelDownload.scheduling.nodeSelector.pool=cpu",
+			} {
+				args = append(args, "--plaintext", "minimax-m3:"+kv)
+			}
+			out, err = s.cli(args...)
+			require.NoError(t, err, out)
+			upReady(t, s, controllers{})
+			spec = liveGraphSpec(t, ns, "minimax-m3-"+stack+"-gb200-agentic")
+			pod := spec.Components[len(spec.Components)-1].PodTemplate.Spec
+			assert.Equal(t, "ngc-pull", pod.ImagePullSecrets[0].Name)
+			assert.Equal(t, "--enable-log-requests", pod.Containers[0].Args[len(pod.Containers[0].Args)-1])
+			assert.Equal(t, []string{"gb200"}, pod.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms[0].MatchExpressions[0].Values)
+			assert.Equal(t, "nvidia.com/gpu", pod.Tolerations[0].Key)
+			assert.EqualValues(t, 1080, pod.Containers[0].StartupProbe.FailureThreshold)
+			assert.True(t, pod.HostIPC)
+			job, _ := get(t, jobGVK, ns, "minimax-m3-model-download")
+			selector, _, _ := unstructured.NestedStringMap(job.Object, "spec", "template", "spec", "nodeSelector")
+			assert.Equal(t, map[string]string{"pool": "cpu"}, selector)
 		})
 	}
 }
