@@ -295,3 +295,29 @@ func TestRestartIDRestartsAnExistingGraphOnly(t *testing.T) {
 	id, _, _ := unstructured.NestedString(g.Object, "spec", "restart", "id")
 	assert.Equal(t, "2026-12-02T18:00", id, "the CRD accepts spec.restart on an update")
 }
+
+// Every derived value follows what it is derived from, in the live objects.
+func TestDerivedValuesFollowTheirSourceInTheLiveGraph(t *testing.T) {
+	s := newStack(t, "disagg", "derived", auto.ConfigMap{
+		"minimax-m3:modelCache.mountPath": {Value: "/models"},
+		"minimax-m3:model.name":           {Value: "acme/MiniMax-M3-FT"},
+	})
+	upReady(t, s, controllers{})
+	spec := liveGraphSpec(t, s.ns, "minimax-m3-disagg-gb200-agentic")
+	frontend := spec.Components[0].PodTemplate.Spec.Containers[0].Args
+	assert.Equal(t, []string{"--model-name", "acme/MiniMax-M3-FT", "--trust-remote-code"}, frontend[len(frontend)-3:])
+	for _, c := range spec.Components[1:] {
+		env := map[string]string{}
+		for _, e := range c.PodTemplate.Spec.Containers[0].Env {
+			env[e.Name] = e.Value
+		}
+		assert.True(t, strings.HasPrefix(env["FLASHINFER_WORKSPACE_BASE"], "/models/flashinfer-workspaces/"), c.Name)
+		assert.Equal(t, "/models", env["HF_HOME"], c.Name)
+		assert.Equal(t, "acme/MiniMax-M3-FT", env["SERVED_MODEL_NAME"], c.Name)
+		assert.Equal(t, "/models", c.PodTemplate.Spec.Containers[0].VolumeMounts[0].MountPath, c.Name)
+	}
+	job, _ := get(t, jobGVK, s.ns, "minimax-m3-model-download")
+	mounts, _, _ := unstructured.NestedSlice(job.Object, "spec", "template", "spec", "containers")
+	assert.Contains(t, toJSON(t, mounts), `"mountPath":"/models"`)
+	assert.Contains(t, toJSON(t, mounts), "hf download acme/MiniMax-M3-FT")
+}
