@@ -12,7 +12,6 @@ import (
 	"sync"
 
 	"github.com/pulumi/pulumi/sdk/v3/go/auto"
-	"github.com/pulumi/pulumi/sdk/v3/go/auto/optdestroy"
 	"github.com/pulumi/pulumi/sdk/v3/go/auto/optpreview"
 	"github.com/pulumi/pulumi/sdk/v3/go/auto/optrefresh"
 	"github.com/pulumi/pulumi/sdk/v3/go/auto/optup"
@@ -42,9 +41,9 @@ type Options struct {
 	Program components.Options
 }
 
-// Stack is a stack whose operations run the program inline. Before each operation it reads the
-// keys the stack's config sets, so that the program rejects a key it does not know exactly as
-// `pulumi preview` through the CLI does.
+// Stack is a stack whose operations run the program inline. Before each operation that runs the
+// program (preview, up, refresh) it reads the keys the stack's config sets, so that the program
+// rejects a key it does not know exactly as `pulumi preview` through the CLI does.
 type Stack struct {
 	auto.Stack
 	keys *configKeys
@@ -125,14 +124,6 @@ func (s Stack) Refresh(ctx context.Context, opts ...optrefresh.Option) (auto.Ref
 		return auto.RefreshResult{}, err
 	}
 	return s.Stack.Refresh(ctx, opts...)
-}
-
-// Destroy is auto.Stack.Destroy with the stack's current config keys.
-func (s Stack) Destroy(ctx context.Context, opts ...optdestroy.Option) (auto.DestroyResult, error) {
-	if err := s.readKeys(ctx); err != nil {
-		return auto.DestroyResult{}, err
-	}
-	return s.Stack.Destroy(ctx, opts...)
 }
 
 // CopyProject copies the project's Pulumi.yaml and stack files into dir, so runs never rewrite the

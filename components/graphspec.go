@@ -36,8 +36,9 @@ func GraphSpec(c *config.Config) (DynamoGraphDeploymentSpec, error) {
 		return spec, err
 	}
 	spec.Components = append(spec.Components, frontend)
+	checksum := speculativeChecksum(c) // every worker role reads the same config
 	for _, r := range c.Workers() {
-		w, err := workerComponent(c, r)
+		w, err := workerComponent(c, r, checksum)
 		if err != nil {
 			return spec, err
 		}
@@ -113,7 +114,7 @@ func WorkerEnv(c *config.Config, r config.Role) []corev1.EnvVar {
 	return append(env, literalEnv(w.Env, w.Network.Env(), w.ExtraEnv)...)
 }
 
-func workerComponent(c *config.Config, r config.Role) (GraphComponent, error) {
+func workerComponent(c *config.Config, r config.Role, speculativeChecksum string) (GraphComponent, error) {
 	w := r.Config
 	netResources, netAnnotations := networkSettings(w.Network)
 
@@ -123,8 +124,8 @@ func workerComponent(c *config.Config, r config.Role) (GraphComponent, error) {
 			annotations[k] = v
 		}
 	}
-	if sum := speculativeChecksum(c); sum != "" {
-		annotations[SpeculativeConfigChecksum] = sum
+	if speculativeChecksum != "" {
+		annotations[SpeculativeConfigChecksum] = speculativeChecksum
 	}
 
 	// GPUs and network resources are requested and limited alike.
