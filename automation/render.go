@@ -9,10 +9,12 @@ import (
 	"strings"
 
 	"github.com/pulumi/pulumi/sdk/v3/go/auto"
+	"github.com/pulumi/pulumi/sdk/v3/go/auto/events"
 	"github.com/pulumi/pulumi/sdk/v3/go/auto/optup"
 	"gopkg.in/yaml.v3"
 
 	"minimax-m3/components"
+	"minimax-m3/policy"
 )
 
 // RenderOptions select what to render and where.
@@ -27,6 +29,9 @@ type RenderOptions struct {
 	HFToken string
 	// Progress receives the engine's output; nil discards it.
 	Progress io.Writer
+	// Steps, when set, receives every resource's step of the render (all creates), for the policy
+	// checks.
+	Steps *[]policy.Step
 }
 
 // Render writes every object the stack would apply as YAML into OutDir (CRDs under 0-crd/,
@@ -75,7 +80,19 @@ func Render(ctx context.Context, o RenderOptions) error {
 	if progress == nil {
 		progress = io.Discard
 	}
-	if _, err := s.Up(ctx, optup.ProgressStreams(progress), optup.ErrorProgressStreams(progress)); err != nil {
+	opts := []optup.Option{optup.ProgressStreams(progress), optup.ErrorProgressStreams(progress)}
+	var collected chan []policy.Step
+	if o.Steps != nil {
+		ch := make(chan events.EngineEvent)
+		collected = make(chan []policy.Step, 1)
+		go func() { collected <- policy.Collect(ch) }()
+		opts = append(opts, optup.EventStreams(ch))
+	}
+	_, err = s.Up(ctx, opts...)
+	if collected != nil {
+		*o.Steps = <-collected
+	}
+	if err != nil {
 		return fmt.Errorf("rendering stack %s: %w", o.Stack, err)
 	}
 	return nil

@@ -62,6 +62,9 @@ func NewGraph(ctx *pulumi.Context, name string, args *GraphArgs, opts ...pulumi.
 	// The recipe's own labels.
 	labels["app.kubernetes.io/name"] = pulumi.String(c.GraphName)
 	labels[partOfLabel] = pulumi.String("dynamo")
+	if c.Benchmark.Enabled {
+		labels[BenchmarkLabel] = pulumi.String("true")
+	}
 
 	aliases := []pulumi.Alias{{URN: legacyURN(ctx, args.LegacyName, deploymentType, graphType, graphTypeToken("nvidia.com/v1beta1"))}}
 	for _, v := range previousGraphAPIVersions {

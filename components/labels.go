@@ -17,6 +17,10 @@ const (
 	partOf         = "minimax-m3"
 )
 
+// BenchmarkLabel marks the graph of a stack with benchmark.enabled: the one kind of stack on which
+// the PR-check policies allow synthetic speculative acceptance.
+const BenchmarkLabel = "minimax-m3.io/benchmark"
+
 // stackLabels are the labels of an object the stack creates.
 func stackLabels(ctx *pulumi.Context) pulumi.StringMap {
 	return pulumi.StringMap{

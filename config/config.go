@@ -53,6 +53,7 @@ type Config struct {
 	Placement     PlacementConfig     `json:"placement"`
 	Readiness     ReadinessConfig     `json:"readiness"`
 	Restart       RestartConfig       `json:"restart"`
+	Benchmark     BenchmarkConfig     `json:"benchmark"`
 
 	Frontend FrontendConfig `json:"frontend"`
 	// Worker is the aggregated profile's worker; PrefillWorker and DecodeWorker the disaggregated ones.
@@ -109,6 +110,13 @@ func Validate(c *Config) Problems {
 		}
 	}
 	return ps.sorted()
+}
+
+// BenchmarkConfig marks a stack that exists for benchmarking.
+type BenchmarkConfig struct {
+	// Enabled marks the stack as a benchmark stack: its graph carries the benchmark label, and
+	// only such a stack may run speculativeDecoding.mode=synthetic (the PR-check policies enforce it).
+	Enabled bool `json:"enabled"`
 }
 
 // NamespaceConfig says where the stack deploys and whether it owns the namespace.

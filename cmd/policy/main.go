@@ -1,0 +1,122 @@
+// Command policy checks the policies of package policy, with no cluster or against a live stack.
+//
+// With no -events it renders each stack (as `make render` does, no cluster) and checks every object
+// the stack would create:
+//
+//	go run ./cmd/policy -stack agg -stack disagg -set minimax-m3:namespace.name=inference
+//
+// With -events it checks the steps of a preview against a live stack, written by
+// `pulumi preview --event-log <file>`, which adds the rules about replacements and deletions and
+// prints whether the workers roll:
+//
+//	pulumi preview --stack agg --event-log /tmp/agg.events && go run ./cmd/policy -events /tmp/agg.events
+//
+// It exits 1 when a rule is broken.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"strings"
+
+	"github.com/pulumi/pulumi/sdk/v3/go/auto"
+
+	"minimax-m3/automation"
+	"minimax-m3/policy"
+)
+
+type stacks []string
+
+func (s *stacks) String() string     { return strings.Join(*s, ",") }
+func (s *stacks) Set(v string) error { *s = append(*s, v); return nil }
+
+func main() {
+	var names stacks
+	flag.Var(&names, "stack", "stack to render and check (repeatable; default agg and disagg)")
+	eventLog := flag.String("events", "", "check the steps of this `pulumi preview --event-log` file instead")
+	adopted := flag.Bool("adopted", false, "with -events: the stack has adopt=true (protects every object from replacement)")
+	project := flag.String("project", ".", "the project directory")
+	list := flag.Bool("list", false, "list the rules and exit")
+	set := auto.ConfigMap{}
+	flag.Func("set", "config value by path for the render, key=value (repeatable)", func(v string) error {
+		k, val, ok := strings.Cut(v, "=")
+		if !ok {
+			return fmt.Errorf("%q is not key=value", v)
+		}
+		set[k] = auto.ConfigValue{Value: val}
+		return nil
+	})
+	flag.Parse()
+	if *list {
+		for _, r := range policy.Rules {
+			fmt.Printf("%-30s %s\n", r.Name, r.Description)
+		}
+		return
+	}
+	failed, err := run(names, *eventLog, *adopted, *project, set, os.Stdout)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "policy:", err)
+		os.Exit(2)
+	}
+	if failed {
+		os.Exit(1)
+	}
+}
+
+func run(names stacks, eventLog string, adopted bool, project string, set auto.ConfigMap, out io.Writer) (bool, error) {
+	if eventLog != "" {
+		f, err := os.Open(eventLog)
+		if err != nil {
+			return false, err
+		}
+		defer func() { _ = f.Close() }()
+		steps, err := policy.ReadEventLog(f)
+		if err != nil {
+			return false, err
+		}
+		p := policy.Plan{Steps: steps, Adopted: adopted}
+		for _, line := range policy.Summary(policy.Rolls(p)) {
+			_, _ = fmt.Fprintln(out, line)
+		}
+		return report(out, eventLog, p), nil
+	}
+	if len(names) == 0 {
+		names = stacks{"agg", "disagg"}
+	}
+	failed := false
+	for _, stack := range names {
+		dir, err := os.MkdirTemp("", "minimax-m3-policy-"+stack)
+		if err != nil {
+			return false, err
+		}
+		var steps []policy.Step
+		err = automation.Render(context.Background(), automation.RenderOptions{
+			ProjectDir: project, Stack: stack, OutDir: dir, Config: set, Steps: &steps,
+		})
+		_ = os.RemoveAll(dir)
+		if err != nil {
+			return false, err
+		}
+		if report(out, "stack "+stack, policy.Plan{Steps: steps}) {
+			failed = true
+		}
+	}
+	return failed, nil
+}
+
+// report prints the violations of a plan and reports whether there were any.
+func report(out io.Writer, what string, p policy.Plan) bool {
+	vs := policy.Check(p)
+	if len(vs) == 0 {
+		_, _ = fmt.Fprintf(out, "%s: %d resources, %d rules, no violations\n", what, len(p.Steps), len(policy.Rules))
+		return false
+	}
+	_, _ = fmt.Fprintf(out, "%s: %d violations\n", what, len(vs))
+	for _, v := range vs {
+		_, _ = fmt.Fprintln(out, "  "+v.String())
+	}
+	return true
+}

@@ -1,0 +1,212 @@
+package unit
+
+import (
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"minimax-m3/policy"
+)
+
+// plan is what a first preview of the program would do: create every resource it registers.
+func plan(t *testing.T, stack string, overrides map[string]string) policy.Plan {
+	t.Helper()
+	r := mustRun(t, stack, overrides)
+	var p policy.Plan
+	for _, rec := range r.resources {
+		p.Steps = append(p.Steps, policy.Step{
+			URN: "urn:pulumi:" + stack + "::minimax-m3::" + rec.Type + "::" + rec.Name,
+			Type: rec.Type, Name: rec.Name, Op: "create", New: plain(t, rec.Inputs),
+		})
+	}
+	return p
+}
+
+// rules lists the rules of the violations.
+func rules(vs []policy.Violation) []string {
+	var out []string
+	for _, v := range vs {
+		out = append(out, v.Rule)
+	}
+	return out
+}
+
+// step finds a step by its resource's Kubernetes kind.
+func step(t *testing.T, p policy.Plan, kind string) *policy.Step {
+	t.Helper()
+	for i := range p.Steps {
+		if p.Steps[i].Kind() == kind {
+			return &p.Steps[i]
+		}
+	}
+	t.Fatalf("no %s in the plan", kind)
+	return nil
+}
+
+// component returns a graph component's pod template spec from a step's new inputs.
+func component(t *testing.T, s *policy.Step, name string) map[string]any {
+	t.Helper()
+	for _, c := range s.New["spec"].(map[string]any)["components"].([]any) {
+		if c.(map[string]any)["name"] == name {
+			return c.(map[string]any)["podTemplate"].(map[string]any)["spec"].(map[string]any)
+		}
+	}
+	t.Fatalf("no component %s", name)
+	return nil
+}
+
+func mainContainer(spec map[string]any) map[string]any {
+	return spec["containers"].([]any)[0].(map[string]any)
+}
+
+func TestPoliciesPassOnBothStacks(t *testing.T) {
+	for _, stack := range []string{"agg", "disagg"} {
+		t.Run(stack, func(t *testing.T) {
+			// The token Secret's value is in the plan (unmasked here), and passes: only a Secret holds it.
+			assert.Empty(t, policy.Check(plan(t, stack, nil)))
+		})
+	}
+}
+
+func TestPolicyHFTokenFromSecret(t *testing.T) {
+	// A pod template patch that puts the token in the worker's environment in plain text.
+	p := plan(t, "agg", map[string]string{
+		"minimax-m3:worker": `{"podTemplatePatch": {"spec": {"containers": [{"name": "main", "env": [{"name": "HF_TOKEN", "value": "hf_abcdefghijklmnopqrstuvwxyz"}]}]}}}`,
+	})
+	vs := policy.Check(p)
+	require.NotEmpty(t, vs)
+	assert.Equal(t, "hf-token-from-secret", vs[0].Rule)
+	assert.Contains(t, vs[0].String(), "component Worker container main: env HF_TOKEN must come from a Secret")
+
+	// The same variable from a ConfigMap is no better; a token pasted into a ConfigMap is caught too.
+	p = plan(t, "agg", nil)
+	job := step(t, p, "Job")
+	c := mainContainer(job.New["spec"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any))
+	c["env"] = append(c["env"].([]any), map[string]any{"name": "HUGGING_FACE_HUB_TOKEN", "valueFrom": map[string]any{"configMapKeyRef": map[string]any{"name": "x", "key": "token"}}})
+	step(t, p, "ConfigMap").New["data"].(map[string]any)["note"] = "token hf_abcdefghijklmnopqrstuvwxyz"
+	vs = policy.Check(p)
+	assert.Equal(t, []string{"hf-token-from-secret", "hf-token-from-secret"}, rules(vs))
+	assert.Contains(t, vs[0].Message, "env HUGGING_FACE_HUB_TOKEN must come from a Secret")
+	assert.Contains(t, vs[1].Message, "only a Secret may")
+}
+
+func TestPolicyGPURequestEqualsLimit(t *testing.T) {
+	p := plan(t, "disagg", map[string]string{
+		"minimax-m3:decodeWorker": `{"podTemplatePatch": {"spec": {"containers": [{"name": "main", "resources": {"limits": {"nvidia.com/gpu": "8"}}}]}}}`,
+	})
+	vs := policy.Check(p)
+	require.Equal(t, []string{"gpu-request-equals-limit"}, rules(vs))
+	assert.Contains(t, vs[0].String(), "component DecodeWorker container main: requests 4 but limits 8 nvidia.com/gpu")
+
+	p = plan(t, "agg", nil)
+	res := mainContainer(component(t, step(t, p, "DynamoGraphDeployment"), "Worker"))["resources"].(map[string]any)
+	delete(res["limits"].(map[string]any), "nvidia.com/gpu")
+	vs = policy.Check(p)
+	require.Equal(t, []string{"gpu-request-equals-limit"}, rules(vs))
+	assert.Contains(t, vs[0].Message, "requests 4 nvidia.com/gpu with no limit")
+}
+
+func TestPolicyOneComputeDomainChannel(t *testing.T) {
+	// Prefill and decode workers on different channels: NVLink (and NIXL over it) would not span them.
+	p := plan(t, "disagg", nil)
+	decode := component(t, step(t, p, "DynamoGraphDeployment"), "DecodeWorker")
+	claim := decode["resourceClaims"].([]any)[0].(map[string]any)
+	claim["resourceClaimTemplateName"] = "other-cd-channel"
+	vs := policy.Check(p)
+	require.Equal(t, []string{"one-compute-domain-channel", "one-compute-domain-channel"}, rules(vs))
+	assert.Contains(t, vs[0].String(), `component DecodeWorker: claims channel template "other-cd-channel", which no ComputeDomain of the stack provides`)
+	assert.Contains(t, vs[1].Message, "workers claim different ComputeDomain channels")
+
+	// A GPU container that does not claim the channel at all.
+	p = plan(t, "agg", nil)
+	res := mainContainer(component(t, step(t, p, "DynamoGraphDeployment"), "Worker"))["resources"].(map[string]any)
+	delete(res, "claims")
+	vs = policy.Check(p)
+	require.Equal(t, []string{"one-compute-domain-channel"}, rules(vs))
+	assert.Contains(t, vs[0].Message, "claims no ComputeDomain channel")
+}
+
+func TestPolicyPinnedImages(t *testing.T) {
+	p := plan(t, "agg", map[string]string{"minimax-m3:image": "nvcr.io/nvidia/ai-dynamo/vllm-runtime:latest"})
+	vs := policy.Check(p)
+	require.NotEmpty(t, vs)
+	for _, v := range vs {
+		assert.Equal(t, "pinned-images", v.Rule)
+		assert.Contains(t, v.Message, "is not pinned")
+	}
+	assert.Len(t, vs, 2, "the frontend's and the worker's")
+
+	p = plan(t, "agg", map[string]string{"minimax-m3:modelDownload": `{"image": "python"}`})
+	vs = policy.Check(p)
+	require.Equal(t, []string{"pinned-images"}, rules(vs))
+	assert.Contains(t, vs[0].String(), `Job`)
+	assert.Contains(t, vs[0].Message, `image "python" has no tag or digest`)
+
+	digest := "nvcr.io/nvidia/ai-dynamo/vllm-runtime@sha256:" + strings.Repeat("ab", 32)
+	assert.Empty(t, policy.Check(plan(t, "agg", map[string]string{"minimax-m3:image": digest})))
+}
+
+func TestPolicySyntheticOnlyForBenchmark(t *testing.T) {
+	synthetic := map[string]string{"minimax-m3:speculativeDecoding": `{"mode": "synthetic"}`}
+	vs := policy.Check(plan(t, "disagg", synthetic))
+	require.Equal(t, []string{"synthetic-only-for-benchmark", "synthetic-only-for-benchmark"}, rules(vs))
+	assert.Contains(t, vs[0].String(), "component PrefillWorker container main: env SPECULATIVE_CONFIG selects synthetic speculative acceptance")
+	assert.Contains(t, vs[0].Message, "set benchmark.enabled")
+
+	synthetic["minimax-m3:benchmark"] = `{"enabled": true}`
+	assert.Empty(t, policy.Check(plan(t, "disagg", synthetic)))
+}
+
+func TestPolicyKeepModelCacheNamespaceAndAdopted(t *testing.T) {
+	p := plan(t, "agg", nil)
+	for i := range p.Steps {
+		p.Steps[i].Old = p.Steps[i].New
+		p.Steps[i].Op = "same"
+	}
+	pvc, ns, dgd := step(t, p, "PersistentVolumeClaim"), step(t, p, "Namespace"), step(t, p, "DynamoGraphDeployment")
+	pvc.Op, pvc.Diffs = "replace", []string{"spec.storageClassName"}
+	ns.Op = "delete"
+	dgd.Op = "replace"
+	vs := policy.Check(p)
+	require.Equal(t, []string{"keep-model-cache", "keep-namespace"}, rules(vs))
+	assert.Contains(t, vs[0].String(), "PersistentVolumeClaim inference/shared-model-cache: this change would replace it (spec.storageClassName)")
+	assert.Contains(t, vs[1].String(), "Namespace inference: this change would delete it")
+
+	// A retained claim that leaves the stack stays in the cluster: not a violation.
+	pvc.Op, pvc.Retained = "delete", true
+	ns.Op = "same"
+	assert.Empty(t, policy.Check(p))
+
+	// On a stack that adopted the recipe's objects, replacing the graph is one.
+	p.Adopted = true
+	vs = policy.Check(p)
+	require.Equal(t, []string{"keep-adopted"}, rules(vs))
+	assert.Contains(t, vs[0].Message, "would replace an object the stack adopted")
+}
+
+func TestRolls(t *testing.T) {
+	before := plan(t, "disagg", nil)
+	after := plan(t, "disagg", map[string]string{"minimax-m3:decodeWorker": `{"vllm": {"maxNumSeqs": 32}, "replicas": 4}`})
+	old, new := step(t, before, "DynamoGraphDeployment"), step(t, after, "DynamoGraphDeployment")
+	update := policy.Plan{Steps: []policy.Step{{Type: old.Type, Name: old.Name, Op: "update", Old: old.New, New: new.New}}}
+	rolls := policy.Rolls(update)
+	require.Len(t, rolls, 3)
+	assert.Equal(t, []string{"DynamoGraphDeployment inference/minimax-m3-disagg-gb200-agentic: workers roll: DecodeWorker=yes Frontend=no PrefillWorker=no"}, policy.Summary(rolls))
+	assert.Equal(t, []string{"podTemplate.spec.containers[0].args[18]"}, rolls[0].Why, "the flag's value; replicas do not roll")
+
+	// A scale alone rolls nothing.
+	scaled := plan(t, "disagg", map[string]string{"minimax-m3:decodeWorker": `{"replicas": 4}`})
+	update.Steps[0].New = step(t, scaled, "DynamoGraphDeployment").New
+	assert.Equal(t, []string{"DynamoGraphDeployment inference/minimax-m3-disagg-gb200-agentic: workers roll: DecodeWorker=no Frontend=no PrefillWorker=no"}, policy.Summary(policy.Rolls(update)))
+
+	// spec.restart restarts every component.
+	restarted := step(t, plan(t, "disagg", nil), "DynamoGraphDeployment").New
+	restarted["spec"].(map[string]any)["restart"] = map[string]any{"id": "2026-12-02"}
+	update.Steps[0].New = restarted
+	for _, r := range policy.Rolls(update) {
+		assert.True(t, r.Rolls, r.Component)
+		assert.Contains(t, r.Why, "spec.restart")
+	}
+}
