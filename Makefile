@@ -13,7 +13,7 @@ export PULUMI_SKIP_UPDATE_CHECK := true
 
 GO_FILES = $(shell git ls-files '*.go')
 
-.PHONY: help toolchain check unit integration test local render
+.PHONY: help toolchain check unit integration test local render policy pr-check bench
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -45,3 +45,11 @@ render: ## render STACK's manifests into OUT without a cluster (make render STAC
 	@test -n "$(STACK)" -a -n "$(OUT)" || { echo "usage: make render STACK=agg|disagg OUT=<dir outside the repo> [NAMESPACE=<ns>]"; exit 2; }
 	PATH="$(CURDIR)/.toolchain/bin:$$PATH" PULUMI_HOME="$(CURDIR)/.toolchain/pulumi-home" \
 	  go run ./cmd/render -stack $(STACK) -out $(OUT) $(if $(NAMESPACE),-set minimax-m3:namespace.name=$(NAMESPACE))
+
+policy: ## check the policies on both stacks' rendered objects, no cluster (NAMESPACE= to override the placeholder)
+	PATH="$(CURDIR)/.toolchain/bin:$$PATH" PULUMI_HOME="$(CURDIR)/.toolchain/pulumi-home" \
+	  go run ./cmd/policy -set minimax-m3:namespace.name=$(or $(NAMESPACE),policy-check)
+
+pr-check: toolchain ## what the working tree does to live stacks deployed from BASE (make pr-check BASE=main [ROLL=Worker,...])
+	@test -n "$(BASE)" || { echo "usage: make pr-check BASE=<git ref> [ROLL=Frontend,Worker,PrefillWorker,DecodeWorker|all] [STACKS=agg]"; exit 2; }
+	cd tests && go run ./prcheck -base $(BASE) $(if $(ROLL),-roll $(ROLL)) $(if $(STACKS),-stacks $(STACKS))

@@ -3,6 +3,7 @@ package policy
 import (
 	"fmt"
 	"reflect"
+	"regexp"
 	"sort"
 	"strings"
 )
@@ -131,6 +132,33 @@ func Summary(rolls []Roll) []string {
 	var out []string
 	for _, g := range graphs {
 		out = append(out, fmt.Sprintf("%s: workers roll: %s", g, strings.Join(byGraph[g], " ")))
+	}
+	return out
+}
+
+var trailingIndex = regexp.MustCompile(`^(.*)\[(\d+)\]$`)
+
+// Compact shortens a list of changed paths for a summary: the items of one list collapse into
+// one entry ("...args[9 items]").
+func Compact(paths []string) []string {
+	counts := map[string]int{}
+	var out []string
+	for _, p := range paths {
+		if m := trailingIndex.FindStringSubmatch(p); m != nil {
+			if counts[m[1]] == 0 {
+				out = append(out, m[1])
+			}
+			counts[m[1]]++
+			continue
+		}
+		out = append(out, p)
+	}
+	for i, p := range out {
+		if n := counts[p]; n == 1 {
+			out[i] = p + "[1 item]"
+		} else if n > 1 {
+			out[i] = fmt.Sprintf("%s[%d items]", p, n)
+		}
 	}
 	return out
 }

@@ -9,6 +9,7 @@
 // `pulumi preview --event-log <file>`, which adds the rules about replacements and deletions and
 // prints whether the workers roll:
 //
+//	export PULUMI_DEBUG_COMMANDS=true # --event-log is a debug flag, the one the Automation API reads
 //	pulumi preview --stack agg --event-log /tmp/agg.events && go run ./cmd/policy -events /tmp/agg.events
 //
 // It exits 1 when a rule is broken.

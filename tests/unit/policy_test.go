@@ -210,3 +210,8 @@ func TestRolls(t *testing.T) {
 		assert.Contains(t, r.Why, "spec.restart")
 	}
 }
+
+func TestCompact(t *testing.T) {
+	assert.Equal(t, []string{"metadata.labels", "spec.args[3 items]", "spec.env[1 item]"},
+		policy.Compact([]string{"metadata.labels", "spec.args[9]", "spec.args[10]", "spec.env[0]", "spec.args[47]"}))
+}

@@ -1,0 +1,99 @@
+package integration
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+)
+
+// Commits of the project's history the PR check is tested with.
+const (
+	// The last commit before the day-two work: labels, stable names, recipe-ordered worker args.
+	beforeDayTwo = "7e84239"
+	// A README change, and the program refactor after it that must change nothing live.
+	readmeOnly  = "7856888"
+	afterDayTwo = "95ec2ce"
+)
+
+// prCheck runs `make pr-check`'s command (it starts an API server of its own) and returns its
+// output and exit code.
+func prCheck(t *testing.T, args ...string) (string, int) {
+	t.Helper()
+	cmd := exec.Command("go", append([]string{"run", "./prcheck"}, args...)...)
+	cmd.Dir = filepath.Join(cluster.root, "tests")
+	out, err := cmd.CombinedOutput()
+	code := 0
+	if exit, ok := err.(*exec.ExitError); ok {
+		code = exit.ExitCode()
+	} else {
+		require.NoError(t, err)
+	}
+	t.Logf("pr-check %s (exit %d):\n%s", strings.Join(args, " "), code, out)
+	return string(out), code
+}
+
+func summary(t *testing.T, out, stack string) string {
+	t.Helper()
+	_, after, ok := strings.Cut(out, "== "+stack+": summary\n")
+	require.True(t, ok, "no summary for %s", stack)
+	before, _, _ := strings.Cut(after, "\n== ")
+	return before
+}
+
+// A refactor of the program (and a README change) does nothing to either live stack.
+func TestPRCheckRefactorChangesNothing(t *testing.T) {
+	out, code := prCheck(t, "-base", readmeOnly, "-head", afterDayTwo)
+	assert.Equal(t, 0, code)
+	for _, stack := range []string{"agg", "disagg"} {
+		s := summary(t, out, stack)
+		assert.Contains(t, s, "no resource changes")
+		assert.Contains(t, s, "policies: 8 rules, no violations")
+	}
+	assert.Contains(t, summary(t, out, "agg"), "workers roll: Frontend=no Worker=no")
+	assert.Contains(t, summary(t, out, "disagg"), "workers roll: DecodeWorker=no Frontend=no PrefillWorker=no")
+	assert.Contains(t, out, "== pr-check passed")
+}
+
+// The day-two upgrade reorders the workers' arguments into the recipe's order: the workers roll.
+// The check fails unless the author says the roll is meant.
+func TestPRCheckCatchesAWorkerRoll(t *testing.T) {
+	out, code := prCheck(t, "-base", beforeDayTwo, "-head", afterDayTwo, "-stacks", "agg")
+	assert.Equal(t, 1, code)
+	s := summary(t, out, "agg")
+	assert.Contains(t, s, "workers roll: Frontend=no Worker=yes")
+	assert.Contains(t, s, "FAIL: Worker rolls (podTemplate.spec.containers[0].args[27 items]), and -roll does not name it")
+	// Labels are added everywhere; nothing is replaced, so no policy fails.
+	assert.Contains(t, s, `update   kubernetes:core/v1:PersistentVolumeClaim model-cache: metadata.labels["app.kubernetes.io/instance"]`)
+	assert.Contains(t, s, "policies: 8 rules, no violations")
+	assert.NotContains(t, s, "replace")
+
+	out, code = prCheck(t, "-base", beforeDayTwo, "-head", afterDayTwo, "-stacks", "agg", "-roll", "Worker")
+	assert.Equal(t, 0, code)
+	assert.Contains(t, summary(t, out, "agg"), "workers roll: Frontend=no Worker=yes")
+}
+
+// A stack-file change that would replace the model cache claim fails the check. (A new storage
+// class would not: the program ignores changes to the claim's immutable fields.)
+func TestPRCheckRefusesToReplaceTheCache(t *testing.T) {
+	head := t.TempDir()
+	archive := exec.Command("sh", "-c", "git archive "+afterDayTwo+" | tar -x -C "+head)
+	archive.Dir = cluster.root
+	b, err := archive.CombinedOutput()
+	require.NoError(t, err, string(b))
+	stackFile := filepath.Join(head, "Pulumi.agg.yaml")
+	f, err := os.ReadFile(stackFile)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(stackFile, append(f, "  minimax-m3:modelCache:\n    claimName: model-cache-v2\n"...), 0o644))
+
+	out, code := prCheck(t, "-base", afterDayTwo, "-head", head, "-stacks", "agg")
+	assert.Equal(t, 1, code)
+	s := summary(t, out, "agg")
+	assert.Contains(t, s, "replace  kubernetes:core/v1:PersistentVolumeClaim model-cache: metadata.name")
+	assert.Contains(t, s, "FAIL: [keep-model-cache] PersistentVolumeClaim pr-check-agg/model-cache-v2: this change would replace it (metadata.name)")
+	assert.Contains(t, out, "== pr-check FAILED")
+}
