@@ -17,7 +17,7 @@ func plan(t *testing.T, stack string, overrides map[string]string) policy.Plan {
 	var p policy.Plan
 	for _, rec := range r.resources {
 		p.Steps = append(p.Steps, policy.Step{
-			URN: "urn:pulumi:" + stack + "::minimax-m3::" + rec.Type + "::" + rec.Name,
+			URN:  "urn:pulumi:" + stack + "::minimax-m3::" + rec.Type + "::" + rec.Name,
 			Type: rec.Type, Name: rec.Name, Op: "create", New: plain(t, rec.Inputs),
 		})
 	}
