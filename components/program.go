@@ -79,7 +79,9 @@ func Deploy(ctx *pulumi.Context, o Options) (pulumi.Map, error) {
 			msg += "; the rendered Secret holds the Hugging Face token in plain text: keep that directory private and out of version control"
 		}
 		_ = ctx.Log.Warn(msg, nil)
-		providerArgs = &kubernetes.ProviderArgs{RenderYamlToDirectory: pulumi.String(dir)}
+		// The SDK fills an unset kubeconfig from $KUBECONFIG, which the provider refuses beside a
+		// render directory: say "none" explicitly, a render reads no cluster.
+		providerArgs = &kubernetes.ProviderArgs{RenderYamlToDirectory: pulumi.String(dir), Kubeconfig: pulumi.String("")}
 	}
 	provider, err := kubernetes.NewProvider(ctx, "kubernetes", providerArgs)
 	if err != nil {

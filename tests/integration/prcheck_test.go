@@ -94,6 +94,6 @@ func TestPRCheckRefusesToReplaceTheCache(t *testing.T) {
 	assert.Equal(t, 1, code)
 	s := summary(t, out, "agg")
 	assert.Contains(t, s, "replace  kubernetes:core/v1:PersistentVolumeClaim model-cache: metadata.name")
-	assert.Contains(t, s, "FAIL: [keep-model-cache] PersistentVolumeClaim pr-check-agg/model-cache-v2: this change would replace it (metadata.name)")
+	assert.Contains(t, s, "FAIL: [keep-model-cache] PersistentVolumeClaim local-agg/model-cache-v2: this change would replace it (metadata.name)")
 	assert.Contains(t, out, "== pr-check FAILED")
 }

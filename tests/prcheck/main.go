@@ -12,22 +12,18 @@
 package main
 
 import (
-	"bytes"
 	"context"
-	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
 
-	"gopkg.in/yaml.v3"
-
 	"minimax-m3/policy"
 	"minimax-m3/tests/localcluster"
+	"minimax-m3/tests/localstack"
 )
 
 func main() {
@@ -53,23 +49,9 @@ func main() {
 
 type options struct{ base, head, stacks, roll string }
 
-// localConfig is what each stack gets on the local API server besides its stack file: a namespace
-// of its own, a placeholder token, and no waits for controllers that do not run here.
-func localConfig(stack string) [][2]string {
-	return [][2]string{
-		{"minimax-m3:namespace.name", "pr-check-" + stack},
-		{"minimax-m3:modelDownload.waitForCompletion", "false"},
-		{"minimax-m3:readiness.waitForReady", "false"},
-	}
-}
-
 func run(ctx context.Context, o options, out io.Writer) (bool, error) {
-	root, err := repoRoot()
+	root, err := localstack.RepoRoot()
 	if err != nil {
-		return false, err
-	}
-	bin := filepath.Join(root, ".toolchain", "bin")
-	if err := os.Setenv("PATH", bin+string(os.PathListSeparator)+os.Getenv("PATH")); err != nil {
 		return false, err
 	}
 	work, err := os.MkdirTemp("", "minimax-m3-pr-check")
@@ -78,7 +60,7 @@ func run(ctx context.Context, o options, out io.Writer) (bool, error) {
 	}
 	defer func() { _ = os.RemoveAll(work) }()
 
-	baseDir, baseName, err := checkout(root, o.base, filepath.Join(work, "base"))
+	baseDir, baseName, err := localstack.Checkout(root, o.base, filepath.Join(work, "base"))
 	if err != nil {
 		return false, err
 	}
@@ -86,41 +68,32 @@ func run(ctx context.Context, o options, out io.Writer) (bool, error) {
 	if o.head != "" {
 		if st, err := os.Stat(o.head); err == nil && st.IsDir() {
 			headDir, headName = o.head, o.head
-		} else if headDir, headName, err = checkout(root, o.head, filepath.Join(work, "head-src")); err != nil {
+		} else if headDir, headName, err = localstack.Checkout(root, o.head, filepath.Join(work, "head-src")); err != nil {
 			return false, err
 		}
 	}
 	// The head runs from a copy, so nothing is written into the working tree.
 	headCopy := filepath.Join(work, "head")
-	if err := copyTree(headDir, headCopy); err != nil {
+	if err := localstack.CopyProgram(headDir, headCopy); err != nil {
 		return false, err
 	}
 	_, _ = fmt.Fprintf(out, "== base: %s\n== head: %s\n", baseName, headName)
 
 	_, _ = fmt.Fprintln(out, "== starting the local API server with the CRDs from", os.Getenv("MINIMAX_M3_CRDS"))
-	cluster, err := localcluster.Start(bin, os.Getenv("MINIMAX_M3_CRDS"))
+	cluster, err := localcluster.Start(filepath.Join(root, ".toolchain", "bin"), os.Getenv("MINIMAX_M3_CRDS"))
 	if err != nil {
 		return false, err
 	}
 	cluster.StopOnSignal()
 	defer func() { _ = cluster.Stop() }()
 
-	env := append(os.Environ(),
-		"PULUMI_HOME="+filepath.Join(root, ".toolchain", "pulumi-home"),
-		"PULUMI_BACKEND_URL=file://"+filepath.Join(work, "state"),
-		"PULUMI_CONFIG_PASSPHRASE=pr-check",
-		"PULUMI_SKIP_UPDATE_CHECK=true",
-		// --event-log (the engine's events as JSON lines, as the Automation API reads them) is a
-		// debug command's flag.
-		"PULUMI_DEBUG_COMMANDS=true",
-		"KUBECONFIG="+cluster.Kubeconfig,
-	)
-	if err := os.MkdirAll(filepath.Join(work, "state"), 0o755); err != nil {
+	cli, err := localstack.NewCLI(root, filepath.Join(work, "state"), cluster.Kubeconfig)
+	if err != nil {
 		return false, err
 	}
 	allOK := true
 	for _, stack := range strings.Split(o.stacks, ",") {
-		ok, err := checkStack(ctx, stackRun{stack: stack, base: baseDir, head: headCopy, work: work, env: env, roll: o.roll}, out)
+		ok, err := checkStack(ctx, stackRun{cli: cli, stack: stack, base: baseDir, head: headCopy, work: work, roll: o.roll}, out)
 		if err != nil {
 			return false, fmt.Errorf("stack %s: %w", stack, err)
 		}
@@ -135,54 +108,25 @@ func run(ctx context.Context, o options, out io.Writer) (bool, error) {
 }
 
 type stackRun struct {
+	cli                           localstack.CLI
 	stack, base, head, work, roll string
-	env                           []string
-}
-
-func (s stackRun) pulumi(ctx context.Context, dir string, stdin string, out io.Writer, args ...string) error {
-	cmd := exec.CommandContext(ctx, "pulumi", args...)
-	cmd.Dir, cmd.Env, cmd.Stdin = dir, s.env, strings.NewReader(stdin)
-	var errBuf bytes.Buffer
-	cmd.Stdout, cmd.Stderr = out, io.MultiWriter(out, &errBuf)
-	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("pulumi %s: %w", strings.Join(args, " "), err)
-	}
-	return nil
-}
-
-// configure sets the local values on a stack file, the token through stdin (never an argument).
-func (s stackRun) configure(ctx context.Context, dir string) error {
-	for _, kv := range localConfig(s.stack) {
-		if err := s.pulumi(ctx, dir, "", io.Discard, "config", "set", "--stack", s.stack, "--path", kv[0], kv[1]); err != nil {
-			return err
-		}
-	}
-	return s.pulumi(ctx, dir, "hf_pr_check_placeholder\n", io.Discard, "config", "set", "--stack", s.stack, "--secret", "minimax-m3:hfToken")
 }
 
 func checkStack(ctx context.Context, s stackRun, out io.Writer) (bool, error) {
 	_, _ = fmt.Fprintf(out, "\n== %s: up from the base program (awaits off)\n", s.stack)
-	if err := s.pulumi(ctx, s.base, "", io.Discard, "stack", "init", s.stack); err != nil {
-		return false, err
-	}
-	if err := s.configure(ctx, s.base); err != nil {
-		return false, err
-	}
-	var upLog bytes.Buffer
-	if err := s.pulumi(ctx, s.base, "", &upLog, "up", "--stack", s.stack, "--yes", "--skip-preview", "--suppress-progress"); err != nil {
-		_, _ = out.Write(upLog.Bytes())
+	if err := s.cli.Deploy(ctx, s.base, s.stack, out); err != nil {
 		return false, err
 	}
 	// The head's stack file decrypts the base's state with the base stack's salt.
-	if err := copySalt(filepath.Join(s.base, "Pulumi."+s.stack+".yaml"), filepath.Join(s.head, "Pulumi."+s.stack+".yaml")); err != nil {
+	if err := localstack.CopySalt(filepath.Join(s.base, "Pulumi."+s.stack+".yaml"), filepath.Join(s.head, "Pulumi."+s.stack+".yaml")); err != nil {
 		return false, err
 	}
-	if err := s.configure(ctx, s.head); err != nil {
+	if err := s.cli.Configure(ctx, s.head, s.stack); err != nil {
 		return false, err
 	}
 	_, _ = fmt.Fprintf(out, "\n== %s: preview of the head against it (--diff)\n", s.stack)
 	events := filepath.Join(s.work, s.stack+".events")
-	if err := s.pulumi(ctx, s.head, "", out, "preview", "--stack", s.stack, "--diff", "--event-log", events); err != nil {
+	if err := s.cli.Run(ctx, s.head, "", out, "preview", "--stack", s.stack, "--diff", "--event-log", events); err != nil {
 		return false, err
 	}
 	f, err := os.Open(events)
@@ -194,11 +138,11 @@ func checkStack(ctx context.Context, s stackRun, out io.Writer) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	adopted, err := adopts(filepath.Join(s.head, "Pulumi."+s.stack+".yaml"))
+	cfg, err := localstack.ReadYAML(filepath.Join(s.head, "Pulumi."+s.stack+".yaml"))
 	if err != nil {
 		return false, err
 	}
-	return report(out, s.stack, policy.Plan{Steps: steps, Adopted: adopted}, s.roll), nil
+	return report(out, s.stack, policy.Plan{Steps: steps, Adopted: adopts(cfg)}, s.roll), nil
 }
 
 // report prints what changes, what rolls and the policies' verdict, and says whether it passes.
@@ -242,123 +186,14 @@ func report(out io.Writer, stack string, p policy.Plan, roll string) bool {
 	return ok
 }
 
-func repoRoot() (string, error) {
-	b, err := exec.Command("git", "rev-parse", "--show-toplevel").Output()
-	if err != nil {
-		return "", fmt.Errorf("not in the project's git checkout: %w", err)
-	}
-	return strings.TrimSpace(string(b)), nil
-}
-
-// checkout writes the tree of a commit into dir and names it.
-func checkout(root, ref, dir string) (string, string, error) {
-	b, err := exec.Command("git", "-C", root, "log", "-1", "--format=%h %s", ref+"^{commit}", "--").Output()
-	if err != nil {
-		return "", "", fmt.Errorf("%s is not a commit of %s", ref, root)
-	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", "", err
-	}
-	archive := exec.Command("git", "-C", root, "archive", "--format=tar", ref+"^{commit}")
-	extract := exec.Command("tar", "-x", "-C", dir)
-	pipe, err := archive.StdoutPipe()
-	if err != nil {
-		return "", "", err
-	}
-	extract.Stdin = pipe
-	if err := extract.Start(); err != nil {
-		return "", "", err
-	}
-	if err := errors.Join(archive.Run(), extract.Wait()); err != nil {
-		return "", "", fmt.Errorf("extracting %s: %w", ref, err)
-	}
-	return dir, strings.TrimSpace(string(b)), nil
-}
-
-// copyTree copies the program's files (tracked and untracked, not ignored) of a checkout or a
-// directory.
-func copyTree(from, to string) error {
-	var files []string
-	if b, err := exec.Command("git", "-C", from, "ls-files", "-co", "--exclude-standard", "-z").Output(); err == nil && len(b) > 0 {
-		files = strings.Split(strings.TrimRight(string(b), "\x00"), "\x00")
-	} else {
-		err := filepath.WalkDir(from, func(p string, d os.DirEntry, err error) error {
-			if err != nil || d.IsDir() {
-				return err
-			}
-			rel, _ := filepath.Rel(from, p)
-			files = append(files, rel)
-			return nil
-		})
-		if err != nil {
-			return err
-		}
-	}
-	for _, f := range files {
-		if strings.HasPrefix(f, "tests/") || strings.HasPrefix(f, ".toolchain/") {
-			continue // not part of the program
-		}
-		b, err := os.ReadFile(filepath.Join(from, f))
-		if errors.Is(err, os.ErrNotExist) {
-			continue // deleted in the working tree
-		} else if err != nil {
-			return err
-		}
-		if err := os.MkdirAll(filepath.Dir(filepath.Join(to, f)), 0o755); err != nil {
-			return err
-		}
-		if err := os.WriteFile(filepath.Join(to, f), b, 0o644); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-// copySalt gives the head's stack file the passphrase salt the base's stack was created with.
-func copySalt(from, to string) error {
-	src, err := readYAML(from)
-	if err != nil {
-		return err
-	}
-	dst, err := readYAML(to)
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		return err
-	}
-	if dst == nil {
-		dst = map[string]any{}
-	}
-	dst["encryptionsalt"] = src["encryptionsalt"]
-	b, err := yaml.Marshal(dst)
-	if err != nil {
-		return err
-	}
-	return os.WriteFile(to, b, 0o644)
-}
-
-func readYAML(path string) (map[string]any, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
-	var m map[string]any
-	if err := yaml.Unmarshal(b, &m); err != nil {
-		return nil, fmt.Errorf("%s: %w", path, err)
-	}
-	return m, nil
-}
-
 // adopts reads `adopt` from a stack file.
-func adopts(path string) (bool, error) {
-	m, err := readYAML(path)
-	if err != nil {
-		return false, err
-	}
-	cfg, _ := m["config"].(map[string]any)
+func adopts(file map[string]any) bool {
+	cfg, _ := file["config"].(map[string]any)
 	switch v := cfg["minimax-m3:adopt"].(type) {
 	case bool:
-		return v, nil
+		return v
 	case string:
-		return v == "true", nil
+		return v == "true"
 	}
-	return false, nil
+	return false
 }

@@ -113,6 +113,12 @@ func run(t testing.TB, stack string, overrides map[string]string) (*result, erro
 // runOn runs the program against a cluster holding the given objects.
 func runOn(t testing.TB, cluster fakeCluster, stack string, overrides map[string]string) (*result, error) {
 	t.Helper()
+	return runWith(t, components.Options{Cluster: cluster}, stack, overrides)
+}
+
+// runWith runs the program with the given options.
+func runWith(t testing.TB, opts components.Options, stack string, overrides map[string]string) (*result, error) {
+	t.Helper()
 	cfg := stackConfig(t, stack)
 	for k, v := range siteConfig() {
 		cfg[k] = v
@@ -131,7 +137,8 @@ func runOn(t testing.TB, cluster fakeCluster, stack string, overrides map[string
 		for k := range cfg {
 			keys = append(keys, k)
 		}
-		outs, err := components.Deploy(ctx, components.Options{ConfigKeys: keys, Cluster: cluster})
+		opts.ConfigKeys = keys
+		outs, err := components.Deploy(ctx, opts)
 		if err != nil {
 			return err
 		}

@@ -6,6 +6,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+
+	"minimax-m3/components"
 )
 
 // What the user owns survives config changes and destroy; what must be replaced is replaced safely.
@@ -58,4 +60,15 @@ func TestEveryResourceBelongsToTheStacksComponents(t *testing.T) {
 		}
 		assert.Contains(t, res.RPC.GetParent(), "minimax-m3:index:", "%s %s is parented to a component", res.Type, res.Name)
 	}
+}
+
+// A render reads no cluster: the provider gets an explicitly empty kubeconfig, or the SDK would fill
+// it from $KUBECONFIG and the provider refuse it beside the render directory.
+func TestRenderIgnoresTheKubeconfigOfTheEnvironment(t *testing.T) {
+	t.Setenv("KUBECONFIG", "/home/user/.kube/config")
+	r, err := runWith(t, components.Options{RenderDirectory: "/tmp/out", Cluster: fakeCluster{}}, "agg", nil)
+	require.NoError(t, err)
+	p := plain(t, r.one(t, "pulumi:providers:kubernetes").Inputs)
+	assert.Equal(t, "/tmp/out", p["renderYamlToDirectory"])
+	assert.Equal(t, "", p["kubeconfig"])
 }
