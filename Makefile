@@ -53,3 +53,6 @@ policy: ## check the policies on both stacks' rendered objects, no cluster (NAME
 pr-check: toolchain ## what the working tree does to live stacks deployed from BASE (make pr-check BASE=main [ROLL=Worker,...])
 	@test -n "$(BASE)" || { echo "usage: make pr-check BASE=<git ref> [ROLL=Frontend,Worker,PrefillWorker,DecodeWorker|all] [STACKS=agg]"; exit 2; }
 	cd tests && go run ./prcheck -base $(BASE) $(if $(ROLL),-roll $(ROLL)) $(if $(STACKS),-stacks $(STACKS))
+
+bench: toolchain ## side by side on the local API server (hyperfine, 5 runs): recipe dry run, preview (CLI, Automation API), no-op up, render, unit suite
+	cd tests && go run ./bench $(if $(RUNS),-runs $(RUNS))

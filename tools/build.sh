@@ -37,11 +37,21 @@ build() {
     mv "$out.tmp" "$out"
     log "built $name in $((SECONDS - start))s"
   fi
-  ln -sfn "$out" "$link/$name"
+  [ "$link/$name" = "$out" ] || ln -sfn "$out" "$link/$name"
 }
 
 build pulumi "$PULUMI_VERSION" "$tools/pulumi" github.com/pulumi/pulumi/pkg/v3/cmd/pulumi \
-  "-X github.com/pulumi/pulumi/sdk/v3/go/common/version.Version=$PULUMI_VERSION"
+  "-X github.com/pulumi/pulumi/sdk/v3/go/common/version.Version=$PULUMI_VERSION" "$cache/pulumi-$PULUMI_VERSION"
+# install_script TEMPLATE DEST SED_EXPRESSIONS...: a wrapper from tools/, written atomically.
+install_script() {
+  local template=$1 dest=$2; shift 2
+  local args=()
+  for e in "$@"; do args+=(-e "$e"); done
+  sed "${args[@]}" "$template" > "$dest.tmp" && chmod +x "$dest.tmp" && mv -f "$dest.tmp" "$dest"
+}
+# bin/pulumi is a wrapper that sets the project's offline defaults (tools/pulumi.sh).
+rm -f "$bin/pulumi"
+install_script "$tools/pulumi.sh" "$bin/pulumi" "s|@ROOT@|$root|" "s|@CLI@|$cache/pulumi-$PULUMI_VERSION/pulumi|"
 
 # The provider's module zip lacks the files its main package embeds: build a copy of the command
 # inside the tools module after running upstream's generate step, which writes them.
@@ -67,10 +77,13 @@ rm -f "$bin/pulumi-resource-kubernetes"
 build golangci-lint v2.15.0 "$tools/golangci-lint" github.com/golangci/golangci-lint/v2/cmd/golangci-lint
 
 # The Go language host is a plugin the CLI bundles: it looks for it next to its own (resolved)
-# binary, so it is linked there, and kept off PATH (no "using ... from $PATH" warning).
+# binary, so it is installed there, and kept off PATH (no "using ... from $PATH" warning). What is
+# installed there is tools/pulumi-language-go.sh, which runs the host with a build target.
 build pulumi-language-go "$LANGUAGE_GO_VERSION" "$tools/pulumi-language-go" github.com/pulumi/pulumi/sdk/v3/go/pulumi-language-go \
-  "-X github.com/pulumi/pulumi/sdk/v3/go/common/version.Version=$LANGUAGE_GO_VERSION" "$cache/pulumi-$PULUMI_VERSION"
+  "-X github.com/pulumi/pulumi/sdk/v3/go/common/version.Version=$LANGUAGE_GO_VERSION" "$cache/pulumi-language-go-$LANGUAGE_GO_VERSION"
 rm -f "$bin/pulumi-language-go" "$plugins/pulumi-language-go"
+install_script "$tools/pulumi-language-go.sh" "$cache/pulumi-$PULUMI_VERSION/pulumi-language-go" \
+  "s|@HOST@|$cache/pulumi-language-go-$LANGUAGE_GO_VERSION/pulumi-language-go|"
 
 build actionlint v1.7.12 "$tools/actionlint" github.com/rhysd/actionlint/cmd/actionlint
 

@@ -10,7 +10,7 @@
 // prints whether the workers roll:
 //
 //	export PULUMI_DEBUG_COMMANDS=true # --event-log is a debug flag, the one the Automation API reads
-//	pulumi preview --stack agg --event-log /tmp/agg.events && go run ./cmd/policy -events /tmp/agg.events
+//	pulumi preview --stack agg --event-log /tmp/agg.events && go run ./cmd/policy -stack agg -events /tmp/agg.events
 //
 // It exits 1 when a rule is broken.
 package main
@@ -21,9 +21,11 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/pulumi/pulumi/sdk/v3/go/auto"
+	"gopkg.in/yaml.v3"
 
 	"minimax-m3/automation"
 	"minimax-m3/policy"
@@ -38,7 +40,7 @@ func main() {
 	var names stacks
 	flag.Var(&names, "stack", "stack to render and check (repeatable; default agg and disagg)")
 	eventLog := flag.String("events", "", "check the steps of this `pulumi preview --event-log` file instead")
-	adopted := flag.Bool("adopted", false, "with -events: the stack has adopt=true (protects every object from replacement)")
+	adopted := flag.Bool("adopted", false, "with -events: the stack has adopt=true, which protects every object from replacement (default: read from Pulumi.<stack>.yaml when -stack is given)")
 	project := flag.String("project", ".", "the project directory")
 	list := flag.Bool("list", false, "list the rules and exit")
 	set := auto.ConfigMap{}
@@ -78,6 +80,11 @@ func run(names stacks, eventLog string, adopted bool, project string, set auto.C
 		if err != nil {
 			return false, err
 		}
+		if len(names) == 1 && !adopted {
+			if adopted, err = stackAdopts(filepath.Join(project, "Pulumi."+names[0]+".yaml")); err != nil {
+				return false, err
+			}
+		}
 		p := policy.Plan{Steps: steps, Adopted: adopted}
 		for _, line := range policy.Summary(policy.Rolls(p)) {
 			_, _ = fmt.Fprintln(out, line)
@@ -112,7 +119,7 @@ func run(names stacks, eventLog string, adopted bool, project string, set auto.C
 func report(out io.Writer, what string, p policy.Plan) bool {
 	vs := policy.Check(p)
 	if len(vs) == 0 {
-		_, _ = fmt.Fprintf(out, "%s: %d resources, %d rules, no violations\n", what, len(p.Steps), len(policy.Rules))
+		_, _ = fmt.Fprintf(out, "%s: %d rules, %d resources, no violations\n", what, len(policy.Rules), len(p.Steps))
 		return false
 	}
 	_, _ = fmt.Fprintf(out, "%s: %d violations\n", what, len(vs))
@@ -120,4 +127,25 @@ func report(out io.Writer, what string, p policy.Plan) bool {
 		_, _ = fmt.Fprintln(out, "  "+v.String())
 	}
 	return true
+}
+
+// stackAdopts reads `adopt` from a stack file.
+func stackAdopts(path string) (bool, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return false, err
+	}
+	var file struct {
+		Config map[string]any `yaml:"config"`
+	}
+	if err := yaml.Unmarshal(b, &file); err != nil {
+		return false, fmt.Errorf("%s: %w", path, err)
+	}
+	switch v := file.Config["minimax-m3:adopt"].(type) {
+	case bool:
+		return v, nil
+	case string:
+		return v == "true", nil
+	}
+	return false, nil
 }

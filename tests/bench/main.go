@@ -39,8 +39,9 @@ func main() {
 	}
 	runs := flag.Int("runs", 5, "measured runs per command (after one warm-up run)")
 	only := flag.String("only", "", "measure only the commands whose name contains this")
+	hold := flag.Bool("hold", false, "deploy both stacks, print the environment to reach them, and wait for Ctrl-C (for profiling by hand)")
 	flag.Parse()
-	if err := run(context.Background(), *runs, *only); err != nil {
+	if err := run(context.Background(), *runs, *only, *hold); err != nil {
 		fmt.Fprintln(os.Stderr, "bench:", err)
 		os.Exit(1)
 	}
@@ -48,7 +49,7 @@ func main() {
 
 type command struct{ name, profile, cmd string }
 
-func run(ctx context.Context, runs int, only string) error {
+func run(ctx context.Context, runs int, only string, hold bool) error {
 	if _, err := exec.LookPath("hyperfine"); err != nil {
 		return fmt.Errorf("hyperfine is not installed (Debian: apt-get install hyperfine): %w", err)
 	}
@@ -93,6 +94,15 @@ func run(ctx context.Context, runs int, only string) error {
 		}
 	}
 
+	if hold {
+		fmt.Printf("== both stacks are up in %s; in another shell:\n", project)
+		for _, kv := range cli.Env[len(os.Environ()):] {
+			fmt.Printf("export %s\n", kv)
+		}
+		fmt.Printf("cd %s\n== Ctrl-C stops the API server\n", project)
+		select {}
+	}
+
 	var cmds []command
 	for _, p := range []string{"agg", "disagg"} {
 		files := []string{"model-cache/model-cache.yaml", "model-cache/model-download.yaml", "vllm/" + p + "-gb200-agentic/deploy.yaml"}
@@ -122,7 +132,7 @@ func run(ctx context.Context, runs int, only string) error {
 	}
 
 	results := filepath.Join(work, "results.json")
-	args := []string{"--warmup", "1", "--runs", fmt.Sprint(runs), "--export-json", results, "--show-output"}
+	args := []string{"--warmup", "1", "--runs", fmt.Sprint(runs), "--export-json", results, "--style", "basic"}
 	for _, c := range selected {
 		args = append(args, "-n", c.name, c.cmd)
 	}

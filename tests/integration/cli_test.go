@@ -35,6 +35,8 @@ func TestPlainCLIPreviewOfBothStacks(t *testing.T) {
 	for k, v := range pulumiEnv(t) {
 		env = append(env, k+"="+v)
 	}
+	// --event-log is a debug command's flag.
+	env = append(env, "PULUMI_DEBUG_COMMANDS=true")
 	pulumi := func(args ...string) string {
 		cmd := exec.Command("pulumi", append(args, "--cwd", dir, "--non-interactive")...)
 		cmd.Env = env
@@ -46,13 +48,22 @@ func TestPlainCLIPreviewOfBothStacks(t *testing.T) {
 		pulumi("stack", "init", stack)
 		pulumi("config", "set", "--stack", stack, "--path", "minimax-m3:namespace.name", "cli-"+stack)
 		pulumi("config", "set", "--stack", stack, "--secret", "minimax-m3:hfToken", testToken)
-		out := pulumi("preview", "--stack", stack, "--diff")
+		events := filepath.Join(t.TempDir(), stack+".events")
+		out := pulumi("preview", "--stack", stack, "--diff", "--event-log", events)
 		for _, want := range []string{"kubernetes:nvidia.com/v1beta1:DynamoGraphDeployment", "kubernetes:resource.nvidia.com/v1beta1:ComputeDomain",
 			"kubernetes:batch/v1:Job", "kubernetes:core/v1:PersistentVolumeClaim", "kubernetes:core/v1:ConfigMap", "minimax-m3:index:Deployment"} {
 			assert.Contains(t, out, want, stack)
 		}
 		assert.NotContains(t, out, testToken, "the preview diff shows no token")
 		assert.NotContains(t, out, "from $PATH", "the plugins come from the toolchain's PULUMI_HOME and beside the CLI")
+
+		// The policies over the preview's event log, as the PR workflow runs them.
+		policyCmd := exec.Command("go", "run", "./cmd/policy", "-stack", stack, "-project", dir, "-events", events)
+		policyCmd.Dir = cluster.root
+		b, err := policyCmd.CombinedOutput()
+		require.NoError(t, err, string(b))
+		assert.Contains(t, string(b), events+": 8 rules")
+		assert.Contains(t, string(b), "no violations")
 	}
 
 	// A key the program does not know, and a value of the wrong type, fail preview at their key.
