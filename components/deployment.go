@@ -22,6 +22,8 @@ const (
 type MiniMaxM3Args struct {
 	Config  *config.Config
 	HFToken pulumi.StringInput
+	// Results reads the smoke test's result from its pod; nil leaves it out.
+	Results JobResultReader
 }
 
 // MiniMaxM3 is one stack's deployment: namespace, token Secret, model cache, ComputeDomain and the
@@ -38,6 +40,8 @@ type MiniMaxM3 struct {
 	FrontendService pulumi.StringOutput `pulumi:"frontendService"`
 	CacheClaimName  pulumi.StringOutput `pulumi:"cacheClaimName"`
 	ComputeDomain   pulumi.StringOutput `pulumi:"computeDomain"`
+	// SmokeTest is nil when the smoke test does not run.
+	SmokeTest *SmokeTest
 }
 
 // NewMiniMaxM3 builds every object of a stack from a validated Config.
@@ -104,6 +108,17 @@ func NewMiniMaxM3(ctx *pulumi.Context, name string, args *MiniMaxM3Args, opts ..
 		return nil, err
 	}
 
+	if c.SmokeTest.Enabled {
+		if c.Readiness.WaitForReady {
+			d.SmokeTest, err = NewSmokeTest(ctx, "smoke-test", &SmokeTestArgs{Namespace: ns.Name, Config: c, Graph: graph.Object, Results: args.Results}, parent)
+			if err != nil {
+				return nil, err
+			}
+		} else {
+			_ = ctx.Log.Warn("no smoke test: readiness.waitForReady=false, so nothing waits for the graph to serve before it would run", nil)
+		}
+	}
+
 	d.Namespace = ns.Name
 	d.GraphName = graph.Name
 	d.FrontendService = graph.Name.ApplyT(func(n string) string { return n + "-frontend" }).(pulumi.StringOutput)
@@ -122,7 +137,7 @@ func NewMiniMaxM3(ctx *pulumi.Context, name string, args *MiniMaxM3Args, opts ..
 func Outputs(c *config.Config, d *MiniMaxM3) pulumi.Map {
 	port := config.FrontendPort
 	chat := fmt.Sprintf(`{"model":%q,"messages":[{"role":"user","content":"What is 2 + 2?"}],"max_tokens":1024}`, c.ServedModelName())
-	return pulumi.Map{
+	out := pulumi.Map{
 		"namespace":            d.Namespace,
 		"graphName":            d.GraphName,
 		"frontendService":      d.FrontendService,
@@ -143,4 +158,8 @@ func Outputs(c *config.Config, d *MiniMaxM3) pulumi.Map {
 		"cacheClaimName":       d.CacheClaimName,
 		"waitCommand":          pulumi.Sprintf("kubectl -n %s wait --for=condition=Ready dynamographdeployment/%s --timeout=%s", d.Namespace, d.GraphName, c.Readiness.Timeout),
 	}
+	if d.SmokeTest != nil {
+		out["smokeTest"] = d.SmokeTest.Result
+	}
+	return out
 }

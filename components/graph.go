@@ -34,6 +34,8 @@ type Graph struct {
 	pulumi.ResourceState
 	Name      pulumi.StringOutput `pulumi:"name"`
 	ConfigMap pulumi.StringOutput `pulumi:"configMap"`
+	// Object is the DynamoGraphDeployment, for what must wait for its Ready.
+	Object pulumi.Resource
 }
 
 // NewGraph creates the ConfigMap and the DynamoGraphDeployment and, unless disabled, waits until
@@ -95,6 +97,7 @@ func NewGraph(ctx *pulumi.Context, name string, args *GraphArgs, opts ...pulumi.
 	if err != nil {
 		return nil, err
 	}
+	g.Object = dgd
 	g.Name = dgd.Metadata.Name().Elem()
 	g.ConfigMap = cm.Metadata.Name().Elem()
 	return g, ctx.RegisterResourceOutputs(g, pulumi.Map{"name": g.Name, "configMap": g.ConfigMap})

@@ -10,7 +10,9 @@ import (
 	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -20,6 +22,12 @@ import (
 // ObjectReader reads a live object's metadata; found is false when it does not exist.
 type ObjectReader interface {
 	Read(ctx context.Context, gvr schema.GroupVersionResource, namespace, name string) (obj LiveObject, found bool, err error)
+}
+
+// JobResultReader reads what a Job's pod said when it ended: the termination message of its main
+// container ("" when there is none).
+type JobResultReader interface {
+	JobResult(ctx context.Context, namespace, job string) (string, error)
 }
 
 // LiveObject is what the ownership check needs of a live object: its labels, and the field
@@ -146,8 +154,11 @@ func ownedBy(o LiveObject, stack string) bool {
 	return false
 }
 
-// clusterReader reads object metadata with the kubeconfig the provider uses.
-type clusterReader struct{ client metadata.Interface }
+// clusterReader reads object metadata, and Jobs' pods, with the kubeconfig the provider uses.
+type clusterReader struct {
+	client  metadata.Interface
+	dynamic dynamic.Interface
+}
 
 // NewClusterReader reads the cluster of a kubeconfig file (empty: KUBECONFIG or ~/.kube/config) and
 // context (empty: its current context), as the Kubernetes provider does.
@@ -168,7 +179,11 @@ func NewClusterReader(kubeconfig, kubeContext string) (ObjectReader, error) {
 	if err != nil {
 		return nil, err
 	}
-	return clusterReader{client}, nil
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return clusterReader{client, dyn}, nil
 }
 
 func (r clusterReader) Read(ctx context.Context, gvr schema.GroupVersionResource, namespace, name string) (LiveObject, bool, error) {
@@ -192,4 +207,31 @@ func (r clusterReader) Read(ctx context.Context, gvr schema.GroupVersionResource
 		live.Managers = append(live.Managers, m.Manager)
 	}
 	return live, true, nil
+}
+
+// JobResult reads the termination message of the main container of a Job's newest finished pod.
+func (r clusterReader) JobResult(ctx context.Context, namespace, job string) (string, error) {
+	pods, err := r.dynamic.Resource(schema.GroupVersionResource{Version: "v1", Resource: "pods"}).Namespace(namespace).
+		List(ctx, metav1.ListOptions{LabelSelector: "batch.kubernetes.io/job-name=" + job})
+	if err != nil {
+		return "", err
+	}
+	var newest time.Time
+	msg := ""
+	for _, p := range pods.Items {
+		statuses, _, _ := unstructured.NestedSlice(p.Object, "status", "containerStatuses")
+		for _, st := range statuses {
+			m, _ := st.(map[string]any)
+			if m["name"] != mainContainer {
+				continue
+			}
+			text, _, _ := unstructured.NestedString(m, "state", "terminated", "message")
+			finished, _, _ := unstructured.NestedString(m, "state", "terminated", "finishedAt")
+			at, _ := time.Parse(time.RFC3339, finished)
+			if text != "" && !at.Before(newest) {
+				newest, msg = at, text
+			}
+		}
+	}
+	return msg, nil
 }

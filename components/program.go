@@ -91,7 +91,7 @@ func Deploy(ctx *pulumi.Context, o Options) (pulumi.Map, error) {
 	if t := raw.HFToken(); t != "" {
 		token = pulumi.ToSecret(pulumi.String(t)).(pulumi.StringOutput)
 	}
-	d, err := NewMiniMaxM3(ctx, "minimax-m3", &MiniMaxM3Args{Config: &c, HFToken: token}, pulumi.Provider(provider))
+	d, err := NewMiniMaxM3(ctx, "minimax-m3", &MiniMaxM3Args{Config: &c, HFToken: token, Results: jobResults(o, &c)}, pulumi.Provider(provider))
 	if err != nil {
 		return nil, err
 	}
@@ -134,6 +134,22 @@ func keysFromEnvironment() []string {
 	}
 	slices.Sort(keys)
 	return keys
+}
+
+// jobResults is what reads the smoke test's result: the test's reader, or the cluster's (none for a
+// render, or without a kubeconfig).
+func jobResults(o Options, c *config.Config) JobResultReader {
+	if r, ok := o.Cluster.(JobResultReader); ok {
+		return r
+	}
+	if o.RenderDirectory != "" || o.Cluster != nil {
+		return nil
+	}
+	r, err := NewClusterReader(o.Kubeconfig, c.Kubernetes.Context)
+	if err != nil {
+		return nil
+	}
+	return r.(JobResultReader)
 }
 
 func optionalString(s string) pulumi.StringPtrInput {

@@ -54,6 +54,7 @@ type Config struct {
 	Readiness     ReadinessConfig     `json:"readiness"`
 	Restart       RestartConfig       `json:"restart"`
 	Benchmark     BenchmarkConfig     `json:"benchmark"`
+	SmokeTest     SmokeTestConfig     `json:"smokeTest"`
 
 	Frontend FrontendConfig `json:"frontend"`
 	// Worker is the aggregated profile's worker; PrefillWorker and DecodeWorker the disaggregated ones.
@@ -103,6 +104,7 @@ func Validate(c *Config) Problems {
 	}
 	v.duration("readiness.timeout", c.Readiness.Timeout)
 	c.Restart.validate(v, "restart", c)
+	c.SmokeTest.validate(v, "smokeTest", c)
 	c.Frontend.validate(v, "frontend")
 	if c.Profile == Aggregated || c.Profile == Disaggregated {
 		for _, r := range c.Workers() {

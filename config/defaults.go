@@ -62,6 +62,8 @@ func Defaults(p Profile) Config {
 		},
 		ComputeDomain: ComputeDomainConfig{Create: true},
 		Readiness:     ReadinessConfig{WaitForReady: true, Timeout: "2h"},
+		// The recipe's smoke test, as a Job: the frontend lists the model and completes a chat.
+		SmokeTest: SmokeTestConfig{Enabled: true, Timeout: "10m", Message: "Respond with a short readiness message.", MaxTokens: 64},
 		// A fixed identifier: a new kubeconfig context for the same cluster updates the provider
 		// instead of replacing every resource. Change it only to move the stack to another cluster.
 		Kubernetes: KubernetesConfig{ClusterIdentifier: "default"},

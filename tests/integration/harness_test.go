@@ -57,6 +57,8 @@ func siteConfig(ns string) auto.ConfigMap {
 		"minimax-m3:hfToken":               {Value: testToken, Secret: true},
 		"minimax-m3:modelDownload.timeout": {Value: "3m"},
 		"minimax-m3:readiness.timeout":     {Value: "3m"},
+		// On by default; smoketest_test.go turns it on and plays its Job and pod.
+		"minimax-m3:smokeTest.enabled": {Value: "false"},
 	}
 }
 

@@ -27,12 +27,15 @@ import (
 // testToken is the Hugging Face token the tests configure; it must never appear in plain text.
 const testToken = "hf_unitTestTokenNeverPlain"
 
-// siteConfig is what a platform engineer adds to a committed stack file before `pulumi up`.
+// siteConfig is what a platform engineer adds to a committed stack file before `pulumi up`. The
+// smoke test (on by default) is off here so that the tests of the recipe's objects see only those;
+// smoketest_test.go turns it back on (an empty override removes the key).
 func siteConfig() map[string]string {
 	return map[string]string{
 		"minimax-m3:namespace":  `{"name":"inference"}`,
 		"minimax-m3:hfToken":    testToken,
 		"minimax-m3:modelCache": `{"storageClass":"rwx-fast"}`,
+		"minimax-m3:smokeTest":  `{"enabled":false}`,
 	}
 }
 

@@ -1,0 +1,206 @@
+package components
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"minimax-m3/config"
+)
+
+const smokeTestType = "minimax-m3:index:SmokeTest"
+
+// SmokeTestScript is what the smoke test Job runs: the recipe's two requests to the frontend. It
+// succeeds only on HTTP 200 for both and a non-empty completion, and leaves its result as JSON in
+// the container's termination message, where `up` (a failed pod's message) and the stack output
+// (a passed one's) read it. A reasoning model may spend a short budget on reasoning: its
+// reasoning_content counts as the completion then.
+const SmokeTestScript = `import json, os, sys, time, urllib.error, urllib.request
+
+base = os.environ["SMOKE_TEST_URL"]
+
+
+def call(method, path, body=None):
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(base + path, data=data, method=method, headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=300) as r:
+            return r.status, r.read().decode(errors="replace")
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode(errors="replace")
+    except Exception as e:  # connection refused, DNS, timeout
+        return 0, repr(e)
+
+
+def finish(passed, **result):
+    result["passed"] = passed
+    with open(os.environ.get("SMOKE_TEST_RESULT", "/dev/termination-log"), "w") as f:
+        json.dump(result, f)  # Kubernetes keeps 4096 bytes of it
+    print(json.dumps(result), flush=True)
+    sys.exit(0 if passed else 1)
+
+
+status, body = call("GET", "/v1/models")
+if status != 200:
+    finish(False, request="GET /v1/models", status=status, body=body[:1500])
+start = time.monotonic()
+status, body = call("POST", "/v1/chat/completions", {
+    "model": os.environ["SMOKE_TEST_MODEL"],
+    "messages": [{"role": "user", "content": os.environ["SMOKE_TEST_MESSAGE"]}],
+    "max_tokens": int(os.environ["SMOKE_TEST_MAX_TOKENS"]),
+})
+latency = round((time.monotonic() - start) * 1000)
+if status != 200:
+    finish(False, request="POST /v1/chat/completions", status=status, latencyMs=latency, body=body[:1500])
+try:
+    message = json.loads(body)["choices"][0]["message"]
+    reply = message.get("content") or message.get("reasoning_content") or ""
+except Exception:
+    reply = ""
+if not reply.strip():
+    finish(False, request="POST /v1/chat/completions", status=status, latencyMs=latency, body=body[:1500], error="no completion in the response")
+finish(True, status=status, latencyMs=latency, reply=reply[:200])
+`
+
+// SmokeTestJobName is the smoke test Job's name: graphName, and a hash of the graph's spec, so a new
+// graph generation (any spec change) makes a new Job, which runs the test again, and nothing else
+// does.
+func SmokeTestJobName(c *config.Config) (string, error) {
+	spec, err := GraphSpec(c)
+	if err != nil {
+		return "", err
+	}
+	b, err := json.Marshal(spec)
+	if err != nil {
+		return "", err
+	}
+	sum := sha256.Sum256(b)
+	return c.GraphName + "-smoke-" + hex.EncodeToString(sum[:])[:8], nil
+}
+
+// SmokeTestJobSpec is the smoke test Job's spec: one try, bounded by smokeTest.timeout, placed like
+// the frontend (its scheduling and the pull secrets), calling the frontend Service in the namespace.
+func SmokeTestJobSpec(c *config.Config) batchv1.JobSpec {
+	timeout, _ := time.ParseDuration(c.SmokeTest.Timeout) // validated
+	deadline := int64(timeout.Seconds())
+	zero, one := int32(0), int32(1)
+	noEscalation, nonRoot := false, true
+	user := int64(1000)
+
+	pod := sitePodSpec(c.ImagePullSecrets, c.Frontend.Scheduling)
+	pod.RestartPolicy = corev1.RestartPolicyNever
+	pod.Containers = []corev1.Container{{
+		Name:            mainContainer,
+		Image:           c.SmokeTestImage(),
+		ImagePullPolicy: corev1.PullIfNotPresent,
+		Command:         []string{"python3", "-c", SmokeTestScript},
+		Env: []corev1.EnvVar{
+			{Name: "SMOKE_TEST_URL", Value: fmt.Sprintf("http://%s:%d", c.FrontendServiceName(), config.FrontendPort)},
+			{Name: "SMOKE_TEST_MODEL", Value: c.ServedModelName()},
+			{Name: "SMOKE_TEST_MESSAGE", Value: c.SmokeTest.Message},
+			{Name: "SMOKE_TEST_MAX_TOKENS", Value: fmt.Sprint(c.SmokeTest.MaxTokens)},
+		},
+		TerminationMessagePolicy: corev1.TerminationMessageReadFile,
+		SecurityContext: &corev1.SecurityContext{
+			AllowPrivilegeEscalation: &noEscalation,
+			RunAsNonRoot:             &nonRoot,
+			RunAsUser:                &user,
+			Capabilities:             &corev1.Capabilities{Drop: []corev1.Capability{"ALL"}},
+			SeccompProfile:           &corev1.SeccompProfile{Type: corev1.SeccompProfileTypeRuntimeDefault},
+		},
+		Resources: corev1.ResourceRequirements{
+			Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("100m"), corev1.ResourceMemory: resource.MustParse("256Mi")},
+			Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("1Gi")},
+		},
+	}}
+	return batchv1.JobSpec{
+		// One try: a failed smoke test is an answer, not a flake to hide.
+		BackoffLimit:          &zero,
+		Completions:           &one,
+		Parallelism:           &one,
+		ActiveDeadlineSeconds: &deadline,
+		Template: corev1.PodTemplateSpec{
+			ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app.kubernetes.io/component": "smoke-test"}},
+			Spec:       pod,
+		},
+	}
+}
+
+// SmokeTestArgs configure the smoke test.
+type SmokeTestArgs struct {
+	Namespace pulumi.StringInput
+	Config    *config.Config
+	// Graph is the DynamoGraphDeployment the test waits for (its Ready).
+	Graph pulumi.Resource
+	// Results reads the finished pod's result; nil leaves the result out of the stack output.
+	Results JobResultReader
+}
+
+// SmokeTest is the smoke test Job and what it found.
+type SmokeTest struct {
+	pulumi.ResourceState
+	JobName pulumi.StringOutput `pulumi:"jobName"`
+	// Result is the passed test's JSON result (status, latencyMs, reply), as a map.
+	Result pulumi.MapOutput `pulumi:"result"`
+}
+
+// NewSmokeTest creates the smoke test Job once the graph is Ready; `up` waits for it, and fails at
+// once when it fails, with the pod's result (HTTP status and body) among the provider's messages.
+func NewSmokeTest(ctx *pulumi.Context, name string, args *SmokeTestArgs, opts ...pulumi.ResourceOption) (*SmokeTest, error) {
+	s := &SmokeTest{}
+	if err := ctx.RegisterComponentResource(smokeTestType, name, s, opts...); err != nil {
+		return nil, err
+	}
+	c := args.Config
+	jobName, err := SmokeTestJobName(c)
+	if err != nil {
+		return nil, err
+	}
+	timeout, _ := time.ParseDuration(c.SmokeTest.Timeout) // validated
+	wait := (timeout + 2*time.Minute).String()
+	job, err := newObject(ctx, "smoke-test", objectArgs{
+		APIVersion: "batch/v1", Kind: "Job",
+		Name: jobName, Namespace: args.Namespace, Labels: stackLabels(ctx),
+		Spec: SmokeTestJobSpec(c),
+	},
+		pulumi.Parent(s),
+		pulumi.DependsOn([]pulumi.Resource{args.Graph}),
+		// Kubernetes' activeDeadlineSeconds ends a hanging test first (DeadlineExceeded).
+		pulumi.Timeouts(&pulumi.CustomTimeouts{Create: wait, Update: wait}),
+	)
+	if err != nil {
+		return nil, err
+	}
+	ns := args.Namespace.ToStringOutput()
+	s.JobName = pulumi.All(job.ID(), ns).ApplyT(func(v []any) string { return jobName }).(pulumi.StringOutput)
+	s.Result = pulumi.All(job.ID(), ns).ApplyT(func(v []any) (map[string]any, error) {
+		result := map[string]any{"job": jobName, "passed": true}
+		if args.Results == nil {
+			return result, nil
+		}
+		rctx, cancel := context.WithTimeout(ctx.Context(), 15*time.Second)
+		defer cancel()
+		msg, err := args.Results.JobResult(rctx, v[1].(string), jobName)
+		if err != nil || msg == "" {
+			// The pod is gone (or unreadable): the Job's completion is the result.
+			return result, nil
+		}
+		var found map[string]any
+		if json.Unmarshal([]byte(msg), &found) == nil {
+			for k, v := range found {
+				result[k] = v
+			}
+		}
+		return result, nil
+	}).(pulumi.MapOutput)
+	return s, ctx.RegisterResourceOutputs(s, pulumi.Map{"jobName": s.JobName, "result": s.Result})
+}
