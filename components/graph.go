@@ -56,6 +56,20 @@ func NewGraph(ctx *pulumi.Context, name string, args *GraphArgs, opts ...pulumi.
 		return nil, err
 	}
 
+	if c.Benchmark.Enabled {
+		// The AIPerf configuration every benchmark Job of the sweep reads (cmd/bench).
+		perf, err := AIPerfConfig(c)
+		if err != nil {
+			return nil, err
+		}
+		if _, err := corev1.NewConfigMap(ctx, "aiperf-config", &corev1.ConfigMapArgs{
+			Metadata: &metav1.ObjectMetaArgs{Name: pulumi.String(AIPerfConfigMapName(c)), Namespace: args.Namespace, Labels: stackLabels(ctx)},
+			Data:     pulumi.StringMap{AIPerfConfigKey: pulumi.String(perf)},
+		}, pulumi.Parent(g)); err != nil {
+			return nil, err
+		}
+	}
+
 	spec, err := GraphSpec(c)
 	if err != nil {
 		return nil, err

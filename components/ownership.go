@@ -77,6 +77,10 @@ func plannedObjects(c *config.Config) []plannedObject {
 		out = append(out, plannedObject{schema.GroupVersionResource{Group: "resource.nvidia.com", Version: "v1beta1", Resource: "computedomains"}, "ComputeDomain", ns, c.ComputeDomainName(),
 			"computeDomain.name", "choose another computeDomain.name (or graphName)"})
 	}
+	if c.Benchmark.Enabled {
+		out = append(out, plannedObject{schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}, "ConfigMap", ns, AIPerfConfigMapName(c),
+			"graphName", "choose another graphName"})
+	}
 	out = append(out,
 		plannedObject{schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}, "ConfigMap", ns, c.ConfigMapName(),
 			"graphName", "choose another graphName"},

@@ -105,6 +105,7 @@ func Validate(c *Config) Problems {
 	v.duration("readiness.timeout", c.Readiness.Timeout)
 	c.Restart.validate(v, "restart", c)
 	c.SmokeTest.validate(v, "smokeTest", c)
+	c.Benchmark.validate(v, "benchmark")
 	c.Frontend.validate(v, "frontend")
 	if c.Profile == Aggregated || c.Profile == Disaggregated {
 		for _, r := range c.Workers() {
@@ -112,13 +113,6 @@ func Validate(c *Config) Problems {
 		}
 	}
 	return ps.sorted()
-}
-
-// BenchmarkConfig marks a stack that exists for benchmarking.
-type BenchmarkConfig struct {
-	// Enabled marks the stack as a benchmark stack: its graph carries the benchmark label, and
-	// only such a stack may run speculativeDecoding.mode=synthetic (the PR-check policies enforce it).
-	Enabled bool `json:"enabled"`
 }
 
 // NamespaceConfig says where the stack deploys and whether it owns the namespace.

@@ -62,6 +62,18 @@ func Defaults(p Profile) Config {
 		},
 		ComputeDomain: ComputeDomainConfig{Create: true},
 		Readiness:     ReadinessConfig{WaitForReady: true, Timeout: "2h"},
+		// The recipe's benchmark (perf/perf.yaml and perf/README.md): its AIPerf image, trace and caps.
+		Benchmark: BenchmarkConfig{
+			Image:             "nvcr.io/nvidia/ai-dynamo/aiperf:0.12.0",
+			TraceFile:         "traces/64k_400_90kv_agent_new_noschedule_short_15perc.jsonl",
+			TraceSHA256:       "f20d3f2bc83dd1306cda659fbe34e7c4d85ca5497626c98bc0b1c4d2211379d0",
+			MaxISL:            1000000,
+			CapOSL:            12000,
+			RequestTimeout:    7200,
+			Timeout:           "3h",
+			ArtifactDirectory: "aiperf-artifacts",
+			Tolerations:       []Toleration{{Key: "kubernetes.io/arch", Operator: "Equal", Value: "arm64", Effect: "NoSchedule"}},
+		},
 		// The recipe's smoke test, as a Job: the frontend lists the model and completes a chat.
 		SmokeTest: SmokeTestConfig{Enabled: true, Timeout: "10m", Message: "Respond with a short readiness message.", MaxTokens: 64},
 		// A fixed identifier: a new kubeconfig context for the same cluster updates the provider

@@ -1,0 +1,49 @@
+package config
+
+import "regexp"
+
+// BenchmarkConfig is the recipe's benchmark workflow (perf/perf.yaml): an AIPerf trace replay of a
+// Mooncake trace staged on the model cache claim, one concurrency per Job.
+type BenchmarkConfig struct {
+	// Enabled marks a benchmark stack: the stack creates the AIPerf ConfigMap, its graph carries the
+	// benchmark label, and only such a stack may run speculativeDecoding.mode=synthetic (the
+	// PR-check policies enforce it).
+	Enabled bool `json:"enabled"`
+	// Image is AIPerf's.
+	Image string `json:"image"`
+	// TraceFile is the trace's path on the model cache claim, and TraceSHA256 its checksum.
+	TraceFile   string `json:"traceFile"`
+	TraceSHA256 string `json:"traceSHA256"`
+	// MaxISL and CapOSL cap synthesized requests' input and output lengths.
+	MaxISL int `json:"maxISL"`
+	CapOSL int `json:"capOSL"`
+	// RequestTimeout is AIPerf's endpoint timeout, in seconds.
+	RequestTimeout int `json:"requestTimeout"`
+	// Timeout bounds one concurrency point's Job (Go duration): its activeDeadlineSeconds.
+	Timeout string `json:"timeout"`
+	// ArtifactDirectory is where on the claim each point writes its own subdirectory.
+	ArtifactDirectory string `json:"artifactDirectory"`
+	// Tolerations let the benchmark pod follow the frontend onto tainted nodes.
+	Tolerations []Toleration `json:"tolerations"`
+}
+
+// BenchmarkMountPath is where the benchmark Job mounts the model cache claim, as the recipe does.
+const BenchmarkMountPath = "/model-cache"
+
+var sha256Pattern = regexp.MustCompile(`^[0-9a-f]{64}$`)
+
+func (b BenchmarkConfig) validate(v validator, key string) {
+	if !b.Enabled {
+		return
+	}
+	v.image(key+".image", b.Image)
+	v.nonEmpty(key+".traceFile", b.TraceFile)
+	if b.TraceSHA256 != "" && !sha256Pattern.MatchString(b.TraceSHA256) {
+		v.add(key+".traceSHA256", "%q is not a SHA-256 in lower-case hex (64 characters)", b.TraceSHA256)
+	}
+	v.atLeast(key+".maxISL", b.MaxISL, 1)
+	v.atLeast(key+".capOSL", b.CapOSL, 1)
+	v.atLeast(key+".requestTimeout", b.RequestTimeout, 1)
+	v.duration(key+".timeout", b.Timeout)
+	v.nonEmpty(key+".artifactDirectory", b.ArtifactDirectory)
+}
