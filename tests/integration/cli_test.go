@@ -101,8 +101,8 @@ func TestRenderedManifestsPassAServerSideDryRun(t *testing.T) {
 					}
 				}
 			}
-			assert.ElementsMatch(t, []string{"Namespace", "PersistentVolumeClaim", "Job", "ComputeDomain", "ConfigMap", "DynamoGraphDeployment"}, kinds,
-				"without HF_TOKEN no Secret is rendered")
+			assert.ElementsMatch(t, []string{"Namespace", "PersistentVolumeClaim", "Job", "ComputeDomain", "ConfigMap", "DynamoGraphDeployment", "Job"}, kinds,
+				"without HF_TOKEN no Secret is rendered; the second Job is the smoke test")
 
 			// A dry run of namespaced objects needs their namespace to exist.
 			require.NoError(t, cluster.client.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))

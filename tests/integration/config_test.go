@@ -118,7 +118,7 @@ func TestEveryTypedFieldSetThroughTheCLIReadsBackTheSame(t *testing.T) {
 			require.NoError(t, err, s.log.String())
 
 			// Keys the test stack sets to its own values stay as they are.
-			settings := leafSettings(config.Profile(stack), "namespace.name", "modelDownload.timeout", "readiness.timeout")
+			settings := leafSettings(config.Profile(stack), "namespace.name", "modelDownload.timeout", "readiness.timeout", "smokeTest.enabled")
 			require.Greater(t, len(settings), 100)
 			args := []string{"config", "set-all", "--path"}
 			for _, kv := range settings {

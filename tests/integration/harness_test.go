@@ -241,23 +241,29 @@ func playJobController(ctx context.Context, t *testing.T, ns, outcome string) {
 		if len(job.Status.Conditions) > 0 || job.DeletionTimestamp != nil {
 			continue
 		}
-		now := metav1.Now()
-		job.Status.StartTime = &now
-		cond := func(typ batchv1.JobConditionType, reason string) batchv1.JobCondition {
-			return batchv1.JobCondition{Type: typ, Status: corev1.ConditionTrue, Reason: reason, Message: "set by the test playing the Job controller", LastProbeTime: now, LastTransitionTime: now}
-		}
-		if outcome == "complete" {
-			job.Status.CompletionTime = &now
-			job.Status.Succeeded = 1
-			job.Status.Conditions = []batchv1.JobCondition{cond(batchv1.JobSuccessCriteriaMet, "CompletionsReached"), cond(batchv1.JobComplete, "CompletionsReached")}
-		} else {
-			job.Status.Failed = 1
-			job.Status.Conditions = []batchv1.JobCondition{cond(batchv1.JobFailureTarget, batchv1.JobReasonBackoffLimitExceeded), cond(batchv1.JobFailed, batchv1.JobReasonBackoffLimitExceeded)}
-		}
-		if err := cluster.client.Status().Update(ctx, job); err != nil && ctx.Err() == nil {
+		if err := finishJob(ctx, job, outcome != "complete"); err != nil && ctx.Err() == nil {
 			t.Logf("playing the Job controller: %v", err)
 		}
 	}
+}
+
+// finishJob marks a Job complete, or failed with BackoffLimitExceeded, with the status fields the
+// API server requires for each, as the Job controller does.
+func finishJob(ctx context.Context, job *batchv1.Job, failed bool) error {
+	now := metav1.Now()
+	job.Status.StartTime = &now
+	cond := func(typ batchv1.JobConditionType, reason string) batchv1.JobCondition {
+		return batchv1.JobCondition{Type: typ, Status: corev1.ConditionTrue, Reason: reason, Message: "set by the test playing the Job controller", LastProbeTime: now, LastTransitionTime: now}
+	}
+	if failed {
+		job.Status.Failed = 1
+		job.Status.Conditions = []batchv1.JobCondition{cond(batchv1.JobFailureTarget, batchv1.JobReasonBackoffLimitExceeded), cond(batchv1.JobFailed, batchv1.JobReasonBackoffLimitExceeded)}
+	} else {
+		job.Status.CompletionTime = &now
+		job.Status.Succeeded = 1
+		job.Status.Conditions = []batchv1.JobCondition{cond(batchv1.JobSuccessCriteriaMet, "CompletionsReached"), cond(batchv1.JobComplete, "CompletionsReached")}
+	}
+	return cluster.client.Status().Update(ctx, job)
 }
 
 // playDynamoOperator marks each graph Ready for its current generation, as the Dynamo operator

@@ -39,7 +39,7 @@ func playSmokeTest(ctx context.Context, t *testing.T, ns string, outcome smokeOu
 			if strings.Contains(j.Name, "-smoke-") && len(j.Status.Conditions) == 0 && j.DeletionTimestamp == nil {
 				smoke = j
 			} else if len(j.Status.Conditions) == 0 && j.DeletionTimestamp == nil {
-				finishJob(ctx, t, j, 0)
+				require.NoError(t, finishJob(ctx, j, false))
 			}
 		}
 		ready := graphsReady(t, ns)
@@ -75,31 +75,12 @@ func playSmokeTest(ctx context.Context, t *testing.T, ns string, outcome smokeOu
 				}}}}
 			require.NoError(t, cluster.client.Status().Update(ctx, pod))
 			time.Sleep(time.Second) // the provider reports the pod's state while it waits
-			finishJob(ctx, t, smoke, outcome.exitCode)
+			require.NoError(t, finishJob(ctx, smoke, outcome.exitCode != 0))
 			return smoke, early
 		}
 		time.Sleep(200 * time.Millisecond)
 	}
 	return nil, early
-}
-
-// finishJob marks a Job complete (exit 0) or failed with BackoffLimitExceeded, as the Job
-// controller does.
-func finishJob(ctx context.Context, t *testing.T, job *batchv1.Job, exitCode int32) {
-	now := metav1.Now()
-	job.Status.StartTime = &now
-	cond := func(typ batchv1.JobConditionType, reason string) batchv1.JobCondition {
-		return batchv1.JobCondition{Type: typ, Status: corev1.ConditionTrue, Reason: reason, Message: "set by the test playing the Job controller", LastProbeTime: now, LastTransitionTime: now}
-	}
-	if exitCode == 0 {
-		job.Status.CompletionTime = &now
-		job.Status.Succeeded = 1
-		job.Status.Conditions = []batchv1.JobCondition{cond(batchv1.JobSuccessCriteriaMet, "CompletionsReached"), cond(batchv1.JobComplete, "CompletionsReached")}
-	} else {
-		job.Status.Failed = 1
-		job.Status.Conditions = []batchv1.JobCondition{cond(batchv1.JobFailureTarget, batchv1.JobReasonBackoffLimitExceeded), cond(batchv1.JobFailed, batchv1.JobReasonBackoffLimitExceeded)}
-	}
-	require.NoError(t, cluster.client.Status().Update(ctx, job))
 }
 
 // graphsReady reports whether every graph in the namespace is Ready for its generation.
