@@ -12,11 +12,13 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"os"
 	"sort"
 	"strings"
 
 	"github.com/pulumi/pulumi/sdk/v3/go/auto/events"
 	"github.com/pulumi/pulumi/sdk/v3/go/common/apitype"
+	"gopkg.in/yaml.v3"
 )
 
 // Step is what a preview or an update does to one resource.
@@ -155,4 +157,26 @@ func at(m map[string]any, path ...string) any {
 		v = mm[p]
 	}
 	return v
+}
+
+// StackFileAdopts reads `adopt` from a stack file (Pulumi.<stack>.yaml): whether the stack took
+// over objects it did not create, which Plan.Adopted protects.
+func StackFileAdopts(path string) (bool, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return false, err
+	}
+	var file struct {
+		Config map[string]any `yaml:"config"`
+	}
+	if err := yaml.Unmarshal(b, &file); err != nil {
+		return false, fmt.Errorf("%s: %w", path, err)
+	}
+	switch v := file.Config["minimax-m3:adopt"].(type) {
+	case bool:
+		return v, nil
+	case string:
+		return v == "true", nil
+	}
+	return false, nil
 }

@@ -25,7 +25,6 @@ import (
 	"strings"
 
 	"github.com/pulumi/pulumi/sdk/v3/go/auto"
-	"gopkg.in/yaml.v3"
 
 	"minimax-m3/automation"
 	"minimax-m3/policy"
@@ -81,7 +80,7 @@ func run(names stacks, eventLog string, adopted bool, project string, set auto.C
 			return false, err
 		}
 		if len(names) == 1 && !adopted {
-			if adopted, err = stackAdopts(filepath.Join(project, "Pulumi."+names[0]+".yaml")); err != nil {
+			if adopted, err = policy.StackFileAdopts(filepath.Join(project, "Pulumi."+names[0]+".yaml")); err != nil {
 				return false, err
 			}
 		}
@@ -127,25 +126,4 @@ func report(out io.Writer, what string, p policy.Plan) bool {
 		_, _ = fmt.Fprintln(out, "  "+v.String())
 	}
 	return true
-}
-
-// stackAdopts reads `adopt` from a stack file.
-func stackAdopts(path string) (bool, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return false, err
-	}
-	var file struct {
-		Config map[string]any `yaml:"config"`
-	}
-	if err := yaml.Unmarshal(b, &file); err != nil {
-		return false, fmt.Errorf("%s: %w", path, err)
-	}
-	switch v := file.Config["minimax-m3:adopt"].(type) {
-	case bool:
-		return v, nil
-	case string:
-		return v == "true", nil
-	}
-	return false, nil
 }

@@ -138,11 +138,11 @@ func checkStack(ctx context.Context, s stackRun, out io.Writer) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	cfg, err := localstack.ReadYAML(filepath.Join(s.head, "Pulumi."+s.stack+".yaml"))
+	adopted, err := policy.StackFileAdopts(filepath.Join(s.head, "Pulumi."+s.stack+".yaml"))
 	if err != nil {
 		return false, err
 	}
-	return report(out, s.stack, policy.Plan{Steps: steps, Adopted: adopts(cfg)}, s.roll), nil
+	return report(out, s.stack, policy.Plan{Steps: steps, Adopted: adopted}, s.roll), nil
 }
 
 // report prints what changes, what rolls and the policies' verdict, and says whether it passes.
@@ -184,16 +184,4 @@ func report(out io.Writer, stack string, p policy.Plan, roll string) bool {
 		_, _ = fmt.Fprintf(out, "  policies: %d rules, no violations\n", len(policy.Rules))
 	}
 	return ok
-}
-
-// adopts reads `adopt` from a stack file.
-func adopts(file map[string]any) bool {
-	cfg, _ := file["config"].(map[string]any)
-	switch v := cfg["minimax-m3:adopt"].(type) {
-	case bool:
-		return v
-	case string:
-		return v == "true"
-	}
-	return false
 }

@@ -1,6 +1,8 @@
 package unit
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -214,4 +216,19 @@ func TestRolls(t *testing.T) {
 func TestCompact(t *testing.T) {
 	assert.Equal(t, []string{"metadata.labels", "spec.args[3 items]", "spec.env[1 item]"},
 		policy.Compact([]string{"metadata.labels", "spec.args[9]", "spec.args[10]", "spec.env[0]", "spec.args[47]"}))
+}
+
+func TestStackFileAdopts(t *testing.T) {
+	for body, want := range map[string]bool{
+		"config:\n  minimax-m3:profile: agg\n  minimax-m3:adopt: true\n": true,
+		"config:\n  minimax-m3:adopt: \"true\"\n":                        true,
+		"config:\n  minimax-m3:adopt: false\n":                           false,
+		"config:\n  minimax-m3:profile: agg\n":                           false,
+	} {
+		path := filepath.Join(t.TempDir(), "Pulumi.agg.yaml")
+		require.NoError(t, os.WriteFile(path, []byte(body), 0o644))
+		got, err := policy.StackFileAdopts(path)
+		require.NoError(t, err)
+		assert.Equal(t, want, got, body)
+	}
 }
