@@ -97,16 +97,7 @@ func plannedObjects(c *config.Config) []plannedObject {
 // It also stops a first `up` with restart.id set, which the CRD would reject once the rest of the
 // stack exists. Where the cluster cannot be read (no kubeconfig, or it is unreachable) the check is
 // skipped with a warning; `up` then fails at the provider.
-func checkOwnership(ctx *pulumi.Context, o Options, c *config.Config) error {
-	reader := o.Cluster
-	if reader == nil {
-		r, err := NewClusterReader(o.Kubeconfig, c.Kubernetes.Context)
-		if err != nil {
-			_ = ctx.Log.Warn("not checking for existing objects the stack would take over: "+err.Error(), nil)
-			return nil
-		}
-		reader = r
-	}
+func checkOwnership(ctx *pulumi.Context, reader ObjectReader, c *config.Config) error {
 	var ps config.Problems
 	for _, obj := range plannedObjects(c) {
 		live, found, err := reader.Read(ctx.Context(), obj.gvr, obj.namespace, obj.name)

@@ -53,9 +53,22 @@ func Deploy(ctx *pulumi.Context, o Options) (pulumi.Map, error) {
 	if err != nil {
 		return nil, err
 	}
+	// One reader of the cluster, on the provider's kubeconfig (a test's own reader instead), for
+	// the ownership check and the smoke test's result. A render reads no cluster.
+	var cluster ObjectReader
 	if o.RenderDirectory == "" {
-		if err := checkOwnership(ctx, o, &c); err != nil {
-			return nil, err
+		cluster = o.Cluster
+		if cluster == nil {
+			r, err := NewClusterReader(o.Kubeconfig, c.Kubernetes.Context)
+			if err != nil {
+				_ = ctx.Log.Warn("not checking for existing objects the stack would take over: "+err.Error(), nil)
+			}
+			cluster = r
+		}
+		if cluster != nil {
+			if err := checkOwnership(ctx, cluster, &c); err != nil {
+				return nil, err
+			}
 		}
 	}
 	if c.Speculative.Mode == config.SpeculativeSynthetic {
@@ -91,7 +104,7 @@ func Deploy(ctx *pulumi.Context, o Options) (pulumi.Map, error) {
 	if t := raw.HFToken(); t != "" {
 		token = pulumi.ToSecret(pulumi.String(t)).(pulumi.StringOutput)
 	}
-	d, err := NewMiniMaxM3(ctx, "minimax-m3", &MiniMaxM3Args{Config: &c, HFToken: token, Results: jobResults(o, &c)}, pulumi.Provider(provider))
+	d, err := NewMiniMaxM3(ctx, "minimax-m3", &MiniMaxM3Args{Config: &c, HFToken: token, Results: jobResults(cluster)}, pulumi.Provider(provider))
 	if err != nil {
 		return nil, err
 	}
@@ -136,20 +149,10 @@ func keysFromEnvironment() []string {
 	return keys
 }
 
-// jobResults is what reads the smoke test's result: the test's reader, or the cluster's (none for a
-// render, or without a kubeconfig).
-func jobResults(o Options, c *config.Config) JobResultReader {
-	if r, ok := o.Cluster.(JobResultReader); ok {
-		return r
-	}
-	if o.RenderDirectory != "" || o.Cluster != nil {
-		return nil
-	}
-	r, err := NewClusterReader(o.Kubeconfig, c.Kubernetes.Context)
-	if err != nil {
-		return nil
-	}
-	return r.(JobResultReader)
+// jobResults is the reader of the smoke test's result, when the cluster's reader can read it.
+func jobResults(cluster ObjectReader) JobResultReader {
+	r, _ := cluster.(JobResultReader)
+	return r
 }
 
 func optionalString(s string) pulumi.StringPtrInput {

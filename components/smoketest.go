@@ -180,9 +180,8 @@ func NewSmokeTest(ctx *pulumi.Context, name string, args *SmokeTestArgs, opts ..
 	if err != nil {
 		return nil, err
 	}
-	ns := args.Namespace.ToStringOutput()
-	s.JobName = pulumi.All(job.ID(), ns).ApplyT(func(v []any) string { return jobName }).(pulumi.StringOutput)
-	s.Result = pulumi.All(job.ID(), ns).ApplyT(func(v []any) (map[string]any, error) {
+	s.JobName = job.ID().ApplyT(func(pulumi.ID) string { return jobName }).(pulumi.StringOutput)
+	s.Result = pulumi.All(job.ID(), args.Namespace).ApplyT(func(v []any) (map[string]any, error) {
 		result := map[string]any{"job": jobName, "passed": true}
 		if args.Results == nil {
 			return result, nil
