@@ -1,6 +1,7 @@
 package components
 
 import (
+	"encoding/json"
 	"fmt"
 	"time"
 
@@ -93,7 +94,7 @@ func NewGraph(ctx *pulumi.Context, name string, args *GraphArgs, opts ...pulumi.
 			ignore = append(ignore, fmt.Sprintf("spec.components[%d].replicas", i))
 		}
 	}
-	annotations, timeouts := readiness(c.Readiness)
+	annotations, timeouts := readiness(c.Readiness, c.Restart.ID)
 	dgd, err := newObject(ctx, name, objectArgs{
 		APIVersion: GraphAPIVersion, Kind: "DynamoGraphDeployment",
 		Name: c.GraphName, Namespace: args.Namespace, Labels: labels, Annotations: annotations,
@@ -122,15 +123,30 @@ func graphTypeToken(apiVersion string) string {
 }
 
 // readiness turns the readiness config into the provider's await annotation and timeouts.
-func readiness(r config.ReadinessConfig) (pulumi.StringMap, *pulumi.CustomTimeouts) {
+func readiness(r config.ReadinessConfig, restartID string) (pulumi.StringMap, *pulumi.CustomTimeouts) {
 	if !r.WaitForReady {
 		return pulumi.StringMap{"pulumi.com/skipAwait": pulumi.String("true")}, nil
 	}
 	d, _ := time.ParseDuration(r.Timeout) // validated
 	t := fmt.Sprint(d)
-	// The operator sets Ready once every component's pods are ready. The provider waits for a Ready
-	// whose observedGeneration (the condition's, else status.observedGeneration) has reached the
-	// generation `up` wrote, so an update waits for the operator to roll the workers.
-	return pulumi.StringMap{"pulumi.com/waitFor": pulumi.String("condition=Ready")},
+	return pulumi.StringMap{"pulumi.com/waitFor": pulumi.String(WaitFor(restartID))},
 		&pulumi.CustomTimeouts{Create: t, Update: t}
+}
+
+// WaitFor is the graph's pulumi.com/waitFor annotation. The operator sets Ready once every
+// component's pods are ready. The provider waits for a Ready whose observedGeneration (the
+// condition's, else status.observedGeneration) has reached the generation `up` wrote, so an update
+// waits for the operator to roll the workers. With a restart ID it also waits, on the same
+// observation of the graph, for the operator's restart status to have taken that ID and completed:
+// Ready alone may still describe the pods before the restart.
+func WaitFor(restartID string) string {
+	if restartID == "" {
+		return "condition=Ready"
+	}
+	all, _ := json.Marshal([]string{
+		"condition=Ready",
+		"jsonpath={.status.restart.observedID}=" + restartID,
+		"jsonpath={.status.restart.phase}=Completed",
+	})
+	return string(all)
 }

@@ -9,6 +9,7 @@ package config
 import (
 	"fmt"
 	"regexp"
+	"strings"
 )
 
 // Namespace is the Pulumi config namespace of every key, as in `minimax-m3:profile`.
@@ -190,6 +191,11 @@ func (r RestartConfig) validate(v validator, key string, c *Config) {
 			v.add(key+".id", "is required when restart.strategy or restart.order is set")
 		}
 		return
+	}
+	if strings.Contains(r.ID, "=") {
+		// `up` waits for the operator's status.restart.observedID to equal it, in the provider's
+		// JSONPath syntax, where "=" separates the path from the value.
+		v.add(key+".id", "%q contains \"=\"; use letters, digits, dots, dashes or underscores", r.ID)
 	}
 	if r.Strategy != "" {
 		v.oneOf(key+".strategy", r.Strategy, "Sequential", "Parallel")

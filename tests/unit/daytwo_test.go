@@ -1,6 +1,7 @@
 package unit
 
 import (
+	"encoding/json"
 	"strings"
 	"testing"
 
@@ -143,6 +144,16 @@ func TestRestartIsOmittedUntilAnIDIsSet(t *testing.T) {
 	r, err := runOn(t, fakeCluster{"dynamographdeployments/inference/minimax-m3-disagg-gb200-agentic": own}, "disagg", restart)
 	require.NoError(t, err)
 	assert.Equal(t, &components.GraphRestart{ID: "2026-12-02", Strategy: &components.GraphRestartStrategy{Order: []string{"DecodeWorker", "PrefillWorker", "Frontend"}}}, graphSpec(t, r).Restart)
+	// `up` waits for the operator to take the new ID and finish the restart, not for the Ready the
+	// graph already had before it.
+	var waitFor []string
+	require.NoError(t, json.Unmarshal([]byte(decode[map[string]string](t, r.customResource(t, "DynamoGraphDeployment"), "metadata", "annotations")["pulumi.com/waitFor"]), &waitFor))
+	assert.Equal(t, []string{"condition=Ready", "jsonpath={.status.restart.observedID}=2026-12-02", "jsonpath={.status.restart.phase}=Completed"}, waitFor)
+
+	_, err = runOn(t, fakeCluster{"dynamographdeployments/inference/minimax-m3-disagg-gb200-agentic": own}, "disagg",
+		map[string]string{"minimax-m3:restart": `{"id": "a=b"}`})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), `minimax-m3:restart.id: "a=b" contains "="`)
 }
 
 func TestPodTemplatePatchIsTheEscapeHatch(t *testing.T) {
