@@ -3,6 +3,7 @@ package components
 import (
 	"fmt"
 	"path"
+	"slices"
 	"time"
 
 	"gopkg.in/yaml.v3"
@@ -99,6 +100,8 @@ func AIPerfConfig(c *config.Config) (string, error) {
 	return string(out), err
 }
 
+const aiperfConfigVolume = "aiperf-config"
+
 // AIPerfConfigMapName is the AIPerf ConfigMap of a graph.
 func AIPerfConfigMapName(c *config.Config) string { return c.GraphName + "-aiperf-config" }
 
@@ -134,7 +137,7 @@ func AIPerfJob(c *config.Config, namespace string, p BenchmarkPoint) batchv1.Job
 	timeout, _ := time.ParseDuration(b.Timeout) // validated
 	deadline := int64(timeout.Seconds())
 	zero := int32(0)
-	const configVolume = "aiperf-config"
+	const configVolume = aiperfConfigVolume
 
 	pod := sitePodSpec(c.ImagePullSecrets, config.Scheduling{})
 	pod.RestartPolicy = corev1.RestartPolicyNever
@@ -158,6 +161,8 @@ func AIPerfJob(c *config.Config, namespace string, p BenchmarkPoint) batchv1.Job
 		ImagePullPolicy: corev1.PullIfNotPresent,
 		Command:         []string{"/bin/bash", "-lc"},
 		Args:            []string{AIPerfScript},
+		// A failed point's error then carries the end of its log.
+		TerminationMessagePolicy: corev1.TerminationMessageFallbackToLogsOnError,
 		Env: []corev1.EnvVar{
 			{Name: "TARGET_MODEL", Value: c.ServedModelName()},
 			{Name: "TOKENIZER", Value: c.Model.Name},
@@ -192,5 +197,62 @@ func AIPerfJob(c *config.Config, namespace string, p BenchmarkPoint) batchv1.Job
 			ActiveDeadlineSeconds: &deadline,
 			Template:              corev1.PodTemplateSpec{Spec: pod},
 		},
+	}
+}
+
+// AIPerfWriteCheckScript is the recipe's artifact write check: the runtime user and group, then
+// creating and deleting a file in ARTIFACT_DIR.
+const AIPerfWriteCheckScript = `set -euo pipefail
+id
+mkdir -p "$ARTIFACT_DIR"
+probe=$(mktemp "$ARTIFACT_DIR/.aiperf-write-check.XXXXXX")
+printf 'write check\n' > "$probe"
+rm "$probe"
+echo "ARTIFACT_DIR is writable: $ARTIFACT_DIR"
+`
+
+// AIPerfWriteCheckJob is the recipe's write check as a Job: the benchmark Job's own image,
+// environment, placement, security context and claim mount (not its ConfigMap), running
+// AIPerfWriteCheckScript for artifactDir. A failure's termination message ends with the printed
+// UID/GID and the error.
+func AIPerfWriteCheckJob(c *config.Config, namespace, name, artifactDir string) batchv1.Job {
+	job := AIPerfJob(c, namespace, BenchmarkPoint{Name: name, ArtifactDir: artifactDir})
+	delete(job.Labels, "minimax-m3.io/concurrency")
+	job.Labels["minimax-m3.io/benchmark-step"] = "write-check"
+	pod := &job.Spec.Template.Spec
+	container := &pod.Containers[0]
+	container.Args = []string{AIPerfWriteCheckScript}
+	container.VolumeMounts = slices.DeleteFunc(container.VolumeMounts, func(m corev1.VolumeMount) bool { return m.Name == aiperfConfigVolume })
+	pod.Volumes = slices.DeleteFunc(pod.Volumes, func(v corev1.Volume) bool { return v.Name == aiperfConfigVolume })
+	return job
+}
+
+// BenchmarkHelperPod is the recipe's pvc-helper: a small pod mounting the model cache claim at
+// /model-cache, which the sweep stages the trace through and copies the artifacts out of. It
+// follows the benchmark Job's tolerations and pull secrets, and stops at once when deleted.
+func BenchmarkHelperPod(c *config.Config, namespace, name string) corev1.Pod {
+	pod := sitePodSpec(c.ImagePullSecrets, config.Scheduling{})
+	pod.RestartPolicy = corev1.RestartPolicyNever
+	for _, t := range c.Benchmark.Tolerations {
+		pod.Tolerations = append(pod.Tolerations, corev1.Toleration{
+			Key: t.Key, Operator: corev1.TolerationOperator(t.Operator), Value: t.Value, Effect: corev1.TaintEffect(t.Effect),
+		})
+	}
+	pod.Containers = []corev1.Container{{
+		Name:            "helper",
+		Image:           c.Benchmark.HelperImage,
+		ImagePullPolicy: corev1.PullIfNotPresent,
+		Command:         []string{"sh", "-c", "trap 'exit 0' TERM; while :; do sleep 60 & wait $!; done"},
+		VolumeMounts:    []corev1.VolumeMount{{Name: cacheVolumeName, MountPath: config.BenchmarkMountPath}},
+	}}
+	pod.Volumes = []corev1.Volume{{Name: cacheVolumeName, VolumeSource: corev1.VolumeSource{
+		PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: c.ModelCache.ClaimName}}}}
+	return corev1.Pod{
+		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
+		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace, Labels: map[string]string{
+			"app.kubernetes.io/component": "benchmark", "app.kubernetes.io/part-of": partOf,
+			"minimax-m3.io/graph": c.GraphName, "minimax-m3.io/benchmark-step": "helper",
+		}},
+		Spec: pod,
 	}
 }

@@ -11,6 +11,10 @@ type BenchmarkConfig struct {
 	Enabled bool `json:"enabled"`
 	// Image is AIPerf's.
 	Image string `json:"image"`
+	// HelperImage runs the sweep's helper pod (cmd/bench), which stages the trace onto the claim
+	// and copies the artifacts out, as the recipe's busybox pvc-helper does. It needs sh, tar and
+	// sha256sum.
+	HelperImage string `json:"helperImage"`
 	// TraceFile is the trace's path on the model cache claim, and TraceSHA256 its checksum.
 	TraceFile   string `json:"traceFile"`
 	TraceSHA256 string `json:"traceSHA256"`
@@ -37,6 +41,7 @@ func (b BenchmarkConfig) validate(v validator, key string) {
 		return
 	}
 	v.image(key+".image", b.Image)
+	v.image(key+".helperImage", b.HelperImage)
 	v.nonEmpty(key+".traceFile", b.TraceFile)
 	if b.TraceSHA256 != "" && !sha256Pattern.MatchString(b.TraceSHA256) {
 		v.add(key+".traceSHA256", "%q is not a SHA-256 in lower-case hex (64 characters)", b.TraceSHA256)

@@ -65,6 +65,7 @@ func Defaults(p Profile) Config {
 		// The recipe's benchmark (perf/perf.yaml and perf/README.md): its AIPerf image, trace and caps.
 		Benchmark: BenchmarkConfig{
 			Image:             "nvcr.io/nvidia/ai-dynamo/aiperf:0.12.0",
+			HelperImage:       "busybox:1.36",
 			TraceFile:         "traces/64k_400_90kv_agent_new_noschedule_short_15perc.jsonl",
 			TraceSHA256:       "f20d3f2bc83dd1306cda659fbe34e7c4d85ca5497626c98bc0b1c4d2211379d0",
 			MaxISL:            1000000,

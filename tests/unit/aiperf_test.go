@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"gopkg.in/yaml.v3"
+	corev1 "k8s.io/api/core/v1"
 
 	"minimax-m3/components"
 	"minimax-m3/config"
@@ -120,6 +121,10 @@ func TestAIPerfJobIsTheRecipes(t *testing.T) {
 	cm := volumes[0].(map[string]any)["configMap"].(map[string]any)
 	assert.Equal(t, "minimax-m3-disagg-gb200-agentic-aiperf-config", cm["name"])
 	cm["name"] = "minimax-m3-aiperf-config"
+	// A failed point's error carries the end of its log.
+	container := got["spec"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)["containers"].([]any)[0].(map[string]any)
+	assert.Equal(t, "FallbackToLogsOnError", container["terminationMessagePolicy"])
+	delete(container, "terminationMessagePolicy")
 	// The recipe's YAML script block is the same text.
 	assert.Equal(t, want, got, "every other field of the recipe's Job")
 }
@@ -160,4 +165,26 @@ func TestBenchmarkStackCreatesTheAIPerfConfigMap(t *testing.T) {
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "minimax-m3:benchmark.traceSHA256")
 	assert.Contains(t, err.Error(), "minimax-m3:benchmark.timeout")
+}
+
+// The recipe's write check: the Job's own image, environment, placement and security context and
+// the claim mount, without the benchmark ConfigMap.
+func TestAIPerfWriteCheckIsTheBenchmarkJobsPod(t *testing.T) {
+	c := disaggConfig(t, nil)
+	check := components.AIPerfWriteCheckJob(&c, "inference", "graph-bench-write-check", "/model-cache/aiperf-artifacts/run-1")
+	job := components.AIPerfJob(&c, "inference", components.BenchmarkPoint{Name: "x", ArtifactDir: "/model-cache/aiperf-artifacts/run-1"})
+	got, want := check.Spec.Template.Spec, job.Spec.Template.Spec
+	assert.Equal(t, want.Containers[0].Image, got.Containers[0].Image)
+	assert.Equal(t, want.Containers[0].Env, got.Containers[0].Env)
+	assert.Equal(t, want.Affinity, got.Affinity)
+	assert.Equal(t, want.Tolerations, got.Tolerations)
+	assert.Equal(t, want.SecurityContext, got.SecurityContext)
+	assert.Equal(t, want.Containers[0].SecurityContext, got.Containers[0].SecurityContext)
+	assert.Equal(t, []corev1.VolumeMount{{Name: "shared-model-cache", MountPath: "/model-cache"}}, got.Containers[0].VolumeMounts)
+	require.Len(t, got.Volumes, 1)
+	assert.Equal(t, "shared-model-cache", got.Volumes[0].PersistentVolumeClaim.ClaimName)
+	assert.Contains(t, got.Containers[0].Args[0], `probe=$(mktemp "$ARTIFACT_DIR/.aiperf-write-check.XXXXXX")`)
+	assert.Equal(t, "write-check", check.Labels["minimax-m3.io/benchmark-step"])
+	assert.Equal(t, int32(0), *check.Spec.BackoffLimit)
+	assert.Len(t, job.Spec.Template.Spec.Volumes, 2, "the benchmark Job keeps its ConfigMap")
 }
