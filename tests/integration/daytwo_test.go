@@ -294,6 +294,11 @@ func TestRestartIDRestartsAnExistingGraphOnly(t *testing.T) {
 	g, _ := get(t, graphGVK, s.ns, aggGraph)
 	id, _, _ := unstructured.NestedString(g.Object, "spec", "restart", "id")
 	assert.Equal(t, "2026-12-02T18:00", id, "the CRD accepts spec.restart on an update")
+	// The played operator keeps Ready=True at the new generation while it restarts for a second:
+	// `up` returned only once the restart with this ID had completed.
+	observed, _, _ := unstructured.NestedString(g.Object, "status", "restart", "observedID")
+	phase, _, _ := unstructured.NestedString(g.Object, "status", "restart", "phase")
+	assert.Equal(t, []string{"2026-12-02T18:00", "Completed"}, []string{observed, phase})
 }
 
 // Every derived value follows what it is derived from, in the live objects.

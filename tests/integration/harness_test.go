@@ -285,6 +285,10 @@ func playDynamoOperator(ctx context.Context, t *testing.T, ns string, style read
 		now := time.Now().UTC().Format(time.RFC3339)
 		switch style {
 		case readyLikeTheOperator:
+			if restart := playRestart(g); restart != "" {
+				patch = restart
+				break
+			}
 			if readyGeneration(g) >= g.GetGeneration() {
 				continue
 			}
@@ -303,9 +307,53 @@ func playDynamoOperator(ctx context.Context, t *testing.T, ns string, style read
 			patch = fmt.Sprintf(`{"status":{"state":"successful","conditions":[{"type":"Ready","status":"True","reason":"AllComponentsReady","message":"set by the test playing the Dynamo operator","lastTransitionTime":%q}]}}`, now)
 		}
 		if err := cluster.client.Status().Patch(ctx, g, client.RawPatch(types.MergePatchType, []byte(patch))); err != nil && ctx.Err() == nil {
-			t.Logf("playing the Dynamo operator: %v", err)
+			t.Logf("playing the Dynamo operator: %v (%s)", err, patch)
 		}
 	}
+}
+
+// restartHold is how long the played operator keeps a restart in phase Restarting: longer than
+// `up` takes to return once the graph is Ready, so an `up` that did not wait for the restart
+// returns while it is still in progress.
+const restartHold = 4 * time.Second
+
+// restarting is when the played operator started each graph's restart, by namespace/name/id.
+var restarting sync.Map
+
+// playRestart plays the operator's spec.restart handling (internal/controller/
+// dgd_restart_reconciler.go): a new ID puts status.restart in phase Restarting with the components
+// in progress, restartHold later Completed. Ready stays True at the new generation throughout, the
+// case where waiting for Ready alone would return before the restart is done. It returns the
+// status patch to write, or "" when the restart needs nothing.
+func playRestart(g *unstructured.Unstructured) string {
+	id, _, _ := unstructured.NestedString(g.Object, "spec", "restart", "id")
+	if id == "" {
+		return ""
+	}
+	observed, _, _ := unstructured.NestedString(g.Object, "status", "restart", "observedID")
+	phase, _, _ := unstructured.NestedString(g.Object, "status", "restart", "phase")
+	key := g.GetNamespace() + "/" + g.GetName() + "/" + id
+	now := time.Now().UTC().Format(time.RFC3339)
+	ready := fmt.Sprintf(`"state":"successful","observedGeneration":%d,"conditions":[{"type":"Ready","status":"True","reason":"AllComponentsReady","message":"set by the test playing the Dynamo operator","lastTransitionTime":%q,"observedGeneration":%d}]`,
+		g.GetGeneration(), now, g.GetGeneration())
+	switch {
+	case observed != id:
+		var names []string
+		comps, _, _ := unstructured.NestedSlice(g.Object, "spec", "components")
+		for _, c := range comps {
+			m, _ := c.(map[string]any)
+			names = append(names, fmt.Sprintf("%q", m["name"]))
+		}
+		restarting.Store(key, time.Now())
+		return fmt.Sprintf(`{"status":{%s,"restart":{"observedID":%q,"phase":"Restarting","inProgress":[%s]}}}`, ready, id, strings.Join(names, ","))
+	case phase == "Restarting":
+		started, ok := restarting.Load(key)
+		if ok && time.Since(started.(time.Time)) < restartHold {
+			return ""
+		}
+		return fmt.Sprintf(`{"status":{%s,"restart":{"observedID":%q,"phase":"Completed","inProgress":null}}}`, ready, id)
+	}
+	return ""
 }
 
 // readyGeneration is the observedGeneration of a graph's Ready=True condition: 0 when the
