@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 
 	"github.com/pulumi/pulumi/sdk/v3/go/auto"
@@ -18,6 +19,7 @@ import (
 	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
 
 	"minimax-m3/components"
+	"minimax-m3/config"
 )
 
 // ProjectName is the Pulumi project every stack belongs to.
@@ -63,6 +65,15 @@ func (k *configKeys) get() []string {
 
 // NewStack creates or selects the stack and applies Options.Config.
 func NewStack(ctx context.Context, o Options) (Stack, error) {
+	return stack(ctx, o, auto.UpsertStackInlineSource)
+}
+
+// SelectStack selects an existing stack (an error if it does not exist) and applies Options.Config.
+func SelectStack(ctx context.Context, o Options) (Stack, error) {
+	return stack(ctx, o, auto.SelectStackInlineSource)
+}
+
+func stack(ctx context.Context, o Options, open func(context.Context, string, string, pulumi.RunFunc, ...auto.LocalWorkspaceOption) (auto.Stack, error)) (Stack, error) {
 	keys := &configKeys{keys: []string{}}
 	programOptions := o.Program
 	if programOptions.Kubeconfig == "" {
@@ -73,7 +84,7 @@ func NewStack(ctx context.Context, o Options) (Stack, error) {
 		opts.ConfigKeys = keys.get()
 		return components.NewProgram(opts)(pctx)
 	}
-	s, err := auto.UpsertStackInlineSource(ctx, o.Stack, ProjectName, program, auto.WorkDir(o.ProjectDir), auto.EnvVars(o.EnvVars))
+	s, err := open(ctx, o.Stack, ProjectName, program, auto.WorkDir(o.ProjectDir), auto.EnvVars(o.EnvVars))
 	if err != nil {
 		return Stack{}, fmt.Errorf("stack %s: %w", o.Stack, err)
 	}
@@ -159,4 +170,37 @@ func copyFile(from, to string) error {
 		err = cerr
 	}
 	return err
+}
+
+// Config reads the stack's config and validates it as the program does.
+func (s Stack) Config(ctx context.Context) (config.Config, error) {
+	all, err := s.GetAllConfig(ctx)
+	if err != nil {
+		return config.Config{}, fmt.Errorf("stack %s: reading config: %w", s.Name(), err)
+	}
+	raw := config.Raw{Values: map[string]string{}, Secrets: map[string]bool{}}
+	for full, v := range all {
+		if k, ok := strings.CutPrefix(full, config.Namespace+":"); ok {
+			raw.Values[k] = v.Value
+			raw.Secrets[k] = v.Secret
+		}
+	}
+	c, err := config.Parse(raw)
+	if err != nil {
+		return c, fmt.Errorf("stack %s: %w", s.Name(), err)
+	}
+	return c, nil
+}
+
+// Restart restarts the graph's pods: it sets restart.id in the stack's config, as
+// `pulumi config set --path minimax-m3:restart.id <id>` does, and runs `up`, which waits for the
+// Dynamo operator to complete the restart.
+func (s Stack) Restart(ctx context.Context, id string, opts ...optup.Option) error {
+	if err := s.SetConfigWithOptions(ctx, config.Key("restart.id"), auto.ConfigValue{Value: id}, &auto.ConfigOptions{Path: true}); err != nil {
+		return fmt.Errorf("stack %s: setting restart.id: %w", s.Name(), err)
+	}
+	if _, err := s.Up(ctx, opts...); err != nil {
+		return fmt.Errorf("stack %s: up with restart.id=%s: %w", s.Name(), id, err)
+	}
+	return nil
 }

@@ -1,0 +1,164 @@
+// Command bench runs the recipe's benchmark sweep on a deployed stack: for each concurrency point
+// it restarts the graph's pods through spec.restart (restart.id in the stack's config, then `up`),
+// runs one AIPerf Job with its own ARTIFACT_DIR, copies the artifacts out, and finally merges the
+// points into one table and plot.
+//
+//	go run ./cmd/bench -stack disagg -concurrency 16,32,64 [-trace ./trace.jsonl] [-out dir]
+//
+// It uses the stack as `pulumi up` does: run it from the project directory (or -project-dir), with
+// the stack's backend logged in (or PULUMI_BACKEND_URL) and its passphrase or secrets provider in
+// the environment. Interrupting it (Ctrl-C) deletes the running Job and the helper pod.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/pulumi/pulumi/sdk/v3/go/auto/optup"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+
+	"minimax-m3/automation"
+	"minimax-m3/benchmark"
+)
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+func run() error {
+	var (
+		stack, points, out, trace, runID, projectDir, kubeconfig string
+		noRestart                                                bool
+		heartbeat                                                time.Duration
+	)
+	flag.StringVar(&stack, "stack", "", "the deployed stack to benchmark (its config must set benchmark.enabled)")
+	flag.StringVar(&points, "concurrency", "", "concurrency points, run in this order (16,32,64)")
+	flag.StringVar(&out, "out", "", "local directory for the artifacts and results (default bench-results/<stack>-<run>)")
+	flag.StringVar(&trace, "trace", "", "stage this local trace file onto the claim first (its SHA-256 must match benchmark.traceSHA256)")
+	flag.StringVar(&runID, "run", time.Now().UTC().Format("20060102-150405"), "run ID: restart IDs bench-<run>-c<N>, artifact directories <benchmark.artifactDirectory>/<run>/c<N>")
+	flag.StringVar(&projectDir, "project-dir", ".", "the directory holding Pulumi.yaml and the stack files")
+	flag.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig file (default: KUBECONFIG, then ~/.kube/config); the stack's kubernetes.context selects the context")
+	flag.BoolVar(&noRestart, "no-restart", false, "do not restart the graph's pods between points (sweep.json records it)")
+	flag.DurationVar(&heartbeat, "heartbeat", 30*time.Second, "how often a long wait reports progress")
+	flag.Parse()
+	if stack == "" || points == "" {
+		flag.Usage()
+		return errors.New("-stack and -concurrency are required")
+	}
+	concurrency, err := parsePoints(points)
+	if err != nil {
+		return err
+	}
+	if out == "" {
+		out = filepath.Join("bench-results", stack+"-"+runID)
+	}
+
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+
+	env := map[string]string{}
+	if kubeconfig != "" {
+		env["KUBECONFIG"] = kubeconfig
+	}
+	s, err := automation.SelectStack(ctx, automation.Options{ProjectDir: projectDir, Stack: stack, EnvVars: env})
+	if err != nil {
+		return err
+	}
+	c, err := s.Config(ctx)
+	if err != nil {
+		return err
+	}
+	outputs, err := s.Outputs(ctx)
+	if err != nil {
+		return err
+	}
+	namespace, _ := outputs["namespace"].Value.(string)
+	if namespace == "" {
+		return fmt.Errorf("stack %s has no namespace output: run `pulumi up` first", stack)
+	}
+	if g, _ := outputs["graphName"].Value.(string); g != c.GraphName {
+		return fmt.Errorf("stack %s deployed graph %q but its config names %q: run `pulumi up` first", stack, g, c.GraphName)
+	}
+
+	restConfig, err := restConfig(kubeconfig, c.Kubernetes.Context)
+	if err != nil {
+		return err
+	}
+	kube, err := kubernetes.NewForConfig(restConfig)
+	if err != nil {
+		return err
+	}
+	dyn, err := dynamic.NewForConfig(restConfig)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		return err
+	}
+	upLog, err := os.Create(filepath.Join(out, "pulumi-up.log"))
+	if err != nil {
+		return err
+	}
+	defer func() { _ = upLog.Close() }()
+
+	start := time.Now()
+	sweep := &benchmark.Sweep{
+		Config: &c, Namespace: namespace, Kube: kube, Dynamic: dyn,
+		Exec: benchmark.PodExecutor{Config: restConfig, Client: kube},
+		Restart: func(ctx context.Context, id string) error {
+			_, _ = fmt.Fprintf(upLog, "\n=== pulumi up with restart.id=%s\n", id)
+			return s.Restart(ctx, id, optup.ProgressStreams(upLog), optup.ErrorProgressStreams(upLog))
+		},
+		Concurrency: concurrency, RunID: runID, OutDir: out, StageTrace: trace, NoRestart: noRestart,
+		Heartbeat: heartbeat,
+		Progress: func(e benchmark.Event) {
+			fmt.Printf("%8s %s\n", time.Since(start).Round(time.Second), e)
+		},
+	}
+	fmt.Printf("benchmark sweep of %s (graph %s/%s, %d GPUs, speculative decoding %s): concurrency %s, run %s, results in %s; pulumi up's output in %s\n",
+		stack, namespace, c.GraphName, c.GPUs(), c.Speculative.Mode, points, runID, out, upLog.Name())
+	res, err := sweep.Run(ctx)
+	if ctx.Err() != nil {
+		return fmt.Errorf("interrupted after %d of %d points (the running Job and the helper pod are deleted): %w", len(res.Points), len(concurrency), err)
+	}
+	if err != nil {
+		return err
+	}
+	fmt.Println()
+	return benchmark.WriteMarkdown(os.Stdout, res.Points, c.GPUs())
+}
+
+func parsePoints(s string) ([]int, error) {
+	var points []int
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			return nil, fmt.Errorf("-concurrency: %q is not a positive number", f)
+		}
+		points = append(points, n)
+	}
+	return points, nil
+}
+
+// restConfig is the client config of a kubeconfig file and context, as the Kubernetes provider
+// reads them.
+func restConfig(kubeconfig, kubeContext string) (*rest.Config, error) {
+	rules := clientcmd.NewDefaultClientConfigLoadingRules()
+	rules.ExplicitPath = kubeconfig
+	return clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: kubeContext}).ClientConfig()
+}

@@ -1,0 +1,436 @@
+package integration
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/csv"
+	"encoding/hex"
+	"encoding/json"
+	"encoding/xml"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/pulumi/pulumi/sdk/v3/go/auto"
+	"github.com/pulumi/pulumi/sdk/v3/go/auto/optup"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"minimax-m3/benchmark"
+	"minimax-m3/config"
+)
+
+const disaggGraph = "minimax-m3-disagg-gb200-agentic"
+
+// benchWorld is what the benchmark sweep's test plays around the real API server and the real
+// stack: the Dynamo operator (Ready and the restart status, harness_test.go), the Job controller
+// and AIPerf (a point's Job writes an AIPerf-shaped summary into its ARTIFACT_DIR, then
+// completes), and the kubelet (the helper pod becomes Ready; exec runs the command on this machine
+// with the claim as a local directory).
+type benchWorld struct {
+	t     *testing.T
+	ns    string
+	claim string // the model cache claim's contents
+
+	mu  sync.Mutex
+	log []string // what happened, in order
+	// hold leaves benchmark Jobs running (for the interrupt test); failWriteCheck fails the check.
+	hold, failWriteCheck bool
+	artifactDirs         []string
+}
+
+func (w *benchWorld) record(s string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.log = append(w.log, s)
+}
+
+func (w *benchWorld) events() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return append([]string(nil), w.log...)
+}
+
+// onClaim maps a path of the helper's or a Job's /model-cache mount to the local directory.
+func (w *benchWorld) onClaim(p string) string {
+	if rest, ok := strings.CutPrefix(p, config.BenchmarkMountPath); ok {
+		return w.claim + rest
+	}
+	return p
+}
+
+// Exec plays the kubelet's exec: the container's command runs here, its mount mapped.
+func (w *benchWorld) Exec(ctx context.Context, ns, pod, container string, command []string, stdin io.Reader, stdout io.Writer) error {
+	if ns != w.ns || container != "helper" {
+		return fmt.Errorf("exec in %s/%s[%s]: not the helper", ns, pod, container)
+	}
+	var p corev1.Pod
+	if err := cluster.client.Get(ctx, client.ObjectKey{Namespace: ns, Name: pod}, &p); err != nil {
+		return err
+	}
+	args := make([]string, len(command))
+	for i, a := range command {
+		args[i] = w.onClaim(a)
+	}
+	cmd := exec.CommandContext(ctx, args[0], args[1:]...)
+	cmd.Stdin, cmd.Stdout = stdin, stdout
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	if err := cmd.Run(); err != nil {
+		return fmt.Errorf("command terminated with %v: %s", err, strings.TrimSpace(stderr.String()))
+	}
+	w.record("exec " + strings.Join(command[:min(len(command), 2)], " "))
+	return nil
+}
+
+// play runs the controllers until ctx is done.
+func (w *benchWorld) play(ctx context.Context) {
+	for ctx.Err() == nil {
+		playDynamoOperator(ctx, w.t, w.ns, readyLikeTheOperator)
+		playGarbageCollector(ctx, w.t, w.ns)
+		w.playHelperPod(ctx)
+		w.playJobs(ctx)
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func (w *benchWorld) playHelperPod(ctx context.Context) {
+	var pods corev1.PodList
+	if err := cluster.client.List(ctx, &pods, client.InNamespace(w.ns), client.MatchingLabels{"minimax-m3.io/benchmark-step": "helper"}); err != nil {
+		return
+	}
+	for i := range pods.Items {
+		p := &pods.Items[i]
+		if p.Status.Phase == corev1.PodRunning || p.DeletionTimestamp != nil {
+			continue
+		}
+		now := metav1.Now()
+		p.Status.Phase = corev1.PodRunning
+		p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: now}}
+		if err := cluster.client.Status().Update(ctx, p); err == nil {
+			w.record("helper ready")
+		}
+	}
+}
+
+func (w *benchWorld) playJobs(ctx context.Context) {
+	var jobs batchv1.JobList
+	if err := cluster.client.List(ctx, &jobs, client.InNamespace(w.ns)); err != nil {
+		return
+	}
+	for i := range jobs.Items {
+		j := &jobs.Items[i]
+		if len(j.Status.Conditions) > 0 || j.DeletionTimestamp != nil {
+			continue
+		}
+		env := map[string]string{}
+		for _, e := range j.Spec.Template.Spec.Containers[0].Env {
+			env[e.Name] = e.Value
+		}
+		failed := false
+		switch {
+		case j.Labels["minimax-m3.io/benchmark-step"] == "write-check":
+			if w.failWriteCheck {
+				failed = true
+				w.playTerminatedPod(ctx, j, "uid=1000 gid=1000 groups=1000\nmkdir: cannot create directory '"+env["ARTIFACT_DIR"]+"': Permission denied")
+			} else {
+				require.NoError(w.t, os.MkdirAll(w.onClaim(env["ARTIFACT_DIR"]), 0o755))
+			}
+			w.record("write-check " + env["ARTIFACT_DIR"])
+		case j.Labels["app.kubernetes.io/component"] == "benchmark":
+			w.record(fmt.Sprintf("job c=%s restart=%s", env["CONCURRENCY"], w.restartState(ctx)))
+			if w.hold {
+				continue
+			}
+			w.mu.Lock()
+			w.artifactDirs = append(w.artifactDirs, env["ARTIFACT_DIR"])
+			w.mu.Unlock()
+			c, _ := strconv.Atoi(env["CONCURRENCY"])
+			writeAIPerfArtifacts(w.t, w.onClaim(env["ARTIFACT_DIR"]), c)
+		}
+		if err := finishJob(ctx, j, failed); err != nil && ctx.Err() == nil {
+			w.t.Logf("playing the Job controller: %v", err)
+		}
+	}
+}
+
+// playTerminatedPod plays the kubelet's pod of a Job that ended with this termination message.
+func (w *benchWorld) playTerminatedPod(ctx context.Context, j *batchv1.Job, message string) {
+	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: j.Name + "-pod", Namespace: j.Namespace,
+		Labels: map[string]string{"batch.kubernetes.io/job-name": j.Name}}, Spec: *j.Spec.Template.Spec.DeepCopy()}
+	require.NoError(w.t, cluster.client.Create(ctx, pod))
+	now := metav1.Now()
+	pod.Status.Phase = corev1.PodFailed
+	pod.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "aiperf", Image: pod.Spec.Containers[0].Image,
+		State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 1, Reason: "Error", Message: message, StartedAt: now, FinishedAt: now}}}}
+	require.NoError(w.t, cluster.client.Status().Update(ctx, pod))
+}
+
+// restartState is the graph's restart status as a Job sees it when it starts.
+func (w *benchWorld) restartState(ctx context.Context) string {
+	g := &unstructured.Unstructured{}
+	g.SetGroupVersionKind(graphGVK)
+	if err := cluster.client.Get(ctx, client.ObjectKey{Namespace: w.ns, Name: disaggGraph}, g); err != nil {
+		return err.Error()
+	}
+	id, _, _ := unstructured.NestedString(g.Object, "status", "restart", "observedID")
+	phase, _, _ := unstructured.NestedString(g.Object, "status", "restart", "phase")
+	return id + "/" + phase
+}
+
+// writeAIPerfArtifacts writes what AIPerf leaves in ARTIFACT_DIR: its JSON summary (the fields the
+// sweep reads, with values that follow the concurrency) and request records.
+func writeAIPerfArtifacts(t *testing.T, dir string, concurrency int) {
+	require.NoError(t, os.MkdirAll(dir, 0o755))
+	c := float64(concurrency)
+	summary := map[string]any{
+		"request_throughput":               map[string]any{"unit": "requests/sec", "avg": c / 10},
+		"output_token_throughput":          map[string]any{"unit": "tokens/sec", "avg": 100 * c},
+		"output_token_throughput_per_user": map[string]any{"unit": "tokens/sec/user", "avg": 1000 / c},
+		"time_to_first_token":              map[string]any{"unit": "ms", "avg": 10 * c, "p50": 9 * c, "p99": 20 * c},
+		"inter_token_latency":              map[string]any{"unit": "ms", "avg": c / 4, "p50": c / 5, "p99": c / 2},
+	}
+	b, err := json.Marshal(summary)
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(filepath.Join(dir, benchmark.SummaryFile), b, 0o644))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "profile_export.jsonl"), []byte(`{"request":1}`+"\n"), 0o644))
+}
+
+// kubeClients are typed and dynamic clients of the local API server, as cmd/bench makes them.
+func kubeClients(t *testing.T) (kubernetes.Interface, dynamic.Interface) {
+	cfg, err := clientcmd.BuildConfigFromFlags("", cluster.kubeconfig)
+	require.NoError(t, err)
+	kube, err := kubernetes.NewForConfig(cfg)
+	require.NoError(t, err)
+	dyn, err := dynamic.NewForConfig(cfg)
+	require.NoError(t, err)
+	return kube, dyn
+}
+
+// The sweep, through the package cmd/bench runs, on a deployed disagg stack: the trace staged
+// after its checksum, the write check, then per point (in the order given) a restart through the
+// stack's restart.id and `up`, one Job with its own ARTIFACT_DIR started only once the restart
+// completed, its artifacts copied out; the merged table and plot parsed back; nothing left behind.
+func TestBenchmarkSweep(t *testing.T) {
+	ctx := context.Background()
+	trace := filepath.Join(t.TempDir(), "trace.jsonl")
+	require.NoError(t, os.WriteFile(trace, []byte(`{"timestamp":0,"input_length":65536,"output_length":400,"hash_ids":[1,2,3]}`+"\n"), 0o644))
+	sum := sha256.Sum256([]byte(`{"timestamp":0,"input_length":65536,"output_length":400,"hash_ids":[1,2,3]}` + "\n"))
+	traceSHA := hex.EncodeToString(sum[:])
+
+	s := newStack(t, "disagg", "bench", auto.ConfigMap{
+		"minimax-m3:benchmark.enabled":     {Value: "true"},
+		"minimax-m3:benchmark.traceSHA256": {Value: traceSHA},
+	})
+	upReady(t, s, controllers{})
+	c, err := s.stack.Config(ctx)
+	require.NoError(t, err)
+
+	world := &benchWorld{t: t, ns: s.ns, claim: t.TempDir()}
+	playCtx, stopPlaying := context.WithCancel(ctx)
+	defer stopPlaying()
+	go world.play(playCtx)
+
+	kube, dyn := kubeClients(t)
+	out := t.TempDir()
+	var progress []benchmark.Event
+	var progressMu sync.Mutex
+	sweep := &benchmark.Sweep{
+		Config: &c, Namespace: s.ns, Kube: kube, Dynamic: dyn, Exec: world,
+		Restart: func(ctx context.Context, id string) error {
+			world.record("restart " + id)
+			return s.stack.Restart(ctx, id, optup.ProgressStreams(s.log))
+		},
+		Concurrency: []int{32, 16, 64}, RunID: "run1", OutDir: out, StageTrace: trace, Heartbeat: time.Second,
+		Progress: func(e benchmark.Event) {
+			progressMu.Lock()
+			defer progressMu.Unlock()
+			progress = append(progress, e)
+		},
+	}
+
+	// A trace whose checksum is not the configured one is refused before anything is created.
+	wrong := filepath.Join(t.TempDir(), "other.jsonl")
+	require.NoError(t, os.WriteFile(wrong, []byte("{}\n"), 0o644))
+	bad := *sweep
+	bad.StageTrace = wrong
+	_, err = bad.Run(ctx)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "but benchmark.traceSHA256 is "+traceSHA+": not staging it")
+	assert.NoFileExists(t, filepath.Join(world.claim, c.Benchmark.TraceFile))
+
+	progress = nil
+	res, err := sweep.Run(ctx)
+	require.NoError(t, err, s.log.String())
+
+	// The trace is on the claim, byte for byte.
+	staged, err := os.ReadFile(filepath.Join(world.claim, c.Benchmark.TraceFile))
+	require.NoError(t, err)
+	assert.Equal(t, traceSHA, fmt.Sprintf("%x", sha256.Sum256(staged)))
+
+	// The order: the write check, then per point its restart (through `up`), and its Job, which
+	// started only once the operator had completed that point's restart.
+	var steps []string
+	for _, e := range world.events() {
+		if strings.HasPrefix(e, "restart ") || strings.HasPrefix(e, "job ") || strings.HasPrefix(e, "write-check ") {
+			steps = append(steps, e)
+		}
+	}
+	assert.Equal(t, []string{
+		"write-check /model-cache/aiperf-artifacts/run1",
+		"restart bench-run1-c32", "job c=32 restart=bench-run1-c32/Completed",
+		"restart bench-run1-c16", "job c=16 restart=bench-run1-c16/Completed",
+		"restart bench-run1-c64", "job c=64 restart=bench-run1-c64/Completed",
+	}, steps)
+	assert.Equal(t, []string{"/model-cache/aiperf-artifacts/run1/c32", "/model-cache/aiperf-artifacts/run1/c16", "/model-cache/aiperf-artifacts/run1/c64"},
+		world.artifactDirs, "one directory per point")
+
+	// The restarts went through the stack: its config and the live graph have the last ID.
+	cfg, err := s.stack.GetConfigWithOptions(ctx, "minimax-m3:restart.id", &auto.ConfigOptions{Path: true})
+	require.NoError(t, err)
+	assert.Equal(t, "bench-run1-c64", cfg.Value)
+	g, _ := get(t, graphGVK, s.ns, disaggGraph)
+	id, _, _ := unstructured.NestedString(g.Object, "spec", "restart", "id")
+	assert.Equal(t, "bench-run1-c64", id)
+
+	// Each point's artifacts were copied out, and the merged table has every point by concurrency.
+	for _, c := range []int{16, 32, 64} {
+		assert.FileExists(t, filepath.Join(out, fmt.Sprintf("c%d", c), benchmark.SummaryFile))
+		assert.FileExists(t, filepath.Join(out, fmt.Sprintf("c%d", c), "profile_export.jsonl"))
+	}
+	require.Len(t, res.Points, 3)
+	f, err := os.Open(filepath.Join(out, "results.csv"))
+	require.NoError(t, err)
+	rows, err := csv.NewReader(f).ReadAll()
+	require.NoError(t, err)
+	_ = f.Close()
+	require.Len(t, rows, 4)
+	assert.Equal(t, []string{"concurrency", "speculative_mode", "request_throughput_rps", "output_tokens_per_s", "output_tokens_per_s_per_gpu",
+		"per_user_tokens_per_s", "ttft_p50_ms", "ttft_p99_ms", "itl_p50_ms", "itl_p99_ms"}, rows[0])
+	assert.Equal(t, []string{"16", "real", "1.60", "1600.00", "66.67", "62.50", "144.00", "320.00", "3.20", "8.00"}, rows[1], "24 GPUs")
+	assert.Equal(t, "32", rows[2][0])
+	assert.Equal(t, "64", rows[3][0])
+	md, err := os.ReadFile(filepath.Join(out, "results.md"))
+	require.NoError(t, err)
+	assert.Contains(t, string(md), "| 64 | real |")
+
+	// The plot, parsed back: one point per concurrency at (per-user tokens/s, output tokens/s per GPU).
+	var plot struct {
+		Circles []struct {
+			Concurrency int     `xml:"data-concurrency,attr"`
+			PerUser     float64 `xml:"data-per-user,attr"`
+			PerGPU      float64 `xml:"data-per-gpu,attr"`
+			Mode        string  `xml:"data-speculative-mode,attr"`
+		} `xml:"circle"`
+	}
+	svg, err := os.ReadFile(filepath.Join(out, "results.svg"))
+	require.NoError(t, err)
+	require.NoError(t, xml.Unmarshal(svg, &plot))
+	require.Len(t, plot.Circles, 3, string(svg))
+	assert.Equal(t, 64, plot.Circles[2].Concurrency)
+	assert.InDelta(t, 1000.0/64, plot.Circles[2].PerUser, 0.01)
+	assert.InDelta(t, 6400.0/24, plot.Circles[2].PerGPU, 0.01)
+	assert.Equal(t, "real", plot.Circles[2].Mode)
+
+	var meta benchmark.Metadata
+	b, err := os.ReadFile(filepath.Join(out, "sweep.json"))
+	require.NoError(t, err)
+	require.NoError(t, json.Unmarshal(b, &meta))
+	assert.Equal(t, "real", meta.SpeculativeMode)
+	assert.True(t, meta.RestartedBetweenPoints)
+	assert.Equal(t, 24, meta.GPUs)
+	assert.Equal(t, []int{32, 16, 64}, meta.Concurrency)
+
+	// Progress named every phase, in order, with the points.
+	var phases []string
+	for _, e := range progress {
+		if e.Done {
+			phases = append(phases, fmt.Sprintf("%d:%s", e.Concurrency, e.Phase))
+		}
+	}
+	assert.Equal(t, []string{"0:helper", "0:stage", "0:write-check", "0:write-check",
+		"32:restart", "32:benchmark", "32:benchmark", "32:fetch",
+		"16:restart", "16:benchmark", "16:benchmark", "16:fetch",
+		"64:restart", "64:benchmark", "64:benchmark", "64:fetch",
+		"0:results", "0:cleanup"}, phases, "phase ends, and the deletions of the check's and each point's Job and of the helper")
+
+	assertNothingLeft(t, kube, s.ns)
+}
+
+// Interrupting a sweep (its context cancelled) deletes the running Job and the helper pod; a failed
+// write check stops the sweep with the Job's own account of it.
+func TestBenchmarkSweepInterruptAndFailedWriteCheck(t *testing.T) {
+	ctx := context.Background()
+	s := newStack(t, "disagg", "bench-stop", auto.ConfigMap{"minimax-m3:benchmark.enabled": {Value: "true"}})
+	upReady(t, s, controllers{})
+	c, err := s.stack.Config(ctx)
+	require.NoError(t, err)
+	world := &benchWorld{t: t, ns: s.ns, claim: t.TempDir(), hold: true}
+	writeAIPerfArtifacts(t, filepath.Dir(world.onClaim("/model-cache/"+c.Benchmark.TraceFile)), 1) // any file stands for the staged trace
+	require.NoError(t, os.WriteFile(world.onClaim("/model-cache/"+c.Benchmark.TraceFile), []byte("{}\n"), 0o644))
+	playCtx, stopPlaying := context.WithCancel(ctx)
+	defer stopPlaying()
+	go world.play(playCtx)
+	kube, dyn := kubeClients(t)
+
+	sweep := benchmark.Sweep{
+		Config: &c, Namespace: s.ns, Kube: kube, Dynamic: dyn, Exec: world,
+		Concurrency: []int{8}, RunID: "stop", OutDir: t.TempDir(), NoRestart: true,
+	}
+	// The staged trace's checksum is checked even when not staging.
+	_, err = sweep.Run(ctx)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "the trace on the claim (/model-cache/"+c.Benchmark.TraceFile+") has SHA-256")
+	sweep.Config.Benchmark.TraceSHA256 = ""
+
+	runCtx, interrupt := context.WithCancel(ctx)
+	go func() {
+		for runCtx.Err() == nil {
+			for _, e := range world.events() {
+				if strings.HasPrefix(e, "job c=8") {
+					interrupt()
+				}
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+	}()
+	_, err = sweep.Run(runCtx)
+	require.ErrorIs(t, err, context.Canceled)
+	assertNothingLeft(t, kube, s.ns)
+
+	world.failWriteCheck = true
+	_, err = sweep.Run(ctx)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "write-check: Job "+disaggGraph+"-bench-write-check failed: BackoffLimitExceeded")
+	assert.Contains(t, err.Error(), "Permission denied")
+	assertNothingLeft(t, kube, s.ns)
+}
+
+// assertNothingLeft checks that no benchmark Job or helper pod remains.
+func assertNothingLeft(t *testing.T, kube kubernetes.Interface, ns string) {
+	t.Helper()
+	require.EventuallyWithT(t, func(c *assert.CollectT) {
+		jobs, err := kube.BatchV1().Jobs(ns).List(context.Background(), metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=benchmark"})
+		require.NoError(c, err)
+		assert.Empty(c, jobs.Items)
+		_, err = kube.CoreV1().Pods(ns).Get(context.Background(), disaggGraph+"-bench-helper", metav1.GetOptions{})
+		assert.True(c, apierrors.IsNotFound(err), "helper pod deleted")
+	}, 30*time.Second, 200*time.Millisecond)
+}
