@@ -1,7 +1,6 @@
 package integration
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/csv"
@@ -30,6 +29,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -42,12 +42,15 @@ const disaggGraph = "minimax-m3-disagg-gb200-agentic"
 // benchWorld is what the benchmark sweep's test plays around the real API server and the real
 // stack: the Dynamo operator (Ready and the restart status, harness_test.go), the Job controller
 // and AIPerf (a point's Job writes an AIPerf-shaped summary into its ARTIFACT_DIR, then
-// completes), and the kubelet (the helper pod becomes Ready; exec runs the command on this machine
-// with the claim as a local directory).
+// completes), the scheduler and the kubelet (the helper pod is bound to a Node whose kubelet
+// endpoint is served here, kubelet_test.go, and becomes Ready; exec, through the API server, runs the
+// command on this machine with the claim as a local directory).
 type benchWorld struct {
-	t     *testing.T
-	ns    string
-	claim string // the model cache claim's contents
+	t       *testing.T
+	ns      string
+	claim   string // the model cache claim's contents
+	kube    kubernetes.Interface
+	kubelet *playedKubelet
 
 	mu  sync.Mutex
 	log []string // what happened, in order
@@ -76,28 +79,23 @@ func (w *benchWorld) onClaim(p string) string {
 	return p
 }
 
-// Exec plays the kubelet's exec: the container's command runs here, its mount mapped.
-func (w *benchWorld) Exec(ctx context.Context, ns, pod, container string, command []string, stdin io.Reader, stdout io.Writer) error {
-	if ns != w.ns || container != "helper" {
-		return fmt.Errorf("exec in %s/%s[%s]: not the helper", ns, pod, container)
-	}
-	var p corev1.Pod
-	if err := cluster.client.Get(ctx, client.ObjectKey{Namespace: ns, Name: pod}, &p); err != nil {
-		return err
+// runInContainer is what the played kubelet runs for an exec in the helper pod: the command, on
+// this machine, with the claim's mount mapped to the local directory.
+func (w *benchWorld) runInContainer(ctx context.Context, pod, container string, command []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	if container != "helper" || !strings.HasSuffix(pod, "-bench-helper") {
+		return fmt.Errorf("exec in %s[%s]: not the helper", pod, container)
 	}
 	args := make([]string, len(command))
 	for i, a := range command {
 		args[i] = w.onClaim(a)
 	}
 	cmd := exec.CommandContext(ctx, args[0], args[1:]...)
-	cmd.Stdin, cmd.Stdout = stdin, stdout
-	var stderr bytes.Buffer
-	cmd.Stderr = &stderr
-	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("command terminated with %v: %s", err, strings.TrimSpace(stderr.String()))
+	if stdin != nil {
+		cmd.Stdin = stdin
 	}
+	cmd.Stdout, cmd.Stderr = stdout, stderr
 	w.record("exec " + strings.Join(command[:min(len(command), 2)], " "))
-	return nil
+	return cmd.Run()
 }
 
 // play runs the controllers until ctx is done.
@@ -111,6 +109,8 @@ func (w *benchWorld) play(ctx context.Context) {
 	}
 }
 
+// playHelperPod plays the scheduler (binding the helper pod to the played kubelet's Node) and the
+// kubelet (the pod runs and is Ready; a deleted pod stops).
 func (w *benchWorld) playHelperPod(ctx context.Context) {
 	var pods corev1.PodList
 	if err := cluster.client.List(ctx, &pods, client.InNamespace(w.ns), client.MatchingLabels{"minimax-m3.io/benchmark-step": "helper"}); err != nil {
@@ -118,14 +118,28 @@ func (w *benchWorld) playHelperPod(ctx context.Context) {
 	}
 	for i := range pods.Items {
 		p := &pods.Items[i]
+		if p.DeletionTimestamp != nil && p.Spec.NodeName != "" {
+			// The kubelet stops the pod's containers and confirms the deletion.
+			zero := int64(0)
+			if err := w.kube.CoreV1().Pods(w.ns).Delete(ctx, p.Name, metav1.DeleteOptions{GracePeriodSeconds: &zero}); err == nil {
+				w.record("helper stopped")
+			}
+			continue
+		}
 		if p.Status.Phase == corev1.PodRunning || p.DeletionTimestamp != nil {
+			continue
+		}
+		if p.Spec.NodeName == "" {
+			if err := w.kubelet.bind(ctx, w.kube, p); err != nil && ctx.Err() == nil {
+				w.t.Logf("playing the scheduler: %v", err)
+			}
 			continue
 		}
 		now := metav1.Now()
 		p.Status.Phase = corev1.PodRunning
 		p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: now}}
 		if err := cluster.client.Status().Update(ctx, p); err == nil {
-			w.record("helper ready")
+			w.record("helper ready on " + p.Spec.NodeName)
 		}
 	}
 }
@@ -213,6 +227,17 @@ func writeAIPerfArtifacts(t *testing.T, dir string, concurrency int) {
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "profile_export.jsonl"), []byte(`{"request":1}`+"\n"), 0o644))
 }
 
+// newBenchWorld plays the world around a sweep in a namespace, with a kubelet of its own.
+func newBenchWorld(t *testing.T, ns string) (*benchWorld, *rest.Config) {
+	cfg, err := clientcmd.BuildConfigFromFlags("", cluster.kubeconfig)
+	require.NoError(t, err)
+	kube, err := kubernetes.NewForConfig(cfg)
+	require.NoError(t, err)
+	w := &benchWorld{t: t, ns: ns, claim: t.TempDir(), kube: kube}
+	w.kubelet = startKubelet(t, kube, "kubelet-"+ns, w.runInContainer)
+	return w, cfg
+}
+
 // kubeClients are typed and dynamic clients of the local API server, as cmd/bench makes them.
 func kubeClients(t *testing.T) (kubernetes.Interface, dynamic.Interface) {
 	cfg, err := clientcmd.BuildConfigFromFlags("", cluster.kubeconfig)
@@ -243,7 +268,7 @@ func TestBenchmarkSweep(t *testing.T) {
 	c, err := s.stack.Config(ctx)
 	require.NoError(t, err)
 
-	world := &benchWorld{t: t, ns: s.ns, claim: t.TempDir()}
+	world, restConfig := newBenchWorld(t, s.ns)
 	playCtx, stopPlaying := context.WithCancel(ctx)
 	defer stopPlaying()
 	go world.play(playCtx)
@@ -253,7 +278,7 @@ func TestBenchmarkSweep(t *testing.T) {
 	var progress []benchmark.Event
 	var progressMu sync.Mutex
 	sweep := &benchmark.Sweep{
-		Config: &c, Namespace: s.ns, Kube: kube, Dynamic: dyn, Exec: world,
+		Config: &c, Namespace: s.ns, Kube: kube, Dynamic: dyn, Exec: benchmark.PodExecutor{Config: restConfig, Client: kube},
 		Restart: func(ctx context.Context, id string) error {
 			world.record("restart " + id)
 			return s.stack.Restart(ctx, id, optup.ProgressStreams(s.log))
@@ -382,7 +407,8 @@ func TestBenchmarkSweepInterruptAndFailedWriteCheck(t *testing.T) {
 	upReady(t, s, controllers{})
 	c, err := s.stack.Config(ctx)
 	require.NoError(t, err)
-	world := &benchWorld{t: t, ns: s.ns, claim: t.TempDir(), hold: true}
+	world, restConfig := newBenchWorld(t, s.ns)
+	world.hold = true
 	writeAIPerfArtifacts(t, filepath.Dir(world.onClaim("/model-cache/"+c.Benchmark.TraceFile)), 1) // any file stands for the staged trace
 	require.NoError(t, os.WriteFile(world.onClaim("/model-cache/"+c.Benchmark.TraceFile), []byte("{}\n"), 0o644))
 	playCtx, stopPlaying := context.WithCancel(ctx)
@@ -391,7 +417,7 @@ func TestBenchmarkSweepInterruptAndFailedWriteCheck(t *testing.T) {
 	kube, dyn := kubeClients(t)
 
 	sweep := benchmark.Sweep{
-		Config: &c, Namespace: s.ns, Kube: kube, Dynamic: dyn, Exec: world,
+		Config: &c, Namespace: s.ns, Kube: kube, Dynamic: dyn, Exec: benchmark.PodExecutor{Config: restConfig, Client: kube},
 		Concurrency: []int{8}, RunID: "stop", OutDir: t.TempDir(), NoRestart: true,
 	}
 	// The staged trace's checksum is checked even when not staging.
