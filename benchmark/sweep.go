@@ -241,7 +241,9 @@ func (s *Sweep) emit(e Event) {
 }
 
 // step reports a phase's start and end around f, and its heartbeat while f waits.
-func (s *Sweep) step(ctx context.Context, point, concurrency int, phase Phase, msg string, f func(ctx context.Context, beat func(string)) error) error {
+//
+// describe, when set, says at each heartbeat what the cluster reports meanwhile.
+func (s *Sweep) step(ctx context.Context, point, concurrency int, phase Phase, msg string, describe func(context.Context) string, f func(ctx context.Context, beat func(string)) error) error {
 	start := time.Now()
 	ev := func(m string, done bool) Event {
 		return Event{Point: point, Points: len(s.Concurrency), Concurrency: concurrency, Phase: phase, Message: m, Elapsed: time.Since(start), Done: done}
@@ -259,7 +261,13 @@ func (s *Sweep) step(ctx context.Context, point, concurrency int, phase Phase, m
 			last = m
 			s.emit(ev(m, false))
 		case <-tick.C:
-			s.emit(ev("still: "+last, false))
+			m := "still: " + last
+			if describe != nil {
+				if d := describe(ctx); d != "" {
+					m += "; " + d
+				}
+			}
+			s.emit(ev(m, false))
 		case err := <-errc:
 			for len(beats) > 0 {
 				s.emit(ev(<-beats, false))
@@ -297,7 +305,7 @@ func (s *Sweep) cleanup(phase Phase, point, concurrency int, kind, name string) 
 }
 
 func (s *Sweep) startHelper(ctx context.Context, name string) error {
-	return s.step(ctx, 0, 0, PhaseHelper, "starting pod "+name+" with the model cache claim", func(ctx context.Context, beat func(string)) error {
+	return s.step(ctx, 0, 0, PhaseHelper, "starting pod "+name+" with the model cache claim", nil, func(ctx context.Context, beat func(string)) error {
 		pod := components.BenchmarkHelperPod(s.Config, s.Namespace, name)
 		if err := s.Kube.CoreV1().Pods(s.Namespace).Delete(ctx, name, metav1.DeleteOptions{}); err == nil {
 			beat("deleted a helper pod left by an earlier sweep")
@@ -317,7 +325,7 @@ func (s *Sweep) startHelper(ctx context.Context, name string) error {
 func (s *Sweep) stageTrace(ctx context.Context, helper string) error {
 	b := s.Config.Benchmark
 	remote := path.Join(config.BenchmarkMountPath, b.TraceFile)
-	return s.step(ctx, 0, 0, PhaseStage, "trace "+remote, func(ctx context.Context, beat func(string)) error {
+	return s.step(ctx, 0, 0, PhaseStage, "trace "+remote, nil, func(ctx context.Context, beat func(string)) error {
 		if s.StageTrace != "" {
 			sum, size, err := fileSHA256(s.StageTrace)
 			if err != nil {
@@ -371,7 +379,7 @@ func fileSHA256(name string) (string, int64, error) {
 func (s *Sweep) writeCheck(ctx context.Context) error {
 	dir := path.Join(config.BenchmarkMountPath, s.Config.Benchmark.ArtifactDirectory, s.RunID)
 	name := s.Config.GraphName + "-bench-write-check"
-	return s.step(ctx, 0, 0, PhaseWriteCheck, "can the AIPerf Job's user write "+dir+"?", func(ctx context.Context, beat func(string)) error {
+	return s.step(ctx, 0, 0, PhaseWriteCheck, "can the AIPerf Job's user write "+dir+"?", s.describeJob(name), func(ctx context.Context, beat func(string)) error {
 		job := components.AIPerfWriteCheckJob(s.Config, s.Namespace, name, dir)
 		defer s.cleanup(PhaseWriteCheck, 0, 0, "job", name)
 		return s.runJob(ctx, &job, beat)
@@ -382,7 +390,8 @@ func (s *Sweep) writeCheck(ctx context.Context) error {
 func (s *Sweep) point(ctx context.Context, helper string, i, c int) (Point, error) {
 	if !s.NoRestart {
 		id := RestartID(s.RunID, c)
-		err := s.step(ctx, i, c, PhaseRestart, "spec.restart.id="+id, func(ctx context.Context, beat func(string)) error {
+		err := s.step(ctx, i, c, PhaseRestart, "spec.restart.id="+id, s.describeGraph, func(ctx context.Context, beat func(string)) error {
+			beat("up with restart.id=" + id + " (it waits for the operator's restart)")
 			if err := s.Restart(ctx, id); err != nil {
 				return err
 			}
@@ -396,7 +405,7 @@ func (s *Sweep) point(ctx context.Context, helper string, i, c int) (Point, erro
 
 	dir := ArtifactDir(s.Config, s.RunID, c)
 	name := JobName(s.Config.GraphName, c)
-	err := s.step(ctx, i, c, PhaseBenchmark, fmt.Sprintf("Job %s, ARTIFACT_DIR=%s", name, dir), func(ctx context.Context, beat func(string)) error {
+	err := s.step(ctx, i, c, PhaseBenchmark, fmt.Sprintf("Job %s, ARTIFACT_DIR=%s", name, dir), s.describeJob(name), func(ctx context.Context, beat func(string)) error {
 		job := components.AIPerfJob(s.Config, s.Namespace, components.BenchmarkPoint{Name: name, ArtifactDir: dir, Concurrency: c})
 		defer s.cleanup(PhaseBenchmark, i, c, "job", name)
 		return s.runJob(ctx, &job, beat)
@@ -407,7 +416,7 @@ func (s *Sweep) point(ctx context.Context, helper string, i, c int) (Point, erro
 
 	local := filepath.Join(s.OutDir, fmt.Sprintf("c%d", c))
 	var p Point
-	err = s.step(ctx, i, c, PhaseFetch, dir+" to "+local, func(ctx context.Context, beat func(string)) error {
+	err = s.step(ctx, i, c, PhaseFetch, dir+" to "+local, nil, func(ctx context.Context, beat func(string)) error {
 		if err := s.fetch(ctx, helper, dir, local); err != nil {
 			return err
 		}
@@ -588,6 +597,45 @@ func (s *Sweep) terminationMessage(ctx context.Context, job string) string {
 		}
 	}
 	return strings.Join(msgs, "\n")
+}
+
+// describeGraph is the graph's restart and readiness as the operator reports them.
+func (s *Sweep) describeGraph(ctx context.Context) string {
+	g, err := s.Dynamic.Resource(GraphResource).Namespace(s.Namespace).Get(ctx, s.Config.GraphName, metav1.GetOptions{})
+	if err != nil {
+		return ""
+	}
+	id, _, _ := unstructured.NestedString(g.Object, "status", "restart", "observedID")
+	phase, _, _ := unstructured.NestedString(g.Object, "status", "restart", "phase")
+	inProgress, _, _ := unstructured.NestedStringSlice(g.Object, "status", "restart", "inProgress")
+	ready := "not Ready"
+	conds, _, _ := unstructured.NestedSlice(g.Object, "status", "conditions")
+	for _, c := range conds {
+		if m, _ := c.(map[string]any); m["type"] == "Ready" && m["status"] == "True" {
+			ready = "Ready"
+		}
+	}
+	d := fmt.Sprintf("operator: restart %q %s", id, phase)
+	if len(inProgress) > 0 {
+		d += " (restarting " + strings.Join(inProgress, ", ") + ")"
+	}
+	return d + ", graph " + ready
+}
+
+// describeJob is a Job's pods as the Job controller counts them.
+func (s *Sweep) describeJob(name string) func(context.Context) string {
+	return func(ctx context.Context) string {
+		j, err := s.Kube.BatchV1().Jobs(s.Namespace).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return ""
+		}
+		st := j.Status
+		ready := int32(0)
+		if st.Ready != nil {
+			ready = *st.Ready
+		}
+		return fmt.Sprintf("Job %s: %d active (%d ready), %d succeeded, %d failed", name, st.Active, ready, st.Succeeded, st.Failed)
+	}
 }
 
 // waitRestarted waits until the operator reports the restart with this ID completed and the graph

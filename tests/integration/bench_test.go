@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/csv"
@@ -12,6 +13,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -161,7 +163,10 @@ func (w *benchWorld) playJobs(ctx context.Context) {
 		failed := false
 		switch {
 		case j.Labels["minimax-m3.io/benchmark-step"] == "write-check":
-			if w.failWriteCheck {
+			w.mu.Lock()
+			fail := w.failWriteCheck
+			w.mu.Unlock()
+			if fail {
 				failed = true
 				w.playTerminatedPod(ctx, j, "uid=1000 gid=1000 groups=1000\nmkdir: cannot create directory '"+env["ARTIFACT_DIR"]+"': Permission denied")
 			} else {
@@ -170,7 +175,10 @@ func (w *benchWorld) playJobs(ctx context.Context) {
 			w.record("write-check " + env["ARTIFACT_DIR"])
 		case j.Labels["app.kubernetes.io/component"] == "benchmark":
 			w.record(fmt.Sprintf("job c=%s restart=%s", env["CONCURRENCY"], w.restartState(ctx)))
-			if w.hold {
+			w.mu.Lock()
+			hold := w.hold
+			w.mu.Unlock()
+			if hold {
 				continue
 			}
 			w.mu.Lock()
@@ -408,7 +416,7 @@ func TestBenchmarkSweepInterruptAndFailedWriteCheck(t *testing.T) {
 	c, err := s.stack.Config(ctx)
 	require.NoError(t, err)
 	world, restConfig := newBenchWorld(t, s.ns)
-	world.hold = true
+	world.hold = true                                                                              // before playing starts
 	writeAIPerfArtifacts(t, filepath.Dir(world.onClaim("/model-cache/"+c.Benchmark.TraceFile)), 1) // any file stands for the staged trace
 	require.NoError(t, os.WriteFile(world.onClaim("/model-cache/"+c.Benchmark.TraceFile), []byte("{}\n"), 0o644))
 	playCtx, stopPlaying := context.WithCancel(ctx)
@@ -441,7 +449,9 @@ func TestBenchmarkSweepInterruptAndFailedWriteCheck(t *testing.T) {
 	require.ErrorIs(t, err, context.Canceled)
 	assertNothingLeft(t, kube, s.ns)
 
+	world.mu.Lock()
 	world.failWriteCheck = true
+	world.mu.Unlock()
 	_, err = sweep.Run(ctx)
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "write-check: Job "+disaggGraph+"-bench-write-check failed: BackoffLimitExceeded")
@@ -459,4 +469,72 @@ func assertNothingLeft(t *testing.T, kube kubernetes.Interface, ns string) {
 		_, err = kube.CoreV1().Pods(ns).Get(context.Background(), disaggGraph+"-bench-helper", metav1.GetOptions{})
 		assert.True(c, apierrors.IsNotFound(err), "helper pod deleted")
 	}, 30*time.Second, 200*time.Millisecond)
+}
+
+// The command itself, as a user runs it from the project directory with the stack's backend in the
+// environment: progress on the terminal, the table at the end; Ctrl-C deletes the running Job.
+func TestBenchCommand(t *testing.T) {
+	ctx := context.Background()
+	trace := filepath.Join(t.TempDir(), "trace.jsonl")
+	content := []byte(`{"timestamp":0,"input_length":1000,"output_length":10,"hash_ids":[1]}` + "\n")
+	require.NoError(t, os.WriteFile(trace, content, 0o644))
+	sum := sha256.Sum256(content)
+	s := newStack(t, "disagg", "bench-cli", auto.ConfigMap{
+		"minimax-m3:benchmark.enabled":     {Value: "true"},
+		"minimax-m3:benchmark.traceSHA256": {Value: hex.EncodeToString(sum[:])},
+	})
+	upReady(t, s, controllers{})
+	world, _ := newBenchWorld(t, s.ns)
+	playCtx, stopPlaying := context.WithCancel(ctx)
+	defer stopPlaying()
+	go world.play(playCtx)
+
+	bin := filepath.Join(t.TempDir(), "bench")
+	build := exec.Command("go", "build", "-o", bin, "./cmd/bench")
+	build.Dir = cluster.root
+	out, err := build.CombinedOutput()
+	require.NoError(t, err, string(out))
+	env := os.Environ()
+	for k, v := range s.env {
+		env = append(env, k+"="+v)
+	}
+	results := t.TempDir()
+	cmd := exec.Command(bin, "-stack", "disagg", "-concurrency", "4,2", "-trace", trace, "-run", "cli", "-out", results, "-heartbeat", "1s")
+	cmd.Dir, cmd.Env = s.dir, env
+	var stdout, stderr bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	require.NoError(t, cmd.Run(), stdout.String()+stderr.String())
+	for _, want := range []string{
+		"benchmark sweep of disagg (graph bench-cli/" + disaggGraph + ", 24 GPUs, speculative decoding real): concurrency 4,2, run cli",
+		"[sweep] stage: trace /model-cache/traces/",
+		"[1/2 c=4] restart: spec.restart.id=bench-cli-c4",
+		`[1/2 c=4] restart: still: up with restart.id=bench-cli-c4 (it waits for the operator's restart); operator: restart "bench-cli-c4" Restarting (restarting Frontend, PrefillWorker, DecodeWorker), graph Ready`,
+		"[1/2 c=4] benchmark: Job " + disaggGraph + "-bench-c4, ARTIFACT_DIR=/model-cache/aiperf-artifacts/cli/c4",
+		"[2/2 c=2] fetch: done",
+		"| 2 | real | 0.20 | 200.00 | 8.33 | 500.00 |",
+		"| 4 | real |",
+	} {
+		assert.Contains(t, stdout.String(), want)
+	}
+	assert.FileExists(t, filepath.Join(results, "results.svg"))
+	assert.FileExists(t, filepath.Join(results, "pulumi-up.log"))
+	assertNothingLeft(t, world.kube, s.ns)
+
+	// Ctrl-C while a point's Job runs.
+	world.mu.Lock()
+	world.hold = true
+	world.mu.Unlock()
+	cmd = exec.Command(bin, "-stack", "disagg", "-concurrency", "8", "-run", "cli2", "-out", t.TempDir(), "-no-restart")
+	cmd.Dir, cmd.Env = s.dir, env
+	stdout.Reset()
+	stderr.Reset()
+	cmd.Stdout, cmd.Stderr = &stdout, &stderr
+	require.NoError(t, cmd.Start())
+	require.Eventually(t, func() bool { return slices.Contains(world.events(), "job c=8 restart=bench-cli-c2/Completed") }, time.Minute, 100*time.Millisecond)
+	require.NoError(t, cmd.Process.Signal(os.Interrupt))
+	err = cmd.Wait()
+	require.Error(t, err)
+	assert.Contains(t, stderr.String(), "bench: interrupted after 0 of 1 points (the running Job and the helper pod are deleted)")
+	assert.Contains(t, stdout.String(), "deleted job "+disaggGraph+"-bench-c8")
+	assertNothingLeft(t, world.kube, s.ns)
 }

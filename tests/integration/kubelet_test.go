@@ -75,7 +75,7 @@ func (k *playedKubelet) serveExec(w http.ResponseWriter, req *http.Request) {
 type executor func(ctx context.Context, pod, container string, cmd []string, stdin io.Reader, stdout, stderr io.Writer) error
 
 func (e executor) ExecInContainer(ctx context.Context, pod, _, container string, cmd []string, in io.Reader, out, errw io.WriteCloser, _ bool, _ <-chan remotecommand.TerminalSize, _ time.Duration) error {
-	var stdout, stderr io.Writer = io.Discard, io.Discard
+	stdout, stderr := io.Discard, io.Discard
 	if out != nil {
 		stdout = out
 	}
