@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -41,6 +42,9 @@ type Options struct {
 	EnvVars map[string]string
 	// Program changes how the program runs (rendering to a directory).
 	Program components.Options
+	// SecretsProvider is a new stack's secrets provider (passphrase, awskms://…); empty is the
+	// backend's default.
+	SecretsProvider string
 }
 
 // Stack is a stack whose operations run the program inline. Before each operation that runs the
@@ -84,13 +88,30 @@ func stack(ctx context.Context, o Options, open func(context.Context, string, st
 		opts.ConfigKeys = keys.get()
 		return components.NewProgram(opts)(pctx)
 	}
-	s, err := open(ctx, o.Stack, ProjectName, program, auto.WorkDir(o.ProjectDir), auto.EnvVars(o.EnvVars))
+	wsOpts := []auto.LocalWorkspaceOption{auto.WorkDir(o.ProjectDir), auto.EnvVars(o.EnvVars)}
+	if o.SecretsProvider != "" {
+		wsOpts = append(wsOpts, auto.SecretsProvider(o.SecretsProvider))
+	}
+	s, err := open(ctx, o.Stack, ProjectName, program, wsOpts...)
 	if err != nil {
 		return Stack{}, fmt.Errorf("stack %s: %w", o.Stack, err)
 	}
-	if len(o.Config) > 0 {
-		if err := s.SetAllConfigWithOptions(ctx, o.Config, &auto.ConfigOptions{Path: true}); err != nil {
+	plain, secrets := auto.ConfigMap{}, auto.ConfigMap{}
+	for k, v := range o.Config {
+		if v.Secret {
+			secrets[k] = v
+		} else {
+			plain[k] = v
+		}
+	}
+	if len(plain) > 0 {
+		if err := s.SetAllConfigWithOptions(ctx, plain, &auto.ConfigOptions{Path: true}); err != nil {
 			return Stack{}, fmt.Errorf("stack %s: setting config: %w", o.Stack, err)
+		}
+	}
+	for _, k := range slices.Sorted(maps.Keys(secrets)) {
+		if err := SetSecret(ctx, s, k, secrets[k].Value, true); err != nil {
+			return Stack{}, err
 		}
 	}
 	return Stack{Stack: s, keys: keys}, nil
@@ -201,6 +222,27 @@ func (s Stack) Restart(ctx context.Context, id string, opts ...optup.Option) err
 	}
 	if _, err := s.Up(ctx, opts...); err != nil {
 		return fmt.Errorf("stack %s: up with restart.id=%s: %w", s.Name(), id, err)
+	}
+	return nil
+}
+
+// SetSecret stores a secret config value as `pulumi config set --secret` does, with the value on
+// the CLI's standard input: the Automation API's SetConfig passes it as an argument, which every
+// process of the host can read in /proc/<pid>/cmdline.
+func SetSecret(ctx context.Context, s auto.Stack, key, value string, path bool) error {
+	ws := s.Workspace()
+	var env []string
+	for k, v := range ws.GetEnvVars() {
+		env = append(env, k+"="+v)
+	}
+	args := []string{"config", "set", "--secret", "--stack", s.Name(), "--non-interactive"}
+	if path {
+		args = append(args, "--path")
+	}
+	args = append(args, key)
+	_, stderr, _, err := ws.PulumiCommand().Run(ctx, ws.WorkDir(), strings.NewReader(value), nil, nil, env, args...)
+	if err != nil {
+		return fmt.Errorf("stack %s: storing %s as a secret: %v: %s", s.Name(), key, err, strings.ReplaceAll(stderr, value, "[secret]"))
 	}
 	return nil
 }

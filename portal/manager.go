@@ -1,0 +1,630 @@
+package portal
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/pulumi/pulumi/sdk/v3/go/auto"
+	"github.com/pulumi/pulumi/sdk/v3/go/auto/events"
+	"github.com/pulumi/pulumi/sdk/v3/go/auto/optdestroy"
+	"github.com/pulumi/pulumi/sdk/v3/go/auto/optpreview"
+	"github.com/pulumi/pulumi/sdk/v3/go/auto/optrefresh"
+	"github.com/pulumi/pulumi/sdk/v3/go/auto/optup"
+	"gopkg.in/yaml.v3"
+
+	"minimax-m3/automation"
+	"minimax-m3/config"
+)
+
+// Options say where the project is and where stacks live.
+type Options struct {
+	// ProjectDir holds Pulumi.yaml and the base stack files (Pulumi.agg.yaml, Pulumi.disagg.yaml).
+	ProjectDir string
+	// StateDir is the portal's own durable directory: one workspace per stack (its stack file, with
+	// the stack's config), saved plans, and the default backend's state.
+	StateDir string
+	// BackendURL is any Pulumi backend (file://…, s3://…, https://api.pulumi.com); default
+	// file://<StateDir>/state.
+	BackendURL string
+	// SecretsProvider is the stack's secrets provider on creation: "passphrase" (default; the
+	// passphrase from PULUMI_CONFIG_PASSPHRASE or PULUMI_CONFIG_PASSPHRASE_FILE in EnvVars),
+	// awskms://…, gcpkms://…, azurekeyvault://…, hashivault://….
+	SecretsProvider string
+	// EnvVars go to the Pulumi CLI and the provider: the passphrase, cloud credentials, KUBECONFIG.
+	EnvVars map[string]string
+}
+
+// Manager runs operations on stacks, one at a time per stack.
+type Manager struct {
+	o       Options
+	mu      sync.Mutex
+	running map[string]*running
+}
+
+type running struct {
+	op     string
+	cancel context.CancelFunc
+	done   chan struct{}
+}
+
+// New checks the options and makes the state directory.
+func New(o Options) (*Manager, error) {
+	if _, err := os.Stat(filepath.Join(o.ProjectDir, "Pulumi.yaml")); err != nil {
+		return nil, fmt.Errorf("project: %w", err)
+	}
+	if o.StateDir == "" {
+		return nil, errors.New("StateDir is required")
+	}
+	abs, err := filepath.Abs(o.StateDir)
+	if err != nil {
+		return nil, err
+	}
+	o.StateDir = abs
+	if o.BackendURL == "" {
+		o.BackendURL = "file://" + filepath.Join(abs, "state")
+		if err := os.MkdirAll(filepath.Join(abs, "state"), 0o700); err != nil {
+			return nil, err
+		}
+	}
+	if o.SecretsProvider == "" {
+		o.SecretsProvider = "passphrase"
+	}
+	return &Manager{o: o, running: map[string]*running{}}, nil
+}
+
+// ErrBusy is what every BusyError is.
+var ErrBusy = errors.New("busy")
+
+// BusyError says a stack already runs an operation (here, or in another process holding the
+// backend's lock).
+type BusyError struct {
+	Stack, Operation string
+}
+
+func (e *BusyError) Error() string {
+	if e.Operation == "" {
+		return fmt.Sprintf("stack %s is busy: another process is updating it", e.Stack)
+	}
+	return fmt.Sprintf("stack %s is busy: %s is running", e.Stack, e.Operation)
+}
+
+// Is makes errors.Is(err, ErrBusy) true.
+func (e *BusyError) Is(target error) bool { return target == ErrBusy }
+
+// InvalidRequestError carries every problem of a request, each naming its config key.
+type InvalidRequestError struct{ Problems config.Problems }
+
+func (e *InvalidRequestError) Error() string { return e.Problems.Error() }
+
+// ErrUnknownStack is returned for a stack the backend does not have.
+var ErrUnknownStack = errors.New("unknown stack")
+
+// RunOptions change how an operation runs.
+type RunOptions struct {
+	// Wait waits for the stack's running operation to end instead of returning a BusyError.
+	Wait bool
+	// Progress receives the operation's events as they happen.
+	Progress func(Event)
+	// Plan: Preview saves the plan there; Up runs exactly that plan (the engine rejects the update
+	// if the program or the config no longer produce it).
+	Plan string
+}
+
+// acquire reserves a stack for an operation; release with the returned function.
+func (m *Manager) acquire(ctx context.Context, stack, op string, wait bool) (context.Context, func(), error) {
+	for {
+		m.mu.Lock()
+		r, ok := m.running[stack]
+		if !ok {
+			ctx, cancel := context.WithCancel(ctx)
+			r = &running{op: op, cancel: cancel, done: make(chan struct{})}
+			m.running[stack] = r
+			m.mu.Unlock()
+			return ctx, func() {
+				m.mu.Lock()
+				delete(m.running, stack)
+				m.mu.Unlock()
+				cancel()
+				close(r.done)
+			}, nil
+		}
+		m.mu.Unlock()
+		if !wait {
+			return nil, nil, &BusyError{Stack: stack, Operation: r.op}
+		}
+		select {
+		case <-ctx.Done():
+			return nil, nil, ctx.Err()
+		case <-r.done:
+		}
+	}
+}
+
+// Running is the operation a stack runs in this process, or "".
+func (m *Manager) Running(stack string) string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if r, ok := m.running[stack]; ok {
+		return r.op
+	}
+	return ""
+}
+
+// Cancel stops the operation a stack runs in this process, and returns once it ended; the stack is
+// left ready for the next operation.
+func (m *Manager) Cancel(stack string) error {
+	m.mu.Lock()
+	r, ok := m.running[stack]
+	m.mu.Unlock()
+	if !ok {
+		return fmt.Errorf("stack %s runs no operation here", stack)
+	}
+	r.cancel()
+	<-r.done
+	return nil
+}
+
+func (m *Manager) workspace(stack string) string {
+	return filepath.Join(m.o.StateDir, "workspaces", stack)
+}
+
+func (m *Manager) env() map[string]string {
+	env := map[string]string{"PULUMI_BACKEND_URL": m.o.BackendURL, "PULUMI_SKIP_UPDATE_CHECK": "true"}
+	for k, v := range m.o.EnvVars {
+		env[k] = v
+	}
+	return env
+}
+
+// open selects or creates the stack in its own workspace, on the backend.
+func (m *Manager) open(ctx context.Context, stack string, create bool) (automation.Stack, error) {
+	dir := m.workspace(stack)
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return automation.Stack{}, err
+	}
+	if err := copyProjectFile(m.o.ProjectDir, dir); err != nil {
+		return automation.Stack{}, err
+	}
+	o := automation.Options{ProjectDir: dir, Stack: stack, EnvVars: m.env(), SecretsProvider: m.o.SecretsProvider}
+	if create {
+		return automation.NewStack(ctx, o)
+	}
+	s, err := automation.SelectStack(ctx, o)
+	if err != nil && auto.IsSelectStack404Error(err) {
+		return s, fmt.Errorf("%w: %s", ErrUnknownStack, stack)
+	}
+	return s, err
+}
+
+func copyProjectFile(projectDir, dir string) error {
+	b, err := os.ReadFile(filepath.Join(projectDir, "Pulumi.yaml"))
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, "Pulumi.yaml"), b, 0o644)
+}
+
+// baseValues are the `minimax-m3:` values the committed base stack file sets.
+func (m *Manager) baseValues(base string) (map[string]string, error) {
+	b, err := os.ReadFile(filepath.Join(m.o.ProjectDir, "Pulumi."+base+".yaml"))
+	if err != nil {
+		return nil, err
+	}
+	var f struct {
+		Config map[string]any `yaml:"config"`
+	}
+	if err := yaml.Unmarshal(b, &f); err != nil {
+		return nil, fmt.Errorf("base stack file of %s: %w", base, err)
+	}
+	out := map[string]string{}
+	for k, v := range f.Config {
+		key, ok := strings.CutPrefix(k, config.Namespace+":")
+		if !ok {
+			continue
+		}
+		if s, ok := v.(string); ok {
+			out[key] = s
+			continue
+		}
+		j, err := json.Marshal(v)
+		if err != nil {
+			return nil, err
+		}
+		out[key] = string(j)
+	}
+	return out, nil
+}
+
+// configure makes the stack's config exactly the request's: the base stack file's values, the
+// site values, and the token, which reaches the CLI on its standard input only.
+func (m *Manager) configure(ctx context.Context, s automation.Stack, r Request) error {
+	want, err := m.baseValues(r.Base)
+	if err != nil {
+		return err
+	}
+	site, err := r.siteValues()
+	if err != nil {
+		return err
+	}
+	for k, v := range site {
+		want[k] = v
+	}
+	have, err := s.GetAllConfig(ctx)
+	if err != nil {
+		return err
+	}
+	var stale []string
+	for full := range have {
+		k, ok := strings.CutPrefix(full, config.Namespace+":")
+		if !ok || k == config.HFTokenKey {
+			continue
+		}
+		if _, keep := want[k]; !keep {
+			stale = append(stale, full)
+		}
+	}
+	if len(stale) > 0 {
+		slices.Sort(stale)
+		if err := s.RemoveAllConfig(ctx, stale); err != nil {
+			return err
+		}
+	}
+	values := auto.ConfigMap{}
+	for k, v := range want {
+		if cur, ok := have[config.Key(k)]; ok && cur.Value == v && !cur.Secret {
+			continue
+		}
+		values[config.Key(k)] = auto.ConfigValue{Value: v}
+	}
+	if len(values) > 0 {
+		if err := s.SetAllConfig(ctx, values); err != nil {
+			return err
+		}
+	}
+	if r.HFToken != "" {
+		return automation.SetSecret(ctx, s.Stack, config.Key(config.HFTokenKey), r.HFToken.Reveal(), false)
+	}
+	return nil
+}
+
+// prepare validates the request, reserves the stack and writes its config.
+func (m *Manager) prepare(ctx context.Context, r Request, op string, o RunOptions) (context.Context, automation.Stack, func(), error) {
+	if ps := r.Validate(); len(ps) > 0 {
+		return nil, automation.Stack{}, nil, &InvalidRequestError{Problems: ps}
+	}
+	ctx, release, err := m.acquire(ctx, r.Name(), op, o.Wait)
+	if err != nil {
+		return nil, automation.Stack{}, nil, err
+	}
+	s, err := m.open(ctx, r.Name(), true)
+	if err == nil {
+		err = m.configure(ctx, s, r)
+	}
+	if err != nil {
+		release()
+		return nil, automation.Stack{}, nil, fmt.Errorf("stack %s: %w", r.Name(), err)
+	}
+	return ctx, s, release, nil
+}
+
+// PreviewResult is what a preview would do.
+type PreviewResult struct {
+	// Changes counts steps by operation (create, update, replace, delete, same).
+	Changes map[string]int `json:"changes"`
+	// Steps lists each resource that would change.
+	Steps []Step `json:"steps"`
+	// Plan is the saved plan's file, when RunOptions.Plan asked for one.
+	Plan string `json:"plan,omitempty"`
+}
+
+// Step is one resource's planned change.
+type Step struct {
+	URN  string   `json:"urn"`
+	Type string   `json:"type"`
+	Name string   `json:"name"`
+	Op   string   `json:"op"`
+	Keys []string `json:"keys,omitempty"` // the changed top-level properties
+}
+
+// Preview previews the request's stack: its config is written first, so the stack holds it.
+func (m *Manager) Preview(ctx context.Context, r Request, o RunOptions) (PreviewResult, error) {
+	ctx, s, release, err := m.prepare(ctx, r, "preview", o)
+	if err != nil {
+		return PreviewResult{}, err
+	}
+	defer release()
+	res := PreviewResult{Plan: o.Plan}
+	collect := func(e events.EngineEvent) {
+		if e.ResourcePreEvent == nil {
+			return
+		}
+		md := e.ResourcePreEvent.Metadata
+		if md.Op == "same" || strings.HasPrefix(md.Type, "pulumi:") {
+			return
+		}
+		res.Steps = append(res.Steps, Step{URN: md.URN, Type: md.Type, Name: urnName(md.URN), Op: string(md.Op), Keys: md.Keys})
+	}
+	opts := []optpreview.Option{}
+	if o.Plan != "" {
+		if err := os.MkdirAll(filepath.Dir(o.Plan), 0o700); err != nil {
+			return res, err
+		}
+		opts = append(opts, optpreview.Plan(o.Plan))
+	}
+	ch, wait := m.stream(r, o.Progress, collect)
+	opts = append(opts, optpreview.EventStreams(ch))
+	out, err := s.Preview(ctx, opts...)
+	wait()
+	if err != nil {
+		return res, m.opError(r.Name(), err, r.HFToken)
+	}
+	res.Changes = map[string]int{}
+	for op, n := range out.ChangeSummary {
+		res.Changes[string(op)] = n
+	}
+	return res, nil
+}
+
+// UpResult is an update's outcome.
+type UpResult struct {
+	Changes map[string]int `json:"changes"`
+	Outputs Outputs        `json:"outputs"`
+}
+
+// Up deploys the request's stack (exactly RunOptions.Plan, when set).
+func (m *Manager) Up(ctx context.Context, r Request, o RunOptions) (UpResult, error) {
+	ctx, s, release, err := m.prepare(ctx, r, "up", o)
+	if err != nil {
+		return UpResult{}, err
+	}
+	defer release()
+	ch, wait := m.stream(r, o.Progress, nil)
+	opts := []optup.Option{optup.EventStreams(ch)}
+	if o.Plan != "" {
+		opts = append(opts, optup.Plan(o.Plan))
+	}
+	out, err := s.Up(ctx, opts...)
+	wait()
+	if err != nil {
+		err = m.opError(r.Name(), err, r.HFToken)
+		if ctx.Err() != nil {
+			// Cancelled: leave the stack ready for the next update.
+			if cerr := m.clearPending(context.WithoutCancel(ctx), s); cerr != nil {
+				err = errors.Join(err, cerr)
+			}
+		}
+		return UpResult{}, err
+	}
+	res := UpResult{Changes: map[string]int{}, Outputs: outputsOf(out.Outputs)}
+	if out.Summary.ResourceChanges != nil {
+		for op, n := range *out.Summary.ResourceChanges {
+			res.Changes[op] = n
+		}
+	}
+	return res, nil
+}
+
+// Refresh reads the stack's resources back from the cluster.
+func (m *Manager) Refresh(ctx context.Context, stack string, o RunOptions) (map[string]int, error) {
+	ctx, release, err := m.acquire(ctx, stack, "refresh", o.Wait)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	s, err := m.open(ctx, stack, false)
+	if err != nil {
+		return nil, err
+	}
+	ch, wait := m.stream(Request{Stack: stack}, o.Progress, nil)
+	out, err := s.Refresh(ctx, optrefresh.EventStreams(ch))
+	wait()
+	if err != nil {
+		return nil, m.opError(stack, err, "")
+	}
+	changes := map[string]int{}
+	if out.Summary.ResourceChanges != nil {
+		for op, n := range *out.Summary.ResourceChanges {
+			changes[op] = n
+		}
+	}
+	return changes, nil
+}
+
+// Destroy deletes the stack's resources (the retained cache claim stays) and, with removeStack,
+// the stack and its workspace.
+func (m *Manager) Destroy(ctx context.Context, stack string, removeStack bool, o RunOptions) error {
+	ctx, release, err := m.acquire(ctx, stack, "destroy", o.Wait)
+	if err != nil {
+		return err
+	}
+	defer release()
+	s, err := m.open(ctx, stack, false)
+	if err != nil {
+		return err
+	}
+	ch, wait := m.stream(Request{Stack: stack}, o.Progress, nil)
+	opts := []optdestroy.Option{optdestroy.EventStreams(ch)}
+	if removeStack {
+		opts = append(opts, optdestroy.Remove())
+	}
+	_, err = s.Destroy(ctx, opts...)
+	wait()
+	if err != nil {
+		return m.opError(stack, err, "")
+	}
+	if removeStack {
+		return os.RemoveAll(m.workspace(stack))
+	}
+	return nil
+}
+
+// Stacks lists the stacks on the backend.
+func (m *Manager) Stacks(ctx context.Context) ([]string, error) {
+	dir := filepath.Join(m.o.StateDir, "workspaces", ".list")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		return nil, err
+	}
+	if err := copyProjectFile(m.o.ProjectDir, dir); err != nil {
+		return nil, err
+	}
+	ws, err := auto.NewLocalWorkspace(ctx, auto.WorkDir(dir), auto.EnvVars(m.env()))
+	if err != nil {
+		return nil, err
+	}
+	list, err := ws.ListStacks(ctx)
+	if err != nil {
+		return nil, err
+	}
+	var names []string
+	for _, s := range list {
+		names = append(names, s.Name)
+	}
+	slices.Sort(names)
+	return names, nil
+}
+
+// Outputs reads a stack's outputs.
+func (m *Manager) Outputs(ctx context.Context, stack string) (Outputs, error) {
+	s, err := m.open(ctx, stack, false)
+	if err != nil {
+		return Outputs{}, err
+	}
+	out, err := s.Outputs(ctx)
+	if err != nil {
+		return Outputs{}, m.opError(stack, err, "")
+	}
+	return outputsOf(out), nil
+}
+
+// Update is one entry of a stack's history.
+type Update struct {
+	Version   int            `json:"version"`
+	Kind      string         `json:"kind"`
+	Result    string         `json:"result"`
+	Message   string         `json:"message,omitempty"`
+	StartTime string         `json:"startTime"`
+	EndTime   string         `json:"endTime,omitempty"`
+	Changes   map[string]int `json:"changes,omitempty"`
+}
+
+// History lists a stack's updates, newest first.
+func (m *Manager) History(ctx context.Context, stack string, pageSize, page int) ([]Update, error) {
+	s, err := m.open(ctx, stack, false)
+	if err != nil {
+		return nil, err
+	}
+	list, err := s.History(ctx, pageSize, page)
+	if err != nil {
+		return nil, m.opError(stack, err, "")
+	}
+	out := make([]Update, 0, len(list))
+	for _, u := range list {
+		e := Update{Version: u.Version, Kind: u.Kind, Result: u.Result, Message: u.Message, StartTime: u.StartTime}
+		if u.EndTime != nil {
+			e.EndTime = *u.EndTime
+		}
+		if u.ResourceChanges != nil {
+			e.Changes = *u.ResourceChanges
+		}
+		out = append(out, e)
+	}
+	return out, nil
+}
+
+// opError turns the engine's errors into the package's, without any secret in them.
+func (m *Manager) opError(stack string, err error, secret Secret) error {
+	if auto.IsConcurrentUpdateError(err) {
+		return &BusyError{Stack: stack}
+	}
+	if auto.IsSelectStack404Error(err) {
+		return fmt.Errorf("%w: %s", ErrUnknownStack, stack)
+	}
+	return fmt.Errorf("stack %s: %s", stack, scrub(err.Error(), secret))
+}
+
+func scrub(s string, secret Secret) string {
+	if secret == "" {
+		return s
+	}
+	return strings.ReplaceAll(s, secret.Reveal(), "[secret]")
+}
+
+// clearPending leaves no pending operation an interrupted update left in the state: resources
+// whose creation was interrupted are imported from the cluster (`pulumi refresh
+// --import-pending-creates`), and any other pending operation is dropped by exporting and
+// importing the state, the documented way.
+func (m *Manager) clearPending(ctx context.Context, s automation.Stack) error {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	dep, err := s.Export(ctx)
+	if err != nil {
+		return err
+	}
+	var state struct {
+		Pending []struct {
+			Type     string `json:"type"`
+			Resource struct {
+				URN    string         `json:"urn"`
+				Custom bool           `json:"custom"`
+				Inputs map[string]any `json:"inputs"`
+			} `json:"resource"`
+		} `json:"pending_operations"`
+	}
+	if err := json.Unmarshal(dep.Deployment, &state); err != nil {
+		return err
+	}
+	if len(state.Pending) == 0 {
+		return nil
+	}
+	var creates []optrefresh.PendingCreate
+	for _, p := range state.Pending {
+		if p.Type != "creating" || !p.Resource.Custom {
+			continue
+		}
+		md, _ := p.Resource.Inputs["metadata"].(map[string]any)
+		name, _ := md["name"].(string)
+		if name == "" {
+			continue
+		}
+		id := name
+		if ns, _ := md["namespace"].(string); ns != "" {
+			id = ns + "/" + name
+		}
+		creates = append(creates, optrefresh.PendingCreate{URN: p.Resource.URN, ID: id})
+	}
+	if len(creates) > 0 {
+		if _, err := s.Refresh(ctx, optrefresh.ImportPendingCreates(creates)); err != nil {
+			return fmt.Errorf("importing interrupted creations: %w", err)
+		}
+		if dep, err = s.Export(ctx); err != nil {
+			return err
+		}
+	}
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal(dep.Deployment, &raw); err != nil {
+		return err
+	}
+	if _, ok := raw["pending_operations"]; !ok {
+		return nil
+	}
+	delete(raw, "pending_operations")
+	if dep.Deployment, err = json.Marshal(raw); err != nil {
+		return err
+	}
+	return s.Import(ctx, dep)
+}
+
+func urnName(urn string) string {
+	if i := strings.LastIndex(urn, "::"); i >= 0 {
+		return urn[i+2:]
+	}
+	return urn
+}

@@ -1,0 +1,176 @@
+// Package portal drives minimax-m3 stacks for a platform portal: typed requests validated before the
+// engine starts, one operation per stack at a time, typed progress from the engine's events, and
+// secrets that never reach a command line. It runs the same program and starts from the same
+// committed stack files as `pulumi up`.
+package portal
+
+import (
+	"encoding/json"
+	"fmt"
+	"reflect"
+	"regexp"
+	"strings"
+
+	"minimax-m3/config"
+)
+
+// Request names a stack and what it deploys.
+type Request struct {
+	// Base is the committed stack the new one starts from: "agg" or "disagg" (Pulumi.<base>.yaml).
+	Base string `json:"base"`
+	// Stack is the stack's own name (agg-team-a, disagg-eu, …); Base when empty.
+	Stack string `json:"stack"`
+	// Config is the whole configuration the stack deploys, typed: start from NewRequest, which
+	// fills it with the base profile's defaults, and change the site values. Only what differs
+	// from the defaults is written to the stack's config.
+	Config config.Config `json:"config"`
+	// HFToken is the Hugging Face token, stored as a Pulumi secret. Empty keeps the one the stack
+	// holds. It is never printed, logged, serialized or passed on a command line.
+	HFToken Secret `json:"hfToken,omitzero"`
+}
+
+// Secret is a string that does not print or serialize its value.
+type Secret string
+
+func (s Secret) String() string {
+	if s == "" {
+		return ""
+	}
+	return "[secret]"
+}
+
+// GoString hides the value from %#v as well.
+func (s Secret) GoString() string { return s.String() }
+
+// MarshalJSON writes "[secret]", never the value.
+func (s Secret) MarshalJSON() ([]byte, error) { return json.Marshal(s.String()) }
+
+// Reveal is the value, for the one place that stores it.
+func (s Secret) Reveal() string { return string(s) }
+
+// NewRequest is a request for stack on base, its config the base profile's defaults.
+func NewRequest(base, stack string) Request {
+	return Request{Base: base, Stack: stack, Config: config.Defaults(config.Profile(base))}
+}
+
+// Name is the stack's name.
+func (r Request) Name() string {
+	if r.Stack == "" {
+		return r.Base
+	}
+	return r.Stack
+}
+
+// stackName is what Pulumi accepts as a stack name, kept to what is also a fine directory name.
+var stackName = regexp.MustCompile(`^[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?$`)
+
+// Validate checks the request with the program's own rules (config.Parse on exactly the values the
+// stack would hold), before any engine starts. The problems name the config keys.
+func (r Request) Validate() config.Problems {
+	var ps config.Problems
+	switch r.Base {
+	case string(config.Aggregated), string(config.Disaggregated):
+	default:
+		ps.Add("base", "%q is not a base stack: agg or disagg", r.Base)
+		return ps
+	}
+	if !stackName.MatchString(r.Name()) {
+		ps.Add("stack", "%q is not a stack name: lower-case letters, digits, '.', '_' and '-', at most 63", r.Name())
+	}
+	if r.Config.Profile != config.Profile(r.Base) {
+		ps.Add("profile", "is %q but the base stack is %q: start from NewRequest(%q, …)", r.Config.Profile, r.Base, r.Base)
+		return ps
+	}
+	values, err := r.siteValues()
+	if err != nil {
+		ps.Add("config", "%v", err)
+		return ps
+	}
+	raw := config.Raw{Values: values, Secrets: map[string]bool{}}
+	if r.HFToken != "" {
+		raw.Values[config.HFTokenKey] = r.HFToken.Reveal()
+		raw.Secrets[config.HFTokenKey] = true
+	}
+	if _, err := config.Parse(raw); err != nil {
+		var parsed config.Problems
+		if ok := asProblems(err, &parsed); ok {
+			return append(ps, parsed...)
+		}
+		ps.Add("config", "%v", err)
+	}
+	return ps
+}
+
+func asProblems(err error, into *config.Problems) bool {
+	p, ok := err.(config.Problems)
+	if ok {
+		*into = p
+	}
+	return ok
+}
+
+// siteValues are the stack's config values (keys without the namespace): the profile, and every
+// top-level key whose value differs from the profile's defaults, objects reduced to the fields that
+// differ, as JSON text.
+func (r Request) siteValues() (map[string]string, error) {
+	defaults := config.Defaults(r.Config.Profile)
+	want, def := reflect.ValueOf(r.Config), reflect.ValueOf(defaults)
+	out := map[string]string{"profile": string(r.Config.Profile)}
+	t := want.Type()
+	for i := range t.NumField() {
+		name := jsonName(t.Field(i))
+		if name == "" || name == "profile" {
+			continue
+		}
+		d, changed := diff(want.Field(i), def.Field(i))
+		if !changed {
+			continue
+		}
+		if s, ok := d.(string); ok {
+			out[name] = s
+			continue
+		}
+		b, err := json.Marshal(d)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", name, err)
+		}
+		out[name] = string(b)
+	}
+	return out, nil
+}
+
+// diff is a value reduced to what differs from the default: structs field by field, anything else
+// whole.
+func diff(v, d reflect.Value) (any, bool) {
+	if v.Kind() == reflect.Struct {
+		m := map[string]any{}
+		for i := range v.NumField() {
+			name := jsonName(v.Type().Field(i))
+			if name == "" {
+				continue
+			}
+			if fd, ok := diff(v.Field(i), d.Field(i)); ok {
+				m[name] = fd
+			}
+		}
+		return m, len(m) > 0
+	}
+	if reflect.DeepEqual(v.Interface(), d.Interface()) {
+		return nil, false
+	}
+	return v.Interface(), true
+}
+
+func jsonName(f reflect.StructField) string {
+	if !f.IsExported() {
+		return ""
+	}
+	name, _, _ := strings.Cut(f.Tag.Get("json"), ",")
+	if name == "-" {
+		return ""
+	}
+	if name == "" {
+		return f.Name
+	}
+	return name
+}

@@ -1,0 +1,285 @@
+package integration
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"maps"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"minimax-m3/portal"
+)
+
+// newPortal is a portal manager on the project, with a state directory (workspaces and a file
+// backend) of the test's own.
+func newPortal(t *testing.T) *portal.Manager {
+	t.Helper()
+	return newPortalAt(t, t.TempDir())
+}
+
+func newPortalAt(t *testing.T, stateDir string) *portal.Manager {
+	t.Helper()
+	m, err := portal.New(portal.Options{
+		ProjectDir: cluster.root,
+		StateDir:   stateDir,
+		EnvVars: map[string]string{
+			"PULUMI_CONFIG_PASSPHRASE": "portal-tests",
+			"PULUMI_HOME":              filepath.Join(cluster.root, ".toolchain", "pulumi-home"),
+			"KUBECONFIG":               cluster.kubeconfig,
+			"PATH":                     os.Getenv("PATH"),
+		},
+	})
+	require.NoError(t, err)
+	return m
+}
+
+// portalToken is the portal tests' Hugging Face token: their own, so that scanning the host's
+// command lines for it finds only what these tests' processes leak.
+const portalToken = "hf_portalTokenNeverInArgv"
+
+// portalRequest is a site's request: its namespace, the token, test-sized timeouts, no smoke test.
+func portalRequest(base, stack, ns string) portal.Request {
+	r := portal.NewRequest(base, stack)
+	r.Config.Namespace.Name = ns
+	r.HFToken = portalToken
+	r.Config.ModelDownload.Timeout = "3m"
+	r.Config.Readiness.Timeout = "3m"
+	r.Config.SmokeTest.Enabled = false
+	return r
+}
+
+// destroyAfter removes the stack's resources when the test ends.
+func destroyAfter(t *testing.T, m *portal.Manager, stack, ns string) {
+	t.Cleanup(func() {
+		stop := playControllers(t, ns, controllers{})
+		defer stop()
+		_ = m.Destroy(context.Background(), stack, true, portal.RunOptions{Wait: true})
+	})
+}
+
+// watchCommandLines scans every process's command line until stop, and returns those holding s,
+// one per process.
+func watchCommandLines(s string) (stop func() []string) {
+	done := make(chan struct{})
+	var mu sync.Mutex
+	found := map[string]string{}
+	go func() {
+		for {
+			select {
+			case <-done:
+				return
+			default:
+			}
+			procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+			for _, p := range procs {
+				b, err := os.ReadFile(p)
+				if err == nil && strings.Contains(string(b), s) {
+					mu.Lock()
+					found[p] = strings.ReplaceAll(string(b), "\x00", " ")
+					mu.Unlock()
+				}
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+	}()
+	return func() []string {
+		close(done)
+		mu.Lock()
+		defer mu.Unlock()
+		return slices.Collect(maps.Values(found))
+	}
+}
+
+// A request is validated with the program's rules before any engine starts; preview saves a plan
+// that up then runs; outputs, history and refresh read the stack; the token is in no command line,
+// event, result or error; the stack's config lives in its own workspace for the next operation.
+func TestPortalLifecycle(t *testing.T) {
+	ctx := context.Background()
+	stateDir := t.TempDir()
+	m := newPortalAt(t, stateDir)
+
+	bad := portalRequest("agg", "Team A", "portal")
+	bad.Config.Worker.Replicas = 0
+	bad.Config.Namespace.Name = ""
+	_, err := m.Up(ctx, bad, portal.RunOptions{})
+	var invalid *portal.InvalidRequestError
+	require.ErrorAs(t, err, &invalid)
+	var keys []string
+	for _, p := range invalid.Problems {
+		keys = append(keys, p.Key)
+	}
+	assert.Equal(t, []string{"stack", "namespace.name", "worker.replicas"}, keys)
+	stacks, err := m.Stacks(ctx)
+	require.NoError(t, err)
+	assert.Empty(t, stacks, "nothing was created")
+
+	r := portalRequest("agg", "agg-team-a", "portal")
+	destroyAfter(t, m, r.Name(), "portal")
+	plan := filepath.Join(t.TempDir(), "plan.json")
+	var events []portal.Event
+	var mu sync.Mutex
+	progress := func(e portal.Event) { mu.Lock(); events = append(events, e); mu.Unlock() }
+
+	scan := watchCommandLines(portalToken)
+	// The scan sees a short process that does put the token on its command line.
+	require.NoError(t, exec.Command("sh", "-c", "sleep 0.3", "control-"+portalToken).Run())
+	pre, err := m.Preview(ctx, r, portal.RunOptions{Plan: plan, Progress: progress})
+	require.NoError(t, err)
+	assert.FileExists(t, plan)
+	assert.Equal(t, 15, pre.Changes["create"], "%+v", pre.Changes)
+	names := map[string]string{}
+	for _, s := range pre.Steps {
+		names[s.Name] = s.Op
+	}
+	assert.Equal(t, "create", names["graph"])
+	assert.Equal(t, "create", names["model-download"])
+
+	stop := playControllers(t, "portal", controllers{jobOutcome: "complete", graphReady: true})
+	up, err := m.Up(ctx, r, portal.RunOptions{Plan: plan, Progress: progress})
+	stop()
+	require.NoError(t, err)
+	leaks := scan()
+	require.Len(t, leaks, 1, "only the control process: %v", leaks)
+	assert.Contains(t, leaks[0], "control-"+portalToken)
+	assert.Equal(t, 15, up.Changes["create"])
+	assert.Equal(t, portal.Outputs{Namespace: "portal", GraphName: aggGraph, FrontendService: aggGraph + "-frontend", FrontendPort: 8000,
+		FrontendURL: "http://" + aggGraph + "-frontend.portal.svc.cluster.local:8000", GPUCount: 12,
+		Model: "nvidia/MiniMax-M3-NVFP4", ServedModelName: "nvidia/MiniMax-M3-NVFP4", ModelRevision: r.Config.Model.Revision,
+		DraftModel: r.Config.Model.Draft.Name, DraftRevision: r.Config.Model.Draft.Revision, SpeculativeMode: "real",
+		CacheClaimName: "shared-model-cache", ComputeDomain: aggGraph + "-cd"}, up.Outputs)
+
+	// Progress: each resource started and done, the waits in between.
+	mu.Lock()
+	status := map[string][]string{}
+	for _, e := range events {
+		if e.Name == "graph" || e.Name == "model-download" {
+			status[e.Name] = append(status[e.Name], e.Status)
+		}
+	}
+	all, _ := json.Marshal(events)
+	mu.Unlock()
+	assert.NotContains(t, string(all), portalToken)
+	for _, name := range []string{"graph", "model-download"} {
+		require.NotEmpty(t, status[name], name)
+		assert.Equal(t, "started", status[name][0], name)
+		assert.Equal(t, "done", status[name][len(status[name])-1], name)
+	}
+
+	// The stack's config is kept with it, in its workspace: a new manager on the same state (a
+	// restarted portal) reads the stack.
+	stackFile, err := os.ReadFile(filepath.Join(stateDir, "workspaces", "agg-team-a", "Pulumi.agg-team-a.yaml"))
+	require.NoError(t, err)
+	assert.Contains(t, string(stackFile), `minimax-m3:namespace: '{"name":"portal"}'`)
+	assert.Contains(t, string(stackFile), "minimax-m3:hfToken:\n    secure:")
+	assert.NotContains(t, string(stackFile), portalToken)
+
+	out, err := newPortalAt(t, stateDir).Outputs(ctx, "agg-team-a")
+	require.NoError(t, err)
+	assert.Equal(t, up.Outputs, out)
+	history, err := m.History(ctx, "agg-team-a", 10, 1)
+	require.NoError(t, err)
+	require.Len(t, history, 1)
+	assert.Equal(t, "update", history[0].Kind)
+	assert.Equal(t, "succeeded", history[0].Result)
+	_, err = m.Refresh(ctx, "agg-team-a", portal.RunOptions{})
+	require.NoError(t, err)
+
+	// A plan approved before a config change is not what runs after it.
+	_, err = m.Preview(ctx, r, portal.RunOptions{Plan: plan})
+	require.NoError(t, err)
+	r.Config.Worker.Replicas = 2
+	_, err = m.Up(ctx, r, portal.RunOptions{Plan: plan})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "violates plan")
+	assert.NotContains(t, err.Error(), portalToken)
+
+	_, err = m.Outputs(ctx, "no-such-stack")
+	require.ErrorIs(t, err, portal.ErrUnknownStack)
+}
+
+// One operation per stack: a second up on a busy stack gets Busy at once, ups on two stacks run
+// side by side.
+func TestPortalConcurrency(t *testing.T) {
+	ctx := context.Background()
+	m := newPortal(t)
+	a := portalRequest("agg", "agg-busy", "portal-busy")
+	b := portalRequest("disagg", "disagg-side", "portal-side")
+	destroyAfter(t, m, a.Name(), "portal-busy")
+	destroyAfter(t, m, b.Name(), "portal-side")
+	stopA := playControllers(t, "portal-busy", controllers{jobOutcome: "complete", graphReady: true})
+	defer stopA()
+	stopB := playControllers(t, "portal-side", controllers{jobOutcome: "complete", graphReady: true})
+	defer stopB()
+
+	var wg sync.WaitGroup
+	errs := make([]error, 3)
+	started := make(chan struct{})
+	var once sync.Once
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		_, errs[0] = m.Up(ctx, a, portal.RunOptions{Progress: func(portal.Event) { once.Do(func() { close(started) }) }})
+	}()
+	go func() {
+		defer wg.Done()
+		_, errs[1] = m.Up(ctx, b, portal.RunOptions{})
+	}()
+	<-started
+	_, errs[2] = m.Up(ctx, a, portal.RunOptions{})
+	wg.Wait()
+	require.NoError(t, errs[0])
+	require.NoError(t, errs[1])
+	require.ErrorIs(t, errs[2], portal.ErrBusy)
+	var busy *portal.BusyError
+	require.True(t, errors.As(errs[2], &busy))
+	assert.Equal(t, "up", busy.Operation)
+	history, err := m.History(ctx, "agg-busy", 10, 1)
+	require.NoError(t, err)
+	assert.Len(t, history, 1, "exactly one run")
+
+	// Waiting instead of Busy: the second up runs after the first.
+	_, err = m.Up(ctx, a, portal.RunOptions{Wait: true})
+	require.NoError(t, err)
+}
+
+// Cancelling an up while it waits for the graph leaves a stack the next up completes.
+func TestPortalCancel(t *testing.T) {
+	ctx := context.Background()
+	m := newPortal(t)
+	r := portalRequest("agg", "agg-cancel", "portal-cancel")
+	destroyAfter(t, m, r.Name(), "portal-cancel")
+	stopJobs := playControllers(t, "portal-cancel", controllers{jobOutcome: "complete"})
+	waiting := make(chan struct{})
+	var once sync.Once
+	errc := make(chan error, 1)
+	go func() {
+		_, err := m.Up(ctx, r, portal.RunOptions{Progress: func(e portal.Event) {
+			if e.Name == "graph" && e.Status == "started" {
+				once.Do(func() { close(waiting) })
+			}
+		}})
+		errc <- err
+	}()
+	<-waiting
+	time.Sleep(2 * time.Second) // the graph is created and its wait begins
+	require.Equal(t, "up", m.Running("agg-cancel"))
+	require.NoError(t, m.Cancel("agg-cancel"))
+	require.Error(t, <-errc)
+	stopJobs()
+
+	stop := playControllers(t, "portal-cancel", controllers{jobOutcome: "complete", graphReady: true})
+	defer stop()
+	up, err := m.Up(ctx, r, portal.RunOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, aggGraph, up.Outputs.GraphName)
+}
