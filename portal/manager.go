@@ -297,7 +297,12 @@ func (m *Manager) configure(ctx context.Context, s automation.Stack, r Request) 
 
 // prepare validates the request, reserves the stack and writes its config.
 func (m *Manager) prepare(ctx context.Context, r Request, op string, o RunOptions) (context.Context, automation.Stack, func(), error) {
-	if ps := r.Validate(); len(ps) > 0 {
+	stored := false
+	if r.HFToken == "" && r.Validate() != nil {
+		// The stack may hold the token already.
+		stored = m.holdsToken(ctx, r.Name())
+	}
+	if ps := r.validate(stored); len(ps) > 0 {
 		return nil, automation.Stack{}, nil, &InvalidRequestError{Problems: ps}
 	}
 	ctx, release, err := m.acquire(ctx, r.Name(), op, o.Wait)
@@ -313,6 +318,19 @@ func (m *Manager) prepare(ctx context.Context, r Request, op string, o RunOption
 		return nil, automation.Stack{}, nil, fmt.Errorf("stack %s: %w", r.Name(), err)
 	}
 	return ctx, s, release, nil
+}
+
+// holdsToken says whether an existing stack's config has the token.
+func (m *Manager) holdsToken(ctx context.Context, stack string) bool {
+	if _, err := os.Stat(filepath.Join(m.workspace(stack), "Pulumi."+stack+".yaml")); err != nil {
+		return false
+	}
+	s, err := m.open(ctx, stack, false)
+	if err != nil {
+		return false
+	}
+	v, err := s.GetConfig(ctx, config.Key(config.HFTokenKey))
+	return err == nil && v.Secret
 }
 
 // PreviewResult is what a preview would do.
@@ -627,4 +645,9 @@ func urnName(urn string) string {
 		return urn[i+2:]
 	}
 	return urn
+}
+
+// planFile is where a preview through the server saves a stack's plan.
+func (m *Manager) planFile(stack string) string {
+	return filepath.Join(m.o.StateDir, "plans", stack+".json")
 }

@@ -65,8 +65,12 @@ func (r Request) Name() string {
 var stackName = regexp.MustCompile(`^[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?$`)
 
 // Validate checks the request with the program's own rules (config.Parse on exactly the values the
-// stack would hold), before any engine starts. The problems name the config keys.
-func (r Request) Validate() config.Problems {
+// stack would hold), before any engine starts. The problems name the config keys. A request
+// without a token is checked as a new stack's, which needs one (unless the download is off or
+// uses an existing Secret); the Manager knows when the stack already holds one.
+func (r Request) Validate() config.Problems { return r.validate(false) }
+
+func (r Request) validate(storedToken bool) config.Problems {
 	var ps config.Problems
 	switch r.Base {
 	case string(config.Aggregated), string(config.Disaggregated):
@@ -87,8 +91,12 @@ func (r Request) Validate() config.Problems {
 		return ps
 	}
 	raw := config.Raw{Values: values, Secrets: map[string]bool{}}
-	if r.HFToken != "" {
+	switch {
+	case r.HFToken != "":
 		raw.Values[config.HFTokenKey] = r.HFToken.Reveal()
+		raw.Secrets[config.HFTokenKey] = true
+	case storedToken:
+		raw.Values[config.HFTokenKey] = "stored"
 		raw.Secrets[config.HFTokenKey] = true
 	}
 	if _, err := config.Parse(raw); err != nil {

@@ -1,0 +1,439 @@
+package portal
+
+import (
+	"context"
+	"crypto/subtle"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"html/template"
+	"io"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Server serves a Manager over HTTP: JSON for the operations, server-sent events for progress, and
+// one small page. Every request needs the bearer token (the page: once as ?token=, then a cookie).
+//
+//	GET  /api/stacks                       the stacks and what each runs
+//	GET  /api/stacks/{stack}               outputs (404 for an unknown stack)
+//	GET  /api/stacks/{stack}/history       updates, newest first
+//	POST /api/stacks/{stack}/preview       body: {"base":"agg","config":{…},"hfToken":"…","plan":true}
+//	POST /api/stacks/{stack}/up            body: the same (with "plan": the file a preview returned)
+//	POST /api/stacks/{stack}/refresh
+//	POST /api/stacks/{stack}/destroy
+//	POST /api/stacks/{stack}/cancel
+//	GET  /api/stacks/{stack}/events        text/event-stream: the running (or last) operation's events
+//
+// Operations run in the background: the POST returns 202 once the operation started, 400 with the
+// per-key problems for an invalid request, 409 when the stack is busy.
+type Server struct {
+	m     *Manager
+	token string
+	mu    sync.Mutex
+	ops   map[string]*opLog
+	// Context bounds every operation the server starts (cancelled: they stop).
+	ctx context.Context
+}
+
+// NewServer serves m; token is the bearer token every request must carry.
+func NewServer(ctx context.Context, m *Manager, token string) (*Server, error) {
+	if len(token) < 16 {
+		return nil, errors.New("the bearer token must have at least 16 characters")
+	}
+	return &Server{m: m, token: token, ops: map[string]*opLog{}, ctx: ctx}, nil
+}
+
+// opLog is one operation's events, kept for the page and for late subscribers.
+type opLog struct {
+	mu      sync.Mutex
+	Op      string
+	Started time.Time
+	Events  []Event
+	Done    bool
+	Err     string
+	notify  chan struct{}
+}
+
+func (l *opLog) add(e Event) {
+	l.mu.Lock()
+	l.Events = append(l.Events, e)
+	close(l.notify)
+	l.notify = make(chan struct{})
+	l.mu.Unlock()
+}
+
+func (l *opLog) finish(err error) {
+	l.mu.Lock()
+	l.Done = true
+	if err != nil {
+		l.Err = err.Error()
+	}
+	close(l.notify)
+	l.notify = make(chan struct{})
+	l.mu.Unlock()
+}
+
+// since returns the events from i on, whether the operation is done, and a channel closed at the
+// next change.
+func (l *opLog) since(i int) ([]Event, bool, string, <-chan struct{}) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []Event
+	if i < len(l.Events) {
+		out = append(out, l.Events[i:]...)
+	}
+	return out, l.Done, l.Err, l.notify
+}
+
+// Handler is the server's routes.
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /{$}", s.page)
+	mux.HandleFunc("GET /api/stacks", s.listStacks)
+	mux.HandleFunc("GET /api/stacks/{stack}", s.outputs)
+	mux.HandleFunc("GET /api/stacks/{stack}/history", s.history)
+	mux.HandleFunc("GET /api/stacks/{stack}/events", s.events)
+	mux.HandleFunc("POST /api/stacks/{stack}/{op}", s.operation)
+	return s.auth(mux)
+}
+
+const cookieName = "minimax-m3-portal"
+
+func (s *Server) auth(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if t := r.URL.Query().Get("token"); t != "" && r.Method == http.MethodGet && r.URL.Path == "/" {
+			if !s.valid(t) {
+				writeError(w, http.StatusUnauthorized, errors.New("wrong token"))
+				return
+			}
+			http.SetCookie(w, &http.Cookie{Name: cookieName, Value: t, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode})
+			http.Redirect(w, r, "/", http.StatusSeeOther)
+			return
+		}
+		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
+		if !ok {
+			if c, err := r.Cookie(cookieName); err == nil {
+				got = c.Value
+			}
+		}
+		if !s.valid(got) {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="minimax-m3"`)
+			writeError(w, http.StatusUnauthorized, errors.New("a bearer token is required"))
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+func (s *Server) valid(t string) bool {
+	return t != "" && subtle.ConstantTimeCompare([]byte(t), []byte(s.token)) == 1
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// errorBody is every error response: a message, and for an invalid request the problems by key.
+type errorBody struct {
+	Error    string    `json:"error"`
+	Problems []problem `json:"problems,omitempty"`
+}
+
+type problem struct {
+	Key     string `json:"key"`
+	Message string `json:"message"`
+}
+
+func writeError(w http.ResponseWriter, status int, err error) {
+	body := errorBody{Error: err.Error()}
+	var invalid *InvalidRequestError
+	if errors.As(err, &invalid) {
+		for _, p := range invalid.Problems {
+			body.Problems = append(body.Problems, problem{Key: p.Key, Message: p.Message})
+		}
+	}
+	writeJSON(w, status, body)
+}
+
+func statusOf(err error) int {
+	var invalid *InvalidRequestError
+	switch {
+	case errors.As(err, &invalid):
+		return http.StatusBadRequest
+	case errors.Is(err, ErrBusy):
+		return http.StatusConflict
+	case errors.Is(err, ErrUnknownStack):
+		return http.StatusNotFound
+	}
+	return http.StatusInternalServerError
+}
+
+// StackInfo is one stack in the list.
+type StackInfo struct {
+	Name    string `json:"name"`
+	Running string `json:"running,omitempty"`
+}
+
+func (s *Server) listStacks(w http.ResponseWriter, r *http.Request) {
+	names, err := s.m.Stacks(r.Context())
+	if err != nil {
+		writeError(w, statusOf(err), err)
+		return
+	}
+	out := []StackInfo{}
+	for _, n := range names {
+		out = append(out, StackInfo{Name: n, Running: s.m.Running(n)})
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) outputs(w http.ResponseWriter, r *http.Request) {
+	out, err := s.m.Outputs(r.Context(), r.PathValue("stack"))
+	if err != nil {
+		writeError(w, statusOf(err), err)
+		return
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+func (s *Server) history(w http.ResponseWriter, r *http.Request) {
+	out, err := s.m.History(r.Context(), r.PathValue("stack"), 20, 1)
+	if err != nil {
+		writeError(w, statusOf(err), err)
+		return
+	}
+	writeJSON(w, http.StatusOK, out)
+}
+
+// operationBody is a POST's body.
+type operationBody struct {
+	Base    string          `json:"base"`
+	Config  json.RawMessage `json:"config"`
+	HFToken Secret          `json:"hfToken"`
+	// Plan: for preview, true saves a plan; for up, the plan file a preview returned.
+	Plan json.RawMessage `json:"plan"`
+}
+
+func (s *Server) operation(w http.ResponseWriter, r *http.Request) {
+	stack, op := r.PathValue("stack"), r.PathValue("op")
+	if op == "cancel" {
+		if err := s.m.Cancel(stack); err != nil {
+			writeError(w, http.StatusConflict, err)
+			return
+		}
+		writeJSON(w, http.StatusOK, map[string]string{"cancelled": stack})
+		return
+	}
+	var body operationBody
+	if r.ContentLength != 0 {
+		if err := json.NewDecoder(io.LimitReader(r.Body, 1<<20)).Decode(&body); err != nil {
+			writeError(w, http.StatusBadRequest, fmt.Errorf("body: %w", err))
+			return
+		}
+	}
+	req := NewRequest(body.Base, stack)
+	req.HFToken = body.HFToken
+	if len(body.Config) > 0 {
+		// Over the base profile's defaults: only what the body sets changes.
+		if err := json.Unmarshal(body.Config, &req.Config); err != nil {
+			writeError(w, http.StatusBadRequest, fmt.Errorf("config: %w", err))
+			return
+		}
+	}
+	log := &opLog{Op: op, Started: time.Now(), notify: make(chan struct{})}
+	opts := RunOptions{Progress: log.add}
+	var run func(ctx context.Context) (any, error)
+	switch op {
+	case "preview":
+		var save bool
+		_ = json.Unmarshal(body.Plan, &save)
+		if save {
+			opts.Plan = s.m.planFile(stack)
+		}
+		run = func(ctx context.Context) (any, error) { return s.m.Preview(ctx, req, opts) }
+	case "up":
+		var plan string
+		_ = json.Unmarshal(body.Plan, &plan)
+		if plan != "" && plan != s.m.planFile(stack) {
+			writeError(w, http.StatusBadRequest, errors.New("plan: not a plan a preview of this stack saved"))
+			return
+		}
+		opts.Plan = plan
+		run = func(ctx context.Context) (any, error) { return s.m.Up(ctx, req, opts) }
+	case "refresh":
+		run = func(ctx context.Context) (any, error) { return s.m.Refresh(ctx, stack, opts) }
+	case "destroy":
+		run = func(ctx context.Context) (any, error) { return nil, s.m.Destroy(ctx, stack, false, opts) }
+	default:
+		writeError(w, http.StatusNotFound, fmt.Errorf("no operation %q", op))
+		return
+	}
+	if running := s.m.Running(stack); running != "" {
+		writeError(w, http.StatusConflict, &BusyError{Stack: stack, Operation: running})
+		return
+	}
+	s.mu.Lock()
+	s.ops[stack] = log
+	s.mu.Unlock()
+	started := make(chan error, 1)
+	var once sync.Once
+	opts.Progress = func(e Event) {
+		once.Do(func() { started <- nil })
+		log.add(e)
+	}
+	go func() {
+		res, err := run(s.ctx)
+		once.Do(func() { started <- err })
+		if err == nil && res != nil {
+			if b, jerr := json.Marshal(res); jerr == nil {
+				log.add(Event{Time: time.Now(), Stack: stack, Status: "result", Message: string(b)})
+			}
+		}
+		log.finish(err)
+	}()
+	if err := <-started; err != nil {
+		writeError(w, statusOf(err), err)
+		return
+	}
+	writeJSON(w, http.StatusAccepted, map[string]string{"stack": stack, "operation": op, "events": "/api/stacks/" + stack + "/events"})
+}
+
+// events streams the stack's running or last operation as server-sent events: "progress" for each
+// Event, then "done" with the error, if any.
+func (s *Server) events(w http.ResponseWriter, r *http.Request) {
+	stack := r.PathValue("stack")
+	s.mu.Lock()
+	log := s.ops[stack]
+	s.mu.Unlock()
+	if log == nil {
+		writeError(w, http.StatusNotFound, fmt.Errorf("no operation on stack %s since the portal started", stack))
+		return
+	}
+	flusher, ok := w.(http.Flusher)
+	if !ok {
+		writeError(w, http.StatusInternalServerError, errors.New("streaming unsupported"))
+		return
+	}
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-cache")
+	w.WriteHeader(http.StatusOK)
+	next := 0
+	for {
+		evs, done, errText, changed := log.since(next)
+		for _, e := range evs {
+			b, _ := json.Marshal(e)
+			_, _ = fmt.Fprintf(w, "event: progress\ndata: %s\n\n", b)
+		}
+		next += len(evs)
+		if done {
+			b, _ := json.Marshal(map[string]string{"operation": log.Op, "error": errText})
+			_, _ = fmt.Fprintf(w, "event: done\ndata: %s\n\n", b)
+			flusher.Flush()
+			return
+		}
+		flusher.Flush()
+		select {
+		case <-r.Context().Done():
+			return
+		case <-changed:
+		case <-time.After(15 * time.Second):
+			_, _ = fmt.Fprint(w, ": keep-alive\n\n")
+		}
+	}
+}
+
+// pageData is what the page shows.
+type pageData struct {
+	Stacks []pageStack
+}
+
+type pageStack struct {
+	Name    string
+	Running string
+	Outputs *Outputs
+	Error   string
+}
+
+var pageTemplate = template.Must(template.New("page").Parse(`<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>minimax-m3 stacks</title>
+<style>
+body{font-family:system-ui,sans-serif;margin:2rem;color:#222}
+table{border-collapse:collapse;margin:.5rem 0}td,th{border:1px solid #ccc;padding:.2rem .5rem;text-align:left}
+.running{color:#b60}.failed{color:#b00}.done{color:#060}pre{background:#f6f6f6;padding:.5rem;max-height:20rem;overflow:auto}
+</style></head><body>
+<h1>minimax-m3 stacks</h1>
+{{if not .Stacks}}<p id="empty">No stacks yet.</p>{{end}}
+{{range .Stacks}}
+<section class="stack" id="stack-{{.Name}}" data-stack="{{.Name}}">
+<h2>{{.Name}}{{if .Running}} <span class="running">({{.Running}} running)</span>{{end}}</h2>
+{{with .Outputs}}<table class="outputs">
+<tr><th>namespace</th><td>{{.Namespace}}</td></tr>
+<tr><th>graph</th><td>{{.GraphName}}</td></tr>
+<tr><th>frontend</th><td>{{.FrontendURL}}</td></tr>
+<tr><th>GPUs</th><td>{{.GPUCount}}</td></tr>
+<tr><th>model</th><td>{{.Model}} @ {{.ModelRevision}}</td></tr>
+<tr><th>draft</th><td>{{.DraftModel}} @ {{.DraftRevision}}</td></tr>
+<tr><th>speculative decoding</th><td>{{.SpeculativeMode}}</td></tr>
+</table>{{end}}
+{{if .Error}}<p class="failed">{{.Error}}</p>{{end}}
+<p class="now">—</p>
+<table class="resources"><thead><tr><th>resource</th><th>step</th><th>status</th><th>waited</th><th>last message</th></tr></thead><tbody></tbody></table>
+</section>
+{{end}}
+<script>
+for (const section of document.querySelectorAll("section.stack")) {
+  const stack = section.dataset.stack, rows = {}, body = section.querySelector(".resources tbody"), now = section.querySelector(".now");
+  const source = new EventSource("/api/stacks/" + encodeURIComponent(stack) + "/events");
+  source.addEventListener("progress", (m) => {
+    const e = JSON.parse(m.data);
+    if (!e.name) { if (e.message) now.textContent = e.status + ": " + e.message; return; }
+    let row = rows[e.urn || e.name];
+    if (!row) {
+      row = rows[e.urn || e.name] = body.insertRow();
+      row.dataset.resource = e.name;
+      for (let i = 0; i < 5; i++) row.insertCell();
+      row.cells[0].textContent = e.name + (e.type ? " (" + e.type + ")" : "");
+    }
+    if (e.op) row.cells[1].textContent = e.op;
+    row.cells[2].textContent = e.status;
+    row.className = e.status;
+    row.cells[3].textContent = e.elapsed ? Math.round(e.elapsed / 1e9) + " s" : "";
+    if (e.message) row.cells[4].textContent = e.message;
+    now.textContent = e.name + ": " + e.status + (e.message ? " — " + e.message : "");
+  });
+  source.addEventListener("done", (m) => {
+    const d = JSON.parse(m.data);
+    now.textContent = d.operation + (d.error ? " failed: " + d.error : " done");
+    now.className = d.error ? "now failed" : "now done";
+    source.close();
+  });
+  source.onerror = () => source.close();
+}
+</script>
+</body></html>
+`))
+
+func (s *Server) page(w http.ResponseWriter, r *http.Request) {
+	names, err := s.m.Stacks(r.Context())
+	if err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	var data pageData
+	for _, n := range names {
+		ps := pageStack{Name: n, Running: s.m.Running(n)}
+		if out, err := s.m.Outputs(r.Context(), n); err == nil {
+			ps.Outputs = &out
+		} else {
+			ps.Error = err.Error()
+		}
+		data.Stacks = append(data.Stacks, ps)
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	_ = pageTemplate.Execute(w, data)
+}

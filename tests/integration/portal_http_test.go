@@ -1,0 +1,178 @@
+package integration
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"minimax-m3/portal"
+)
+
+const portalBearer = "portal-http-test-bearer-token"
+
+// httpClient calls the portal with the bearer token and keeps every response body it saw.
+type httpClient struct {
+	t      *testing.T
+	base   string
+	bodies []string
+}
+
+func (c *httpClient) do(method, path string, body any) (int, []byte) {
+	c.t.Helper()
+	var r io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		require.NoError(c.t, err)
+		r = bytes.NewReader(b)
+	}
+	req, err := http.NewRequest(method, c.base+path, r)
+	require.NoError(c.t, err)
+	req.Header.Set("Authorization", "Bearer "+portalBearer)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(c.t, err)
+	defer func() { _ = resp.Body.Close() }()
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(c.t, err)
+	c.bodies = append(c.bodies, string(b))
+	return resp.StatusCode, b
+}
+
+// sse reads a stack's event stream to its end: the progress events and the done event's error.
+func (c *httpClient) sse(stack string) ([]portal.Event, string) {
+	c.t.Helper()
+	req, err := http.NewRequest(http.MethodGet, c.base+"/api/stacks/"+stack+"/events", nil)
+	require.NoError(c.t, err)
+	req.Header.Set("Authorization", "Bearer "+portalBearer)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(c.t, err)
+	defer func() { _ = resp.Body.Close() }()
+	require.Equal(c.t, http.StatusOK, resp.StatusCode)
+	require.Equal(c.t, "text/event-stream", resp.Header.Get("Content-Type"))
+	var events []portal.Event
+	var event string
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		c.bodies = append(c.bodies, line)
+		switch {
+		case strings.HasPrefix(line, "event: "):
+			event = strings.TrimPrefix(line, "event: ")
+		case strings.HasPrefix(line, "data: "):
+			data := strings.TrimPrefix(line, "data: ")
+			if event == "done" {
+				var d struct{ Error string }
+				require.NoError(c.t, json.Unmarshal([]byte(data), &d))
+				return events, d.Error
+			}
+			var e portal.Event
+			require.NoError(c.t, json.Unmarshal([]byte(data), &e))
+			events = append(events, e)
+		}
+	}
+	c.t.Fatalf("event stream of %s ended without done: %v", stack, sc.Err())
+	return nil, ""
+}
+
+// The service, through real HTTP requests: the bearer token, 404, 400 with the problems by key,
+// preview with a plan, up with it, 409 while it runs, progress as server-sent events, outputs, the
+// page, destroy; the token in no response.
+func TestPortalService(t *testing.T) {
+	ctx := context.Background()
+	m := newPortal(t)
+	srv, err := portal.NewServer(ctx, m, portalBearer)
+	require.NoError(t, err)
+	ts := httptest.NewServer(srv.Handler())
+	defer ts.Close()
+	c := &httpClient{t: t, base: ts.URL}
+	destroyAfter(t, m, "agg-http", "portal-http")
+
+	resp, err := http.Get(ts.URL + "/api/stacks")
+	require.NoError(t, err)
+	_ = resp.Body.Close()
+	assert.Equal(t, http.StatusUnauthorized, resp.StatusCode)
+
+	code, _ := c.do(http.MethodGet, "/api/stacks/agg-http", nil)
+	assert.Equal(t, http.StatusNotFound, code)
+
+	site := map[string]any{
+		"namespace":     map[string]any{"name": "portal-http"},
+		"modelDownload": map[string]any{"timeout": "3m"},
+		"readiness":     map[string]any{"timeout": "3m"},
+		"smokeTest":     map[string]any{"enabled": false},
+	}
+	code, body := c.do(http.MethodPost, "/api/stacks/agg-http/up", map[string]any{
+		"base": "agg", "hfToken": portalToken,
+		"config": map[string]any{"namespace": map[string]any{"name": "Not_A_Namespace"}, "worker": map[string]any{"replicas": 0}},
+	})
+	assert.Equal(t, http.StatusBadRequest, code)
+	var bad struct {
+		Problems []struct{ Key string }
+	}
+	require.NoError(t, json.Unmarshal(body, &bad))
+	assert.Equal(t, []struct{ Key string }{{"namespace.name"}, {"worker.replicas"}}, bad.Problems)
+
+	code, body = c.do(http.MethodPost, "/api/stacks/agg-http/preview", map[string]any{"base": "agg", "config": site, "hfToken": portalToken, "plan": true})
+	require.Equal(t, http.StatusAccepted, code, string(body))
+	events, errText := c.sse("agg-http")
+	require.Empty(t, errText)
+	var preview portal.PreviewResult
+	last := events[len(events)-1]
+	require.Equal(t, "result", last.Status)
+	require.NoError(t, json.Unmarshal([]byte(last.Message), &preview))
+	assert.Equal(t, 15, preview.Changes["create"])
+	require.NotEmpty(t, preview.Plan)
+
+	stop := playControllers(t, "portal-http", controllers{jobOutcome: "complete", graphReady: true})
+	code, body = c.do(http.MethodPost, "/api/stacks/agg-http/up", map[string]any{"base": "agg", "config": site, "plan": preview.Plan})
+	require.Equal(t, http.StatusAccepted, code, string(body))
+	code, body = c.do(http.MethodPost, "/api/stacks/agg-http/up", map[string]any{"base": "agg", "config": site})
+	assert.Equal(t, http.StatusConflict, code, string(body))
+	assert.Contains(t, string(body), "stack agg-http is busy: up is running")
+	events, errText = c.sse("agg-http")
+	stop()
+	require.Empty(t, errText)
+	seen := map[string]bool{}
+	for _, e := range events {
+		seen[e.Name+" "+e.Status] = true
+	}
+	assert.True(t, seen["graph done"], "%v", seen)
+	assert.True(t, seen["model-download done"], "%v", seen)
+
+	code, body = c.do(http.MethodGet, "/api/stacks/agg-http", nil)
+	require.Equal(t, http.StatusOK, code)
+	var out portal.Outputs
+	require.NoError(t, json.Unmarshal(body, &out))
+	assert.Equal(t, 12, out.GPUCount)
+	assert.Equal(t, "portal-http", out.Namespace)
+
+	code, body = c.do(http.MethodGet, "/api/stacks", nil)
+	require.Equal(t, http.StatusOK, code)
+	assert.JSONEq(t, `[{"name":"agg-http"}]`, string(body))
+
+	// The page: server-rendered, the stack and its outputs.
+	code, body = c.do(http.MethodGet, "/", nil)
+	require.Equal(t, http.StatusOK, code)
+	assert.Contains(t, string(body), `<section class="stack" id="stack-agg-http" data-stack="agg-http">`)
+	assert.Contains(t, string(body), "<tr><th>namespace</th><td>portal-http</td></tr>")
+
+	stop = playControllers(t, "portal-http", controllers{})
+	code, _ = c.do(http.MethodPost, "/api/stacks/agg-http/destroy", nil)
+	require.Equal(t, http.StatusAccepted, code)
+	_, errText = c.sse("agg-http")
+	stop()
+	require.Empty(t, errText)
+
+	for _, b := range c.bodies {
+		assert.NotContains(t, b, portalToken)
+	}
+}
