@@ -13,13 +13,19 @@ export PULUMI_SKIP_UPDATE_CHECK := true
 
 GO_FILES = $(shell git ls-files '*.go')
 
-.PHONY: help toolchain check unit integration test local render policy pr-check bench
+.PHONY: help toolchain browser check unit integration test local render policy pr-check bench
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
 
 toolchain: ## build the pinned Pulumi CLI, Go language host, Kubernetes provider, kube-apiserver, etcd and linters (cached)
 	bash tools/build.sh
+
+browser: ## install Chromium from Debian's packages if missing (the portal page's test drives it headless)
+	@command -v chromium >/dev/null || { \
+	  sudo=$$( [ "$$(id -u)" = 0 ] || echo sudo ); \
+	  DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y --no-install-recommends chromium || \
+	  { $$sudo apt-get update && DEBIAN_FRONTEND=noninteractive $$sudo apt-get install -y --no-install-recommends chromium; }; }
 
 check: toolchain ## gofmt, go vet and golangci-lint (program and tests), actionlint (workflows)
 	@unformatted=$$(gofmt -l $(GO_FILES)); if [ -n "$$unformatted" ]; then echo "gofmt would change: $$unformatted"; exit 1; fi
@@ -33,7 +39,7 @@ unit: ## config and mocked-engine tests (no toolchain needed)
 	go test -count=1 ./...
 	cd tests && go test -count=1 ./unit
 
-integration: toolchain ## the real engine, provider and API server with the CRDs from MINIMAX_M3_CRDS
+integration: toolchain browser ## the real engine, provider and API server with the CRDs from MINIMAX_M3_CRDS
 	cd tests && go test -count=1 -timeout 45m -v ./integration
 
 test: check unit integration ## every test: what CI runs
