@@ -23,8 +23,27 @@ type Outputs struct {
 }
 
 func outputsOf(m auto.OutputMap) Outputs {
-	str := func(k string) string { s, _ := m[k].Value.(string); return s }
-	num := func(k string) int { f, _ := m[k].Value.(float64); return int(f) }
+	plain := map[string]any{}
+	for k, v := range m {
+		if !v.Secret {
+			plain[k] = v.Value
+		}
+	}
+	return outputsFromMap(plain)
+}
+
+// outputsFromMap reads the outputs from their JSON form (the engine's, or a Stack's status).
+func outputsFromMap(m map[string]any) Outputs {
+	str := func(k string) string { s, _ := m[k].(string); return s }
+	num := func(k string) int {
+		switch n := m[k].(type) {
+		case float64:
+			return int(n)
+		case int64:
+			return int(n)
+		}
+		return 0
+	}
 	o := Outputs{
 		Namespace: str("namespace"), GraphName: str("graphName"), FrontendService: str("frontendService"),
 		FrontendPort: num("frontendPort"), FrontendURL: str("frontendUrl"), GPUCount: num("gpuCount"),
@@ -32,7 +51,7 @@ func outputsOf(m auto.OutputMap) Outputs {
 		DraftModel: str("draftModel"), DraftRevision: str("draftRevision"), SpeculativeMode: str("speculativeMode"),
 		CacheClaimName: str("cacheClaimName"), ComputeDomain: str("computeDomain"),
 	}
-	if st, ok := m["smokeTest"].Value.(map[string]any); ok {
+	if st, ok := m["smokeTest"].(map[string]any); ok {
 		o.SmokeTest = st
 	}
 	return o

@@ -1,0 +1,273 @@
+package portal
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"slices"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+	watchtools "k8s.io/client-go/tools/watch"
+
+	"minimax-m3/config"
+)
+
+// StackResource is the Pulumi Kubernetes Operator's Stack (v2).
+var StackResource = schema.GroupVersionResource{Group: "pulumi.com", Version: "v1", Resource: "stacks"}
+
+// OperatorRunner runs requests through the Pulumi Kubernetes Operator instead of this process: it
+// writes a Stack object (and the token's Secret), and the operator runs the update in a workspace
+// pod of its own. Use it when a portal manages more stacks, or clusters, than one process should run;
+// the Manager is simpler for a few stacks next to the portal.
+type OperatorRunner struct {
+	Kube    kubernetes.Interface
+	Dynamic dynamic.Interface
+	// Namespace holds the Stack objects, their Secrets and the workspace pods.
+	Namespace string
+	// ProjectRepo, Commit (or Branch) and RepoDir: the project's git repository, the revision to
+	// deploy and the directory of Pulumi.yaml. With Image, the workspace runs that image instead,
+	// whose LocalDir holds the project with the program prebuilt (the operator's local source).
+	ProjectRepo, Commit, Branch, RepoDir string
+	Image, LocalDir                      string
+	// Backend and SecretsProvider are the stack's; EnvRefs the workspace's environment from
+	// Secrets (PULUMI_CONFIG_PASSPHRASE, PULUMI_ACCESS_TOKEN, cloud credentials).
+	Backend, SecretsProvider string
+	EnvRefs                  map[string]SecretKey
+	// ServiceAccountName is the workspace pod's identity (it needs to reach the target cluster).
+	ServiceAccountName string
+}
+
+// SecretKey is one key of a Secret in the runner's namespace.
+type SecretKey struct{ Name, Key string }
+
+func (k SecretKey) ref(ns string) map[string]any {
+	return map[string]any{"type": "Secret", "secret": map[string]any{"name": k.Name, "key": k.Key, "namespace": ns}}
+}
+
+// TokenSecretName is the Secret that holds a stack's Hugging Face token for the operator.
+func TokenSecretName(stack string) string { return stack + "-hf-token" }
+
+// StackObject is the Stack the runner writes for a request: the project's source, the stack's
+// config (the same values the Manager writes), the token through a Secret reference, backend and
+// secrets provider, and the environment from Secrets.
+func (o *OperatorRunner) StackObject(r Request) (*unstructured.Unstructured, error) {
+	values, err := r.siteValues()
+	if err != nil {
+		return nil, err
+	}
+	cfg := map[string]any{}
+	for k, v := range values {
+		cfg[config.Key(k)] = v
+	}
+	spec := map[string]any{
+		"stack":                  r.Name(),
+		"config":                 cfg,
+		"refresh":                true,
+		"destroyOnFinalize":      false,
+		"retryOnUpdateConflict":  true,
+		"resyncFrequencySeconds": int64(600),
+	}
+	if r.HFToken != "" {
+		spec["secretsRef"] = map[string]any{config.Key(config.HFTokenKey): SecretKey{Name: TokenSecretName(r.Name()), Key: "token"}.ref(o.Namespace)}
+	}
+	if o.Backend != "" {
+		spec["backend"] = o.Backend
+	}
+	if o.SecretsProvider != "" {
+		spec["secretsProvider"] = o.SecretsProvider
+	}
+	if len(o.EnvRefs) > 0 {
+		env := map[string]any{}
+		for _, k := range slices.Sorted(maps.Keys(o.EnvRefs)) {
+			env[k] = o.EnvRefs[k].ref(o.Namespace)
+		}
+		spec["envRefs"] = env
+	}
+	workspace := map[string]any{}
+	switch {
+	case o.Image != "":
+		workspace["image"] = o.Image
+		workspace["local"] = map[string]any{"dir": o.LocalDir}
+	case o.ProjectRepo != "":
+		spec["projectRepo"] = o.ProjectRepo
+		if o.Commit != "" {
+			spec["commit"] = o.Commit
+		} else {
+			spec["branch"] = o.Branch
+		}
+		if o.RepoDir != "" {
+			spec["repoDir"] = o.RepoDir
+		}
+	default:
+		return nil, errors.New("the operator runner needs ProjectRepo (with Commit or Branch) or Image (with LocalDir)")
+	}
+	if o.ServiceAccountName != "" {
+		workspace["serviceAccountName"] = o.ServiceAccountName
+	}
+	if len(workspace) > 0 {
+		spec["workspaceTemplate"] = map[string]any{"spec": workspace}
+	}
+	u := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "pulumi.com/v1", "kind": "Stack",
+		"metadata": map[string]any{"name": r.Name(), "namespace": o.Namespace, "labels": map[string]any{
+			"app.kubernetes.io/part-of": "minimax-m3", "minimax-m3.io/base": r.Base,
+		}},
+		"spec": spec,
+	}}
+	return u, nil
+}
+
+// Apply validates the request and writes the token's Secret and the Stack (server-side apply, or a
+// server-side dry run). The operator then runs the update.
+func (o *OperatorRunner) Apply(ctx context.Context, r Request, dryRun bool) (*unstructured.Unstructured, error) {
+	if ps := r.Validate(); len(ps) > 0 {
+		return nil, &InvalidRequestError{Problems: ps}
+	}
+	stack, err := o.StackObject(r)
+	if err != nil {
+		return nil, err
+	}
+	opts := metav1.ApplyOptions{FieldManager: "minimax-m3-portal", Force: true}
+	if dryRun {
+		opts.DryRun = []string{metav1.DryRunAll}
+	}
+	if r.HFToken != "" {
+		secret := &corev1.Secret{
+			TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Secret"},
+			ObjectMeta: metav1.ObjectMeta{Name: TokenSecretName(r.Name()), Namespace: o.Namespace, Labels: map[string]string{"app.kubernetes.io/part-of": "minimax-m3"}},
+			Type:       corev1.SecretTypeOpaque,
+			StringData: map[string]string{"token": r.HFToken.Reveal()},
+		}
+		body, err := json.Marshal(secret)
+		if err != nil {
+			return nil, err
+		}
+		if _, err := o.Kube.CoreV1().Secrets(o.Namespace).Patch(ctx, secret.Name, types.ApplyPatchType, body, patchOptions(opts)); err != nil {
+			return nil, fmt.Errorf("token Secret: %s", scrub(err.Error(), r.HFToken))
+		}
+	}
+	return o.Dynamic.Resource(StackResource).Namespace(o.Namespace).Apply(ctx, stack.GetName(), stack, opts)
+}
+
+func patchOptions(o metav1.ApplyOptions) metav1.PatchOptions {
+	return metav1.PatchOptions{FieldManager: o.FieldManager, Force: &o.Force, DryRun: o.DryRun}
+}
+
+// OperatorResult is how the operator left a Stack.
+type OperatorResult struct {
+	// State is the last update's state (succeeded, failed), Message its message.
+	State, Message string
+	// Outputs are the stack's outputs as the operator reports them.
+	Outputs Outputs
+}
+
+// StalledError is a Stack the operator gave up on until its spec changes.
+type StalledError struct{ Stack, Reason, Message string }
+
+func (e *StalledError) Error() string {
+	return fmt.Sprintf("stack %s stalled: %s: %s", e.Stack, e.Reason, e.Message)
+}
+
+// Wait follows a Stack's status conditions until the operator reports it Ready for its current
+// generation (the result) or Stalled (a StalledError), reporting each change as progress.
+func (o *OperatorRunner) Wait(ctx context.Context, stack string, progress func(Event)) (OperatorResult, error) {
+	stacks := o.Dynamic.Resource(StackResource).Namespace(o.Namespace)
+	selector := fields.OneTermEqualSelector("metadata.name", stack).String()
+	lw := &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
+			opts.FieldSelector = selector
+			return stacks.List(ctx, opts)
+		},
+		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
+			opts.FieldSelector = selector
+			return stacks.Watch(ctx, opts)
+		},
+	}
+	var res OperatorResult
+	var last string
+	start := time.Now()
+	_, err := watchtools.UntilWithSync(ctx, lw, &unstructured.Unstructured{}, nil, func(e watch.Event) (bool, error) {
+		if e.Type == watch.Deleted {
+			return false, fmt.Errorf("stack %s was deleted", stack)
+		}
+		u, ok := e.Object.(*unstructured.Unstructured)
+		if !ok {
+			return false, nil
+		}
+		conds := conditions(u)
+		observed, _, _ := unstructured.NestedInt64(u.Object, "status", "observedGeneration")
+		summary := fmt.Sprintf("%v", conds)
+		if summary != last && progress != nil {
+			last = summary
+			for _, typ := range []string{"Reconciling", "Stalled", "Ready"} {
+				if c, ok := conds[typ]; ok && c.Status == "True" {
+					progress(Event{Time: time.Now(), Stack: stack, Type: "pulumi.com/v1:Stack", Name: stack,
+						Status: typ, Message: c.Reason + ": " + c.Message, Elapsed: time.Since(start).Round(time.Second)})
+				}
+			}
+		}
+		if observed < u.GetGeneration() {
+			return false, nil
+		}
+		if c, ok := conds["Stalled"]; ok && c.Status == "True" {
+			return false, &StalledError{Stack: stack, Reason: c.Reason, Message: c.Message}
+		}
+		if c, ok := conds["Ready"]; ok && c.Status == "True" {
+			res.State, _, _ = unstructured.NestedString(u.Object, "status", "lastUpdate", "state")
+			res.Message, _, _ = unstructured.NestedString(u.Object, "status", "lastUpdate", "message")
+			outputs, _, _ := unstructured.NestedMap(u.Object, "status", "outputs")
+			res.Outputs = outputsFromMap(outputs)
+			return true, nil
+		}
+		return false, nil
+	})
+	if err != nil && ctx.Err() != nil {
+		return res, ctx.Err()
+	}
+	return res, err
+}
+
+type condition struct{ Status, Reason, Message string }
+
+func conditions(u *unstructured.Unstructured) map[string]condition {
+	out := map[string]condition{}
+	list, _, _ := unstructured.NestedSlice(u.Object, "status", "conditions")
+	for _, c := range list {
+		m, _ := c.(map[string]any)
+		typ, _ := m["type"].(string)
+		st, _ := m["status"].(string)
+		reason, _ := m["reason"].(string)
+		msg, _ := m["message"].(string)
+		out[typ] = condition{st, reason, msg}
+	}
+	return out
+}
+
+// Delete removes a request's Stack and token Secret; the operator keeps the stack's resources
+// (destroyOnFinalize is off, as a portal deletes resources on purpose, with Manager.Destroy or a
+// Stack that sets it).
+func (o *OperatorRunner) Delete(ctx context.Context, stack string) error {
+	err := o.Dynamic.Resource(StackResource).Namespace(o.Namespace).Delete(ctx, stack, metav1.DeleteOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return err
+	}
+	err = o.Kube.CoreV1().Secrets(o.Namespace).Delete(ctx, TokenSecretName(stack), metav1.DeleteOptions{})
+	if err != nil && !apierrors.IsNotFound(err) {
+		return err
+	}
+	return nil
+}

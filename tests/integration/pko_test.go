@@ -1,0 +1,176 @@
+package integration
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/clientcmd"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
+
+	"minimax-m3/portal"
+)
+
+// pkoCRDs is the Pulumi Kubernetes Operator's CRD folder: MINIMAX_M3_PKO_CRDS, else crds-pko beside
+// MINIMAX_M3_CRDS (as in ../shared/reference).
+func pkoCRDs(t *testing.T) string {
+	dir := os.Getenv("MINIMAX_M3_PKO_CRDS")
+	if dir == "" {
+		dir = filepath.Join(filepath.Dir(os.Getenv("MINIMAX_M3_CRDS")), "crds-pko")
+	}
+	_, err := os.Stat(filepath.Join(dir, "pulumi.com_stacks.yaml"))
+	require.NoError(t, err, "MINIMAX_M3_PKO_CRDS must name the Pulumi Kubernetes Operator's CRD folder")
+	return dir
+}
+
+// playStackOperator plays the Pulumi Kubernetes Operator on one Stack: Reconciling while it
+// "updates", then either Ready with outputs or Stalled with a reason, at the Stack's generation.
+func playStackOperator(ctx context.Context, t *testing.T, dyn dynamic.Interface, ns, name string, stalled bool, outputs map[string]any) {
+	stacks := dyn.Resource(portal.StackResource).Namespace(ns)
+	u, err := stacks.Get(ctx, name, metav1.GetOptions{})
+	require.NoError(t, err)
+	gen := u.GetGeneration()
+	now := time.Now().UTC().Format(time.RFC3339)
+	cond := func(typ, status, reason, msg string) map[string]any {
+		return map[string]any{"type": typ, "status": status, "reason": reason, "message": msg, "lastTransitionTime": now, "observedGeneration": gen}
+	}
+	patch := func(status map[string]any) {
+		b, err := json.Marshal(map[string]any{"status": status})
+		require.NoError(t, err)
+		_, err = stacks.Patch(ctx, name, types.MergePatchType, b, metav1.PatchOptions{}, "status")
+		require.NoError(t, err)
+	}
+	patch(map[string]any{"observedGeneration": gen, "conditions": []any{
+		cond("Ready", "False", "NotReady", "the update is running"),
+		cond("Reconciling", "True", "Updating", "set by the test playing the operator: workspace pod running pulumi up"),
+	}})
+	time.Sleep(300 * time.Millisecond)
+	if stalled {
+		patch(map[string]any{"observedGeneration": gen, "conditions": []any{
+			cond("Ready", "False", "NotReady", "stalled"),
+			cond("Stalled", "True", "SourceUnavailable", "set by the test playing the operator: commit not found"),
+			cond("Reconciling", "False", "Stalled", "stalled"),
+		}})
+		return
+	}
+	patch(map[string]any{"observedGeneration": gen, "outputs": outputs,
+		"lastUpdate": map[string]any{"state": "succeeded", "generation": gen, "message": "update succeeded", "type": "up", "name": name + "-up"},
+		"conditions": []any{
+			cond("Ready", "True", "ProcessingCompleted", "the stack is up to date"),
+			cond("Reconciling", "False", "ProcessingCompleted", "done"),
+		}})
+}
+
+// The operator runner: its Stack passes a server-side dry run against the operator's CRD, is
+// written with the token only in a Secret it references, and its progress and result are the
+// operator's status conditions (the test plays the operator: Reconciling, then Ready with
+// outputs; then a stalled update).
+func TestOperatorRunner(t *testing.T) {
+	ctx := context.Background()
+	kube, dyn := kubeClients(t)
+	cfg, err := restConfigOf(cluster.kubeconfig)
+	require.NoError(t, err)
+	_, err = envtest.InstallCRDs(cfg, envtest.CRDInstallOptions{Paths: []string{pkoCRDs(t)}, ErrorIfPathMissing: true})
+	require.NoError(t, err)
+	_, err = kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "pko"}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+
+	runner := &portal.OperatorRunner{
+		Kube: kube, Dynamic: dyn, Namespace: "pko",
+		ProjectRepo: "https://git.example.com/platform/minimax-m3.git", Commit: "0123456789abcdef0123456789abcdef01234567",
+		Backend: "s3://pulumi-state", SecretsProvider: "awskms://alias/pulumi",
+		EnvRefs:            map[string]portal.SecretKey{"PULUMI_CONFIG_PASSPHRASE": {Name: "pulumi", Key: "passphrase"}, "AWS_ACCESS_KEY_ID": {Name: "aws", Key: "id"}},
+		ServiceAccountName: "pulumi",
+	}
+	r := portalRequest("disagg", "disagg-eu", "inference-eu")
+
+	// Invalid: the same problems as the Manager's, nothing written.
+	bad := r
+	bad.Config.DecodeWorker.Replicas = 0
+	_, err = runner.Apply(ctx, bad, false)
+	var invalid *portal.InvalidRequestError
+	require.ErrorAs(t, err, &invalid)
+	assert.Equal(t, "decodeWorker.replicas", invalid.Problems[0].Key)
+
+	// A server-side dry run against the operator's CRD: accepted, nothing created.
+	dry, err := runner.Apply(ctx, r, true)
+	require.NoError(t, err)
+	assert.Equal(t, "disagg-eu", dry.GetName())
+	_, err = dyn.Resource(portal.StackResource).Namespace("pko").Get(ctx, "disagg-eu", metav1.GetOptions{})
+	assert.True(t, apierrors.IsNotFound(err), "a dry run creates nothing")
+
+	// The prebuilt-program form (a workspace image with the project) passes the dry run too.
+	image := *runner
+	image.ProjectRepo, image.Commit, image.Image, image.LocalDir = "", "", "registry.example.com/minimax-m3-workspace:1.2.0", "/share/minimax-m3"
+	imaged, err := image.Apply(ctx, r, true)
+	require.NoError(t, err)
+	ws, _, _ := unstructured.NestedMap(imaged.Object, "spec", "workspaceTemplate", "spec")
+	assert.Equal(t, map[string]any{"image": "registry.example.com/minimax-m3-workspace:1.2.0", "local": map[string]any{"dir": "/share/minimax-m3"}, "serviceAccountName": "pulumi"}, ws)
+
+	stack, err := runner.Apply(ctx, r, false)
+	require.NoError(t, err)
+	raw, err := json.Marshal(stack.Object)
+	require.NoError(t, err)
+	assert.NotContains(t, string(raw), portalToken, "the token is only in its Secret")
+	spec := stack.Object["spec"].(map[string]any)
+	assert.Equal(t, "disagg-eu", spec["stack"])
+	assert.Equal(t, "https://git.example.com/platform/minimax-m3.git", spec["projectRepo"])
+	assert.Equal(t, map[string]any{"minimax-m3:profile": "disagg", "minimax-m3:namespace": `{"name":"inference-eu"}`,
+		"minimax-m3:modelDownload": `{"timeout":"3m"}`, "minimax-m3:readiness": `{"timeout":"3m"}`, "minimax-m3:smokeTest": `{"enabled":false}`}, spec["config"])
+	assert.Equal(t, map[string]any{"minimax-m3:hfToken": map[string]any{"type": "Secret", "secret": map[string]any{"name": "disagg-eu-hf-token", "key": "token", "namespace": "pko"}}}, spec["secretsRef"])
+	assert.Equal(t, "awskms://alias/pulumi", spec["secretsProvider"])
+	secret, err := kube.CoreV1().Secrets("pko").Get(ctx, "disagg-eu-hf-token", metav1.GetOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, portalToken, string(secret.Data["token"]))
+
+	var events []portal.Event
+	var mu sync.Mutex
+	progress := func(e portal.Event) { mu.Lock(); events = append(events, e); mu.Unlock() }
+	go playStackOperator(ctx, t, dyn, "pko", "disagg-eu", false, map[string]any{"namespace": "inference-eu", "gpuCount": 24, "graphName": disaggGraph})
+	res, err := runner.Wait(ctx, "disagg-eu", progress)
+	require.NoError(t, err)
+	assert.Equal(t, "succeeded", res.State)
+	assert.Equal(t, 24, res.Outputs.GPUCount)
+	assert.Equal(t, "inference-eu", res.Outputs.Namespace)
+	mu.Lock()
+	var statuses []string
+	for _, e := range events {
+		statuses = append(statuses, e.Status+" "+e.Message)
+	}
+	mu.Unlock()
+	assert.Contains(t, statuses, "Reconciling Updating: set by the test playing the operator: workspace pod running pulumi up")
+	assert.Contains(t, statuses, "Ready ProcessingCompleted: the stack is up to date")
+
+	// A change the operator cannot apply: Stalled, with its reason, for the new generation.
+	r.Config.DecodeWorker.Replicas = 4
+	_, err = runner.Apply(ctx, r, false)
+	require.NoError(t, err)
+	go playStackOperator(ctx, t, dyn, "pko", "disagg-eu", true, nil)
+	_, err = runner.Wait(ctx, "disagg-eu", nil)
+	var stalled *portal.StalledError
+	require.ErrorAs(t, err, &stalled)
+	assert.Equal(t, "SourceUnavailable", stalled.Reason)
+	assert.Equal(t, fmt.Sprintf("stack disagg-eu stalled: SourceUnavailable: %s", stalled.Message), err.Error())
+
+	require.NoError(t, runner.Delete(ctx, "disagg-eu"))
+	_, err = kube.CoreV1().Secrets("pko").Get(ctx, "disagg-eu-hf-token", metav1.GetOptions{})
+	assert.True(t, apierrors.IsNotFound(err))
+}
+
+func restConfigOf(kubeconfig string) (*rest.Config, error) {
+	return clientcmd.BuildConfigFromFlags("", kubeconfig)
+}
