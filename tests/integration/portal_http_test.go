@@ -8,6 +8,9 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -175,4 +178,52 @@ func TestPortalService(t *testing.T) {
 	for _, b := range c.bodies {
 		assert.NotContains(t, b, portalToken)
 	}
+}
+
+// The command: it refuses a non-loopback address without a token, and on loopback without one it
+// makes a random token, prints the page's address with it, and requires it.
+func TestPortalCommandGuardsItsAddress(t *testing.T) {
+	bin := filepath.Join(t.TempDir(), "portal")
+	build := exec.Command("go", "build", "-o", bin, "./cmd/portal")
+	build.Dir = cluster.root
+	out, err := build.CombinedOutput()
+	require.NoError(t, err, string(out))
+	env := []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME")}
+
+	cmd := exec.Command(bin, "-addr", "0.0.0.0:0", "-state-dir", t.TempDir(), "-project-dir", cluster.root)
+	cmd.Env = env
+	out, err = cmd.CombinedOutput()
+	require.Error(t, err)
+	assert.Contains(t, string(out), "portal: refusing to listen on 0.0.0.0:0 without MINIMAX_M3_PORTAL_TOKEN")
+
+	cmd = exec.Command(bin, "-addr", "127.0.0.1:0", "-state-dir", t.TempDir(), "-project-dir", cluster.root)
+	cmd.Env = env
+	stderr, err := cmd.StderrPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	sc := bufio.NewScanner(stderr)
+	var token, addr string
+	for (token == "" || addr == "") && sc.Scan() {
+		line := sc.Text()
+		if _, after, ok := strings.Cut(line, "?token="); ok {
+			token = after
+		}
+		if after, ok := strings.CutPrefix(line, "serving on "); ok {
+			addr = after
+		}
+	}
+	require.Len(t, token, 48, "a random token of 24 bytes")
+	resp, err := http.Get(addr + "/api/stacks")
+	require.NoError(t, err)
+	_ = resp.Body.Close()
+	assert.Equal(t, http.StatusUnauthorized, resp.StatusCode)
+	req, _ := http.NewRequest(http.MethodGet, addr+"/api/stacks", nil)
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err = http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	body, _ := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	assert.Equal(t, http.StatusOK, resp.StatusCode, string(body))
+	assert.JSONEq(t, `[]`, string(body))
 }
