@@ -22,6 +22,19 @@ import (
 
 const portalBearer = "portal-http-test-bearer-token"
 
+// startPortalServer serves a new portal manager over HTTP until the test ends, and destroys the
+// stack the test deploys.
+func startPortalServer(t *testing.T, stack, ns string) (*httptest.Server, *httpClient) {
+	t.Helper()
+	m := newPortal(t)
+	srv, err := portal.NewServer(context.Background(), m, portalBearer)
+	require.NoError(t, err)
+	ts := httptest.NewServer(srv.Handler())
+	t.Cleanup(ts.Close)
+	destroyAfter(t, m, stack, ns)
+	return ts, &httpClient{t: t, base: ts.URL}
+}
+
 // httpClient calls the portal with the bearer token and keeps every response body it saw.
 type httpClient struct {
 	t      *testing.T
@@ -90,14 +103,7 @@ func (c *httpClient) sse(stack string) ([]portal.Event, string) {
 // preview with a plan, up with it, 409 while it runs, progress as server-sent events, outputs, the
 // page, destroy; the token in no response.
 func TestPortalService(t *testing.T) {
-	ctx := context.Background()
-	m := newPortal(t)
-	srv, err := portal.NewServer(ctx, m, portalBearer)
-	require.NoError(t, err)
-	ts := httptest.NewServer(srv.Handler())
-	defer ts.Close()
-	c := &httpClient{t: t, base: ts.URL}
-	destroyAfter(t, m, "agg-http", "portal-http")
+	ts, c := startPortalServer(t, "agg-http", "portal-http")
 
 	resp, err := http.Get(ts.URL + "/api/stacks")
 	require.NoError(t, err)

@@ -3,7 +3,6 @@ package integration
 import (
 	"context"
 	"net/http"
-	"net/http/httptest"
 	"os/exec"
 	"testing"
 	"time"
@@ -11,8 +10,6 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-
-	"minimax-m3/portal"
 )
 
 // The page in a real browser (headless Chromium, driven over the DevTools protocol) while an up
@@ -23,13 +20,7 @@ func TestPortalPageShowsAnUpLive(t *testing.T) {
 	browser, err := exec.LookPath("chromium")
 	require.NoError(t, err, "make test installs chromium (Debian's package)")
 	ctx := context.Background()
-	m := newPortal(t)
-	srv, err := portal.NewServer(ctx, m, portalBearer)
-	require.NoError(t, err)
-	ts := httptest.NewServer(srv.Handler())
-	defer ts.Close()
-	c := &httpClient{t: t, base: ts.URL}
-	destroyAfter(t, m, "agg-page", "portal-page")
+	ts, c := startPortalServer(t, "agg-page", "portal-page")
 
 	// The download completes; the graph waits for an operator that is not there yet.
 	stopJobs := playControllers(t, "portal-page", controllers{jobOutcome: "complete"})
