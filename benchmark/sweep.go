@@ -22,17 +22,16 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
-	watchtools "k8s.io/client-go/tools/watch"
 
 	"minimax-m3/components"
 	"minimax-m3/config"
+	"minimax-m3/internal/objwatch"
 )
 
 // GraphResource is the DynamoGraphDeployment resource the sweep watches.
@@ -545,9 +544,9 @@ func (s *Sweep) runJob(ctx context.Context, job *batchv1.Job, beat func(string))
 		return err
 	}
 	beat("Job " + job.Name + " running")
-	lw := byName(job.Name, jobs.List, jobs.Watch)
+	lw := objwatch.ByName(job.Name, jobs.List, jobs.Watch)
 	var failed *batchv1.JobCondition
-	_, err := until(ctx, lw, &batchv1.Job{}, nil, func(e watch.Event) (bool, error) {
+	_, err := objwatch.Until(ctx, lw, &batchv1.Job{}, nil, func(e watch.Event) (bool, error) {
 		if e.Type == watch.Deleted {
 			return false, fmt.Errorf("the Job %s was deleted", job.Name)
 		}
@@ -643,8 +642,8 @@ func (s *Sweep) describeJob(name string) func(context.Context) string {
 func (s *Sweep) waitRestarted(ctx context.Context, id string) error {
 	graphs := s.Dynamic.Resource(GraphResource).Namespace(s.Namespace)
 	name := s.Config.GraphName
-	lw := byName(name, graphs.List, graphs.Watch)
-	_, err := until(ctx, lw, &unstructured.Unstructured{}, nil, func(e watch.Event) (bool, error) {
+	lw := objwatch.ByName(name, graphs.List, graphs.Watch)
+	_, err := objwatch.Until(ctx, lw, &unstructured.Unstructured{}, nil, func(e watch.Event) (bool, error) {
 		g, ok := e.Object.(*unstructured.Unstructured)
 		if !ok {
 			return false, nil
@@ -689,8 +688,8 @@ func RestartDone(g *unstructured.Unstructured, id string) (bool, error) {
 
 func (s *Sweep) waitPodReady(ctx context.Context, name string) error {
 	pods := s.Kube.CoreV1().Pods(s.Namespace)
-	lw := byName(name, pods.List, pods.Watch)
-	_, err := until(ctx, lw, &corev1.Pod{}, nil, func(e watch.Event) (bool, error) {
+	lw := objwatch.ByName(name, pods.List, pods.Watch)
+	_, err := objwatch.Until(ctx, lw, &corev1.Pod{}, nil, func(e watch.Event) (bool, error) {
 		p, ok := e.Object.(*corev1.Pod)
 		if !ok {
 			return false, nil
@@ -716,42 +715,16 @@ func (s *Sweep) waitGone(ctx context.Context, resource, name string) error {
 	)
 	if resource == "pods" {
 		pods := s.Kube.CoreV1().Pods(s.Namespace)
-		lw, example = byName(name, pods.List, pods.Watch), &corev1.Pod{}
+		lw, example = objwatch.ByName(name, pods.List, pods.Watch), &corev1.Pod{}
 	} else {
 		jobs := s.Kube.BatchV1().Jobs(s.Namespace)
-		lw, example = byName(name, jobs.List, jobs.Watch), &batchv1.Job{}
+		lw, example = objwatch.ByName(name, jobs.List, jobs.Watch), &batchv1.Job{}
 	}
 	gone := func(store cache.Store) (bool, error) { return len(store.List()) == 0, nil }
-	_, err := until(ctx, lw, example, gone, func(e watch.Event) (bool, error) {
+	_, err := objwatch.Until(ctx, lw, example, gone, func(e watch.Event) (bool, error) {
 		return e.Type == watch.Deleted, nil
 	})
 	return err
-}
-
-// until is watchtools.UntilWithSync, returning the context's error when it is done (an
-// interrupt) instead of a timeout.
-func until(ctx context.Context, lw cache.ListerWatcher, obj runtime.Object, pre watchtools.PreconditionFunc, cond watchtools.ConditionFunc) (*watch.Event, error) {
-	e, err := watchtools.UntilWithSync(ctx, lw, obj, pre, cond)
-	if err != nil && ctx.Err() != nil {
-		return e, ctx.Err()
-	}
-	return e, err
-}
-
-// byName lists and watches one object by name.
-func byName[L runtime.Object](name string, list func(context.Context, metav1.ListOptions) (L, error),
-	watchFn func(context.Context, metav1.ListOptions) (watch.Interface, error)) cache.ListerWatcher {
-	selector := fields.OneTermEqualSelector("metadata.name", name).String()
-	return &cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			o.FieldSelector = selector
-			return list(ctx, o)
-		},
-		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			o.FieldSelector = selector
-			return watchFn(ctx, o)
-		},
-	}
 }
 
 // writeResults writes the merged table, the plot and sweep.json.

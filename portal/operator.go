@@ -13,17 +13,14 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
-	"k8s.io/client-go/tools/cache"
-	watchtools "k8s.io/client-go/tools/watch"
 
 	"minimax-m3/config"
+	"minimax-m3/internal/objwatch"
 )
 
 // StackResource is the Pulumi Kubernetes Operator's Stack (v2).
@@ -186,21 +183,11 @@ func (e *StalledError) Error() string {
 // generation (the result) or Stalled (a StalledError), reporting each change as progress.
 func (o *OperatorRunner) Wait(ctx context.Context, stack string, progress func(Event)) (OperatorResult, error) {
 	stacks := o.Dynamic.Resource(StackResource).Namespace(o.Namespace)
-	selector := fields.OneTermEqualSelector("metadata.name", stack).String()
-	lw := &cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, opts metav1.ListOptions) (runtime.Object, error) {
-			opts.FieldSelector = selector
-			return stacks.List(ctx, opts)
-		},
-		WatchFuncWithContext: func(ctx context.Context, opts metav1.ListOptions) (watch.Interface, error) {
-			opts.FieldSelector = selector
-			return stacks.Watch(ctx, opts)
-		},
-	}
+	lw := objwatch.ByName(stack, stacks.List, stacks.Watch)
 	var res OperatorResult
 	var last string
 	start := time.Now()
-	_, err := watchtools.UntilWithSync(ctx, lw, &unstructured.Unstructured{}, nil, func(e watch.Event) (bool, error) {
+	_, err := objwatch.Until(ctx, lw, &unstructured.Unstructured{}, nil, func(e watch.Event) (bool, error) {
 		if e.Type == watch.Deleted {
 			return false, fmt.Errorf("stack %s was deleted", stack)
 		}
@@ -235,9 +222,6 @@ func (o *OperatorRunner) Wait(ctx context.Context, stack string, progress func(E
 		}
 		return false, nil
 	})
-	if err != nil && ctx.Err() != nil {
-		return res, ctx.Err()
-	}
 	return res, err
 }
 

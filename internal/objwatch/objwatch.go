@@ -1,0 +1,39 @@
+// Package objwatch waits on one Kubernetes object by name, with client-go's watch tools.
+package objwatch
+
+import (
+	"context"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/tools/cache"
+	watchtools "k8s.io/client-go/tools/watch"
+)
+
+// ByName lists and watches one object by name.
+func ByName[L runtime.Object](name string, list func(context.Context, metav1.ListOptions) (L, error),
+	watchFn func(context.Context, metav1.ListOptions) (watch.Interface, error)) cache.ListerWatcher {
+	selector := fields.OneTermEqualSelector("metadata.name", name).String()
+	return &cache.ListWatch{
+		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			o.FieldSelector = selector
+			return list(ctx, o)
+		},
+		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			o.FieldSelector = selector
+			return watchFn(ctx, o)
+		},
+	}
+}
+
+// Until is watchtools.UntilWithSync, returning the context's error when it is done (an interrupt)
+// instead of a timeout.
+func Until(ctx context.Context, lw cache.ListerWatcher, obj runtime.Object, pre watchtools.PreconditionFunc, cond watchtools.ConditionFunc) (*watch.Event, error) {
+	e, err := watchtools.UntilWithSync(ctx, lw, obj, pre, cond)
+	if err != nil && ctx.Err() != nil {
+		return e, ctx.Err()
+	}
+	return e, err
+}
