@@ -24,6 +24,8 @@ type MiniMaxM3Args struct {
 	HFToken pulumi.StringInput
 	// Results reads the smoke test's result from its pod; nil leaves it out.
 	Results JobResultReader
+	// GraphStatus follows the operator's status of the graph during `up`; nil does not.
+	GraphStatus GraphStatusWatcher
 }
 
 // MiniMaxM3 is one stack's deployment: namespace, token Secret, model cache, ComputeDomain and the
@@ -102,7 +104,7 @@ func NewMiniMaxM3(ctx *pulumi.Context, name string, args *MiniMaxM3Args, opts ..
 		return nil, err
 	}
 
-	graph, err := NewGraph(ctx, "graph", &GraphArgs{Namespace: ns.Name, Config: c, LegacyName: legacy + "-graph"},
+	graph, err := NewGraph(ctx, "graph", &GraphArgs{Namespace: ns.Name, Config: c, LegacyName: legacy + "-graph", Status: args.GraphStatus},
 		parent, pulumi.DependsOn(append([]pulumi.Resource{cd}, cache.Ready...)))
 	if err != nil {
 		return nil, err

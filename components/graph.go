@@ -28,6 +28,9 @@ type GraphArgs struct {
 	Config    *config.Config
 	// LegacyName is the component's logical name under the first naming scheme.
 	LegacyName string
+	// Status follows the operator's status of the graph during `up`, to report its failures; nil
+	// does not.
+	Status GraphStatusWatcher
 }
 
 // Graph is the DynamoGraphDeployment and the ConfigMap its workers read the speculative config from.
@@ -112,6 +115,9 @@ func NewGraph(ctx *pulumi.Context, name string, args *GraphArgs, opts ...pulumi.
 	if err != nil {
 		return nil, err
 	}
+	if args.Status != nil && c.Readiness.WaitForReady && !ctx.DryRun() {
+		reportGraphFailures(ctx, args.Status, g, dgd, c.Namespace.Name, c.GraphName, c.Readiness.Timeout)
+	}
 	g.Object = dgd
 	g.Name = dgd.Metadata.Name().Elem()
 	g.ConfigMap = cm.Metadata.Name().Elem()
@@ -124,13 +130,14 @@ func graphTypeToken(apiVersion string) string {
 
 // readiness turns the readiness config into the provider's await annotation and timeouts.
 func readiness(r config.ReadinessConfig, restartID string) (pulumi.StringMap, *pulumi.CustomTimeouts) {
+	del, _ := time.ParseDuration(r.DeleteTimeout) // validated
 	if !r.WaitForReady {
-		return pulumi.StringMap{"pulumi.com/skipAwait": pulumi.String("true")}, nil
+		return pulumi.StringMap{"pulumi.com/skipAwait": pulumi.String("true")}, &pulumi.CustomTimeouts{Delete: fmt.Sprint(del)}
 	}
 	d, _ := time.ParseDuration(r.Timeout) // validated
 	t := fmt.Sprint(d)
 	return pulumi.StringMap{"pulumi.com/waitFor": pulumi.String(WaitFor(restartID))},
-		&pulumi.CustomTimeouts{Create: t, Update: t}
+		&pulumi.CustomTimeouts{Create: t, Update: t, Delete: fmt.Sprint(del)}
 }
 
 // WaitFor is the graph's pulumi.com/waitFor annotation. The operator sets Ready once every

@@ -104,7 +104,7 @@ func Deploy(ctx *pulumi.Context, o Options) (pulumi.Map, error) {
 	if t := raw.HFToken(); t != "" {
 		token = pulumi.ToSecret(pulumi.String(t)).(pulumi.StringOutput)
 	}
-	d, err := NewMiniMaxM3(ctx, "minimax-m3", &MiniMaxM3Args{Config: &c, HFToken: token, Results: jobResults(cluster)}, pulumi.Provider(provider))
+	d, err := NewMiniMaxM3(ctx, "minimax-m3", &MiniMaxM3Args{Config: &c, HFToken: token, Results: jobResults(cluster), GraphStatus: graphStatus(cluster)}, pulumi.Provider(provider))
 	if err != nil {
 		return nil, err
 	}
@@ -153,6 +153,12 @@ func keysFromEnvironment() []string {
 func jobResults(cluster ObjectReader) JobResultReader {
 	r, _ := cluster.(JobResultReader)
 	return r
+}
+
+// graphStatus follows the graph's status, when the cluster's reader can.
+func graphStatus(cluster ObjectReader) GraphStatusWatcher {
+	w, _ := cluster.(GraphStatusWatcher)
+	return w
 }
 
 func optionalString(s string) pulumi.StringPtrInput {

@@ -10,6 +10,8 @@ import (
 	"fmt"
 	"regexp"
 	"strings"
+
+	"k8s.io/apimachinery/pkg/util/validation"
 )
 
 // Namespace is the Pulumi config namespace of every key, as in `minimax-m3:profile`.
@@ -84,6 +86,15 @@ func Validate(c *Config) Problems {
 	findPlaceholders(&ps, "", c)
 
 	v.dns1035("graphName", c.FrontendServiceName(), "the frontend Service name %q derived from it")
+	if c.Profile == Aggregated || c.Profile == Disaggregated {
+		for _, r := range c.Workers() {
+			v.dns1035("graphName", c.WorkerServiceName(r), "the "+r.Name+" Service name %q the Dynamo operator derives from it")
+		}
+	}
+	if ns := c.DynamoNamespace(); c.Namespace.Name != "" && len(ns) > validation.LabelValueMaxLength {
+		v.add("graphName", "with namespace.name %q, the Dynamo namespace %q the operator derives from both (a label value on every component) is %d characters, more than %d: shorten graphName or namespace.name",
+			c.Namespace.Name, ns, len(ns), validation.LabelValueMaxLength)
+	}
 	v.atLeast("gpusPerNode", c.GPUsPerNode, 1)
 	v.image("image", c.Image)
 	if !runtimeVersionPattern.MatchString(c.RuntimeVersion) {
@@ -104,6 +115,7 @@ func Validate(c *Config) Problems {
 		v.qualifiedName("placement.topologyKey", c.Placement.TopologyKey)
 	}
 	v.duration("readiness.timeout", c.Readiness.Timeout)
+	v.duration("readiness.deleteTimeout", c.Readiness.DeleteTimeout)
 	c.Restart.validate(v, "restart", c)
 	c.SmokeTest.validate(v, "smokeTest", c)
 	c.Benchmark.validate(v, "benchmark")
@@ -172,6 +184,9 @@ type PlacementConfig struct {
 type ReadinessConfig struct {
 	WaitForReady bool   `json:"waitForReady"`
 	Timeout      string `json:"timeout"`
+	// DeleteTimeout bounds how long `destroy` (or a replacement) waits for the graph to be gone:
+	// the Dynamo operator must release its finalizer, and its components must be deleted first.
+	DeleteTimeout string `json:"deleteTimeout"`
 }
 
 // RestartConfig is the graph's spec.restart: changing ID makes the Dynamo operator restart the
@@ -265,6 +280,23 @@ func (c *Config) ChannelClaimTemplateName() string {
 		return c.ComputeDomain.ChannelClaimTemplate
 	}
 	return c.ComputeDomainName() + "-channel"
+}
+
+// workerHashLength is the length of the worker hash the Dynamo operator appends to a worker
+// component's resource names (the DynamoComponentDeployment, its Deployment and Service): 8 hex
+// digits.
+const workerHashLength = 8
+
+// WorkerServiceName is the longest name the Dynamo operator gives a worker component's resources:
+// `<graph>-<component, lower case>-<worker hash>`, with a placeholder for the hash.
+func (c *Config) WorkerServiceName(r Role) string {
+	return c.GraphName + "-" + strings.ToLower(r.Name) + "-" + strings.Repeat("0", workerHashLength)
+}
+
+// DynamoNamespace is the Dynamo namespace the operator gives the graph's components:
+// `<namespace>-<graph>` with dots made dashes. It is the value of a label on each of them.
+func (c *Config) DynamoNamespace() string {
+	return c.Namespace.Name + "-" + strings.ReplaceAll(c.GraphName, ".", "-")
 }
 
 // FrontendServiceName is the Service the Dynamo operator creates for the frontend.

@@ -121,6 +121,8 @@ func TestValidationNamesTheKeyToFix(t *testing.T) {
 		{"role of the other profile", with(valid("agg"), "decodeWorker", `{"replicas": 2}`), "minimax-m3:decodeWorker", "not used by profile"},
 		{"reused channel without a name", with(valid("agg"), "computeDomain", `{"create": false}`), "minimax-m3:computeDomain.channelClaimTemplate", "is required"},
 		{"bad download timeout", with(valid("agg"), "modelDownload", `{"timeout": "forever"}`), "minimax-m3:modelDownload.timeout", "positive duration"},
+		{"worker Service name too long", with(valid("disagg"), "graphName", strings.Repeat("g", 41)), "minimax-m3:graphName", "PrefillWorker Service name"},
+		{"Dynamo namespace too long", with(with(valid("disagg"), "graphName", "minimax-m3-disagg-gb200-agentic"), "namespace", `{"name": "team-inference-production-us-east"}`), "minimax-m3:graphName", "more than 63"},
 		{"bad readiness timeout", with(valid("agg"), "readiness", `{"timeout": "-5m"}`), "minimax-m3:readiness.timeout", "positive duration"},
 		{"duplicate env", with(valid("agg"), "worker", `{"extraEnv": [{"name": "NCCL_CUMEM_ENABLE", "value": "0"}]}`), "minimax-m3:worker.extraEnv[0].name", "already set"},
 		{"env duplicating a network variable", with(valid("agg"), "worker", `{"network": {"socketInterface": "eth0"}, "extraEnv": [{"name": "NCCL_SOCKET_IFNAME", "value": "eth1"}]}`), "minimax-m3:worker.extraEnv[0].name", "already set"},

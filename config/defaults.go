@@ -61,7 +61,7 @@ func Defaults(p Profile) Config {
 			WaitForCompletion: true,
 		},
 		ComputeDomain: ComputeDomainConfig{Create: true},
-		Readiness:     ReadinessConfig{WaitForReady: true, Timeout: "2h"},
+		Readiness:     ReadinessConfig{WaitForReady: true, Timeout: "2h", DeleteTimeout: "10m"},
 		// The recipe's benchmark (perf/perf.yaml and perf/README.md): its AIPerf image, trace and caps.
 		Benchmark: BenchmarkConfig{
 			Image:             "nvcr.io/nvidia/ai-dynamo/aiperf:0.12.0",

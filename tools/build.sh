@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds the pinned toolchain the tests and the offline main job need, from Go modules:
 # the Pulumi CLI, the Go language host, the Kubernetes provider plugin, kube-apiserver, etcd,
-# golangci-lint and actionlint.
+# golangci-lint, actionlint and the Dynamo operator.
 #
 # Binaries live in a per-user cache keyed by tool and version, so a fresh clone (as in CI) reuses
 # them; $ROOT/.toolchain/bin only links to them. A binary whose version is already built is skipped.
@@ -101,6 +101,25 @@ if command -v kubectl >/dev/null 2>&1 && [ "$(command -v kubectl)" != "$bin/kube
   ln -sfn "$(command -v kubectl)" "$bin/kubectl"
 else
   build kubectl "$KUBERNETES_VERSION" "$tools/kube-apiserver" k8s.io/kubernetes/cmd/kubectl "$k8s_ldflags"
+fi
+
+# The Dynamo operator, for the tests that run it against the local API server (issue: the real
+# operator in the loop). Built from its source tree (MINIMAX_M3_DYNAMO_OPERATOR, default the
+# reference copy beside the project), never copied into the project. One module it needs is served
+# only by the file-based proxy beside it (MINIMAX_M3_GOPROXY_EXTRA). The cache key is a hash of the
+# source's Go files and module files, so another Dynamo release builds beside this one.
+operator_src="${MINIMAX_M3_DYNAMO_OPERATOR:-$root/../shared/reference/dynamo-operator}"
+operator_proxy="${MINIMAX_M3_GOPROXY_EXTRA:-$root/../shared/reference/goproxy}"
+if [ -f "$operator_src/go.mod" ]; then
+  operator_src=$(cd "$operator_src" && pwd)
+  operator_version=$(cd "$operator_src" &&
+    find . -name '*.go' -not -path './test/*' -o -name go.mod -o -name go.sum | LC_ALL=C sort |
+    xargs sha256sum | sha256sum | cut -c1-12)
+  GOPROXY="file://$(cd "$operator_proxy" && pwd),$(go env GOPROXY)" GOFLAGS=-mod=readonly \
+    build dynamo-operator "src-$operator_version" "$operator_src" ./cmd/main.go
+else
+  log "no Dynamo operator source at $operator_src (MINIMAX_M3_DYNAMO_OPERATOR): the operator tests will fail"
+  rm -f "$bin/dynamo-operator"
 fi
 
 # Install the provider into the project's PULUMI_HOME so the engine finds it without a download

@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"minimax-m3/tests/localcluster"
@@ -25,6 +26,7 @@ var cluster struct {
 	root       string // the project checkout
 	bin        string // the built toolchain
 	kubeconfig string
+	config     *rest.Config
 	client     client.Client
 }
 
@@ -69,7 +71,7 @@ func run(m *testing.M) int {
 			fmt.Fprintln(os.Stderr, "stopping the API server:", err)
 		}
 	}()
-	cluster.kubeconfig, cluster.client = c.Kubeconfig, c.Client
+	cluster.kubeconfig, cluster.config, cluster.client = c.Kubeconfig, c.Config, c.Client
 	return m.Run()
 }
 

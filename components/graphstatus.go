@@ -1,0 +1,118 @@
+package components
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/watch"
+
+	"minimax-m3/internal/objwatch"
+)
+
+// GraphFailure is what the Dynamo operator writes when it cannot bring a graph up: Ready False at
+// the graph's generation, with status.state "failed", and its reason and message.
+type GraphFailure struct {
+	Generation      int64
+	Reason, Message string
+}
+
+// GraphStatusWatcher follows a graph's status while `up` waits for it.
+type GraphStatusWatcher interface {
+	// GraphGeneration is the graph's metadata.generation; 0 when it does not exist.
+	GraphGeneration(ctx context.Context, namespace, name string) (int64, error)
+	// WatchGraphFailures calls report for each failure the operator writes for a generation above
+	// after, until ctx ends.
+	WatchGraphFailures(ctx context.Context, namespace, name string, after int64, report func(GraphFailure)) error
+}
+
+var graphGVR = schema.GroupVersionResource{Group: "nvidia.com", Version: "v1beta1", Resource: "dynamographdeployments"}
+
+// GraphFailureOf is the failure a graph's status reports for its current generation, if any.
+func GraphFailureOf(g *unstructured.Unstructured) (GraphFailure, bool) {
+	state, _, _ := unstructured.NestedString(g.Object, "status", "state")
+	if state != "failed" {
+		return GraphFailure{}, false
+	}
+	conds, _, _ := unstructured.NestedSlice(g.Object, "status", "conditions")
+	for _, c := range conds {
+		m, _ := c.(map[string]any)
+		if m["type"] != "Ready" || m["status"] != "False" {
+			continue
+		}
+		gen, _ := m["observedGeneration"].(int64)
+		if gen != g.GetGeneration() {
+			return GraphFailure{}, false
+		}
+		reason, _ := m["reason"].(string)
+		msg, _ := m["message"].(string)
+		return GraphFailure{Generation: gen, Reason: reason, Message: msg}, true
+	}
+	return GraphFailure{}, false
+}
+
+func (r clusterReader) GraphGeneration(ctx context.Context, namespace, name string) (int64, error) {
+	obj, found, err := r.readGraph(ctx, namespace, name)
+	if err != nil || !found {
+		return 0, err
+	}
+	return obj.GetGeneration(), nil
+}
+
+func (r clusterReader) readGraph(ctx context.Context, namespace, name string) (*unstructured.Unstructured, bool, error) {
+	obj, err := r.dynamic.Resource(graphGVR).Namespace(namespace).Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return nil, false, nil
+	}
+	return obj, err == nil, err
+}
+
+func (r clusterReader) WatchGraphFailures(ctx context.Context, namespace, name string, after int64, report func(GraphFailure)) error {
+	res := r.dynamic.Resource(graphGVR).Namespace(namespace)
+	lw := objwatch.ByName(name,
+		func(ctx context.Context, o metav1.ListOptions) (*unstructured.UnstructuredList, error) {
+			return res.List(ctx, o)
+		},
+		func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) { return res.Watch(ctx, o) })
+	var last GraphFailure
+	_, err := objwatch.Until(ctx, lw, &unstructured.Unstructured{}, nil, func(e watch.Event) (bool, error) {
+		g, ok := e.Object.(*unstructured.Unstructured)
+		if !ok || e.Type == watch.Deleted {
+			return false, nil
+		}
+		if f, failed := GraphFailureOf(g); failed && f.Generation > after && f != last {
+			last = f
+			report(f)
+		}
+		return false, nil
+	})
+	return err
+}
+
+// reportGraphFailures shows, while `up` waits for the graph, each failure the Dynamo operator
+// reports for the generation this `up` writes, as a warning on the graph's component: its reason
+// and message are in the output at once and in `up`'s error when the wait ends. The provider's
+// wait itself cannot end early on a failure (it ends at readiness.timeout), nor say why.
+func reportGraphFailures(ctx *pulumi.Context, w GraphStatusWatcher, g *Graph, dgd pulumi.Resource, namespace, name, timeout string) {
+	rctx, cancel := context.WithCancel(context.Background())
+	before, err := w.GraphGeneration(rctx, namespace, name)
+	if err != nil {
+		cancel()
+		_ = ctx.Log.Warn("not following the Dynamo operator's status of the graph: "+err.Error(), &pulumi.LogArgs{Resource: g})
+		return
+	}
+	go func() {
+		_ = w.WatchGraphFailures(rctx, namespace, name, before, func(f GraphFailure) {
+			_ = ctx.Log.Warn(fmt.Sprintf("the Dynamo operator reports DynamoGraphDeployment %s/%s failed at generation %d: %s: %s "+
+				"(up waits for Ready until readiness.timeout, %s, in case it recovers)", namespace, name, f.Generation, f.Reason, f.Message, timeout),
+				&pulumi.LogArgs{Resource: g})
+		})
+	}()
+	// The graph's registration returns once the provider's wait ended, either way.
+	dgd.URN().ApplyT(func(string) string { cancel(); return "" })
+}
