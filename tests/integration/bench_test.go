@@ -58,7 +58,10 @@ type benchWorld struct {
 	log []string // what happened, in order
 	// hold leaves benchmark Jobs running (for the interrupt test); failWriteCheck fails the check.
 	hold, failWriteCheck bool
-	artifactDirs         []string
+	// realOperator: the Dynamo operator runs (operator_test.go); the world plays the Deployment
+	// controller and the garbage collector instead of the operator.
+	realOperator bool
+	artifactDirs []string
 }
 
 func (w *benchWorld) record(s string) {
@@ -103,8 +106,13 @@ func (w *benchWorld) runInContainer(ctx context.Context, pod, container string, 
 // play runs the controllers until ctx is done.
 func (w *benchWorld) play(ctx context.Context) {
 	for ctx.Err() == nil {
-		playDynamoOperator(ctx, w.t, w.ns, readyLikeTheOperator)
-		playGarbageCollector(ctx, w.t, w.ns)
+		if w.realOperator {
+			playDeployments(ctx, w.t, w.ns, nil)
+			playForegroundGC(ctx, w.t, w.ns)
+		} else {
+			playDynamoOperator(ctx, w.t, w.ns, readyLikeTheOperator)
+			playGarbageCollector(ctx, w.t, w.ns)
+		}
 		w.playHelperPod(ctx)
 		w.playJobs(ctx)
 		time.Sleep(100 * time.Millisecond)
@@ -257,59 +265,114 @@ func kubeClients(t *testing.T) (kubernetes.Interface, dynamic.Interface) {
 	return kube, dyn
 }
 
+// benchRun is a deployed disagg stack with the benchmark enabled, the world its sweep runs in and
+// the sweep (a trace to stage, run ID run1, heartbeats every second).
+type benchRun struct {
+	trace, traceSHA, out string
+	config               config.Config
+	world                *benchWorld
+	stack                *testStack
+	sweep                *benchmark.Sweep
+
+	mu     sync.Mutex
+	events []benchmark.Event
+}
+
+// newBenchRun deploys the stack in ns and starts playing the world; with realOperator the Dynamo
+// operator is the real one (startOperator), and the test plays the Deployment controller and the
+// garbage collector instead.
+func newBenchRun(t *testing.T, ns string, realOperator bool) *benchRun {
+	ctx := context.Background()
+	b := &benchRun{trace: filepath.Join(t.TempDir(), "trace.jsonl"), out: t.TempDir()}
+	line := `{"timestamp":0,"input_length":65536,"output_length":400,"hash_ids":[1,2,3]}` + "\n"
+	require.NoError(t, os.WriteFile(b.trace, []byte(line), 0o644))
+	sum := sha256.Sum256([]byte(line))
+	b.traceSHA = hex.EncodeToString(sum[:])
+
+	b.stack = newStack(t, "disagg", ns, auto.ConfigMap{
+		"minimax-m3:benchmark.enabled":     {Value: "true"},
+		"minimax-m3:benchmark.traceSHA256": {Value: b.traceSHA},
+	})
+	if realOperator {
+		stop := playCluster(t, ns, nil)
+		_, _, err := b.stack.up(ctx)
+		stop()
+		require.NoError(t, err, b.stack.log.String())
+	} else {
+		upReady(t, b.stack, controllers{})
+	}
+	var err error
+	b.config, err = b.stack.stack.Config(ctx)
+	require.NoError(t, err)
+
+	world, restConfig := newBenchWorld(t, ns)
+	world.realOperator = realOperator
+	b.world = world
+	playCtx, stopPlaying := context.WithCancel(ctx)
+	t.Cleanup(stopPlaying)
+	go world.play(playCtx)
+
+	kube, dyn := kubeClients(t)
+	b.sweep = &benchmark.Sweep{
+		Config: &b.config, Namespace: ns, Kube: kube, Dynamic: dyn, Exec: benchmark.PodExecutor{Config: restConfig, Client: kube},
+		Restart: func(ctx context.Context, id string) error {
+			world.record("restart " + id)
+			return b.stack.stack.Restart(ctx, id, optup.ProgressStreams(b.stack.log))
+		},
+		RunID: "run1", OutDir: b.out, StageTrace: b.trace, Heartbeat: time.Second,
+		Progress: func(e benchmark.Event) {
+			b.mu.Lock()
+			defer b.mu.Unlock()
+			b.events = append(b.events, e)
+		},
+	}
+	return b
+}
+
+func (b *benchRun) progress() []benchmark.Event {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return append([]benchmark.Event(nil), b.events...)
+}
+
+func (b *benchRun) resetProgress() {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.events = nil
+}
+
+// sweepSteps are the write check, restarts and Jobs of the world's log, in order.
+func sweepSteps(w *benchWorld) []string {
+	var steps []string
+	for _, e := range w.events() {
+		if strings.HasPrefix(e, "restart ") || strings.HasPrefix(e, "job ") || strings.HasPrefix(e, "write-check ") {
+			steps = append(steps, e)
+		}
+	}
+	return steps
+}
+
 // The sweep, through the package cmd/bench runs, on a deployed disagg stack: the trace staged
 // after its checksum, the write check, then per point (in the order given) a restart through the
 // stack's restart.id and `up`, one Job with its own ARTIFACT_DIR started only once the restart
 // completed, its artifacts copied out; the merged table and plot parsed back; nothing left behind.
 func TestBenchmarkSweep(t *testing.T) {
 	ctx := context.Background()
-	trace := filepath.Join(t.TempDir(), "trace.jsonl")
-	require.NoError(t, os.WriteFile(trace, []byte(`{"timestamp":0,"input_length":65536,"output_length":400,"hash_ids":[1,2,3]}`+"\n"), 0o644))
-	sum := sha256.Sum256([]byte(`{"timestamp":0,"input_length":65536,"output_length":400,"hash_ids":[1,2,3]}` + "\n"))
-	traceSHA := hex.EncodeToString(sum[:])
-
-	s := newStack(t, "disagg", "bench", auto.ConfigMap{
-		"minimax-m3:benchmark.enabled":     {Value: "true"},
-		"minimax-m3:benchmark.traceSHA256": {Value: traceSHA},
-	})
-	upReady(t, s, controllers{})
-	c, err := s.stack.Config(ctx)
-	require.NoError(t, err)
-
-	world, restConfig := newBenchWorld(t, s.ns)
-	playCtx, stopPlaying := context.WithCancel(ctx)
-	defer stopPlaying()
-	go world.play(playCtx)
-
-	kube, dyn := kubeClients(t)
-	out := t.TempDir()
-	var progress []benchmark.Event
-	var progressMu sync.Mutex
-	sweep := &benchmark.Sweep{
-		Config: &c, Namespace: s.ns, Kube: kube, Dynamic: dyn, Exec: benchmark.PodExecutor{Config: restConfig, Client: kube},
-		Restart: func(ctx context.Context, id string) error {
-			world.record("restart " + id)
-			return s.stack.Restart(ctx, id, optup.ProgressStreams(s.log))
-		},
-		Concurrency: []int{32, 16, 64}, RunID: "run1", OutDir: out, StageTrace: trace, Heartbeat: time.Second,
-		Progress: func(e benchmark.Event) {
-			progressMu.Lock()
-			defer progressMu.Unlock()
-			progress = append(progress, e)
-		},
-	}
+	b := newBenchRun(t, "bench", false)
+	traceSHA, c, world, s, sweep, out := b.traceSHA, b.config, b.world, b.stack, b.sweep, b.out
+	sweep.Concurrency = []int{32, 16, 64}
 
 	// A trace whose checksum is not the configured one is refused before anything is created.
 	wrong := filepath.Join(t.TempDir(), "other.jsonl")
 	require.NoError(t, os.WriteFile(wrong, []byte("{}\n"), 0o644))
 	bad := *sweep
 	bad.StageTrace = wrong
-	_, err = bad.Run(ctx)
+	_, err := bad.Run(ctx)
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "but benchmark.traceSHA256 is "+traceSHA+": not staging it")
 	assert.NoFileExists(t, filepath.Join(world.claim, c.Benchmark.TraceFile))
 
-	progress = nil
+	b.resetProgress()
 	res, err := sweep.Run(ctx)
 	require.NoError(t, err, s.log.String())
 
@@ -320,18 +383,12 @@ func TestBenchmarkSweep(t *testing.T) {
 
 	// The order: the write check, then per point its restart (through `up`), and its Job, which
 	// started only once the operator had completed that point's restart.
-	var steps []string
-	for _, e := range world.events() {
-		if strings.HasPrefix(e, "restart ") || strings.HasPrefix(e, "job ") || strings.HasPrefix(e, "write-check ") {
-			steps = append(steps, e)
-		}
-	}
 	assert.Equal(t, []string{
 		"write-check /model-cache/aiperf-artifacts/run1",
 		"restart bench-run1-c32", "job c=32 restart=bench-run1-c32/Completed",
 		"restart bench-run1-c16", "job c=16 restart=bench-run1-c16/Completed",
 		"restart bench-run1-c64", "job c=64 restart=bench-run1-c64/Completed",
-	}, steps)
+	}, sweepSteps(world))
 	assert.Equal(t, []string{"/model-cache/aiperf-artifacts/run1/c32", "/model-cache/aiperf-artifacts/run1/c16", "/model-cache/aiperf-artifacts/run1/c64"},
 		world.artifactDirs, "one directory per point")
 
@@ -383,9 +440,9 @@ func TestBenchmarkSweep(t *testing.T) {
 	assert.Equal(t, "real", plot.Circles[2].Mode)
 
 	var meta benchmark.Metadata
-	b, err := os.ReadFile(filepath.Join(out, "sweep.json"))
+	metaJSON, err := os.ReadFile(filepath.Join(out, "sweep.json"))
 	require.NoError(t, err)
-	require.NoError(t, json.Unmarshal(b, &meta))
+	require.NoError(t, json.Unmarshal(metaJSON, &meta))
 	assert.Equal(t, "real", meta.SpeculativeMode)
 	assert.True(t, meta.RestartedBetweenPoints)
 	assert.Equal(t, 24, meta.GPUs)
@@ -393,7 +450,7 @@ func TestBenchmarkSweep(t *testing.T) {
 
 	// Progress named every phase, in order, with the points.
 	var phases []string
-	for _, e := range progress {
+	for _, e := range b.progress() {
 		if e.Done {
 			phases = append(phases, fmt.Sprintf("%d:%s", e.Concurrency, e.Phase))
 		}
@@ -404,7 +461,7 @@ func TestBenchmarkSweep(t *testing.T) {
 		"64:restart", "64:benchmark", "64:benchmark", "64:fetch",
 		"0:results", "0:cleanup"}, phases, "phase ends, and the deletions of the check's and each point's Job and of the helper")
 
-	assertNothingLeft(t, kube, s.ns)
+	assertNothingLeft(t, sweep.Kube, s.ns)
 }
 
 // Interrupting a sweep (its context cancelled) deletes the running Job and the helper pod; a failed

@@ -15,8 +15,10 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
 	"minimax-m3/tests/localcluster"
 )
@@ -53,6 +55,9 @@ func run(m *testing.M) int {
 		}
 	}
 
+	// The tests' clients log the API server's warnings (deprecated versions the operator reads)
+	// through controller-runtime's logger; they are not the tests' output.
+	ctrllog.SetLogger(logr.Discard())
 	c, err := localcluster.Start(cluster.bin, os.Getenv("MINIMAX_M3_CRDS"))
 	if err != nil {
 		return fail(err)
