@@ -18,7 +18,7 @@ GO_FILES = $(shell git ls-files '*.go')
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
 
-toolchain: ## build the pinned Pulumi CLI, Go language host, Kubernetes provider, kube-apiserver, etcd and linters (cached)
+toolchain: ## build the pinned Pulumi CLI, Go language host, Kubernetes provider, kube-apiserver, etcd, linters and the Dynamo operator (cached)
 	bash tools/build.sh
 
 browser: ## install Chromium from Debian's packages if missing (the portal page's test drives it headless)
@@ -39,7 +39,7 @@ unit: ## config and mocked-engine tests (no toolchain needed)
 	go test -count=1 ./...
 	cd tests && go test -count=1 ./unit
 
-integration: toolchain browser ## the real engine, provider and API server with the CRDs from MINIMAX_M3_CRDS
+integration: toolchain browser ## the real engine, provider and API server with the CRDs from MINIMAX_M3_CRDS; the real Dynamo operator in its tier
 	cd tests && go test -count=1 -timeout 45m -v ./integration
 
 test: check unit integration ## every test: what CI runs

@@ -109,7 +109,7 @@ func reportGraphFailures(ctx *pulumi.Context, w GraphStatusWatcher, g *Graph, dg
 	go func() {
 		_ = w.WatchGraphFailures(rctx, namespace, name, before, func(f GraphFailure) {
 			_ = ctx.Log.Warn(fmt.Sprintf("the Dynamo operator reports DynamoGraphDeployment %s/%s failed at generation %d: %s: %s "+
-				"(up waits for Ready until readiness.timeout, %s, in case it recovers)", namespace, name, f.Generation, f.Reason, f.Message, timeout),
+				"(up waits for Ready until readiness.timeout, %s, in case it recovers: Ctrl-C stops waiting)", namespace, name, f.Generation, f.Reason, f.Message, timeout),
 				&pulumi.LogArgs{Resource: g})
 		})
 	}()

@@ -103,7 +103,7 @@ else
   build kubectl "$KUBERNETES_VERSION" "$tools/kube-apiserver" k8s.io/kubernetes/cmd/kubectl "$k8s_ldflags"
 fi
 
-# The Dynamo operator, for the tests that run it against the local API server (issue: the real
+# The Dynamo operator, for the tests that run it against the local API server (the real
 # operator in the loop). Built from its source tree (MINIMAX_M3_DYNAMO_OPERATOR, default the
 # reference copy beside the project), never copied into the project. One module it needs is served
 # only by the file-based proxy beside it (MINIMAX_M3_GOPROXY_EXTRA). The cache key is a hash of the
@@ -115,7 +115,7 @@ if [ -f "$operator_src/go.mod" ]; then
   operator_version=$(cd "$operator_src" &&
     find . -name '*.go' -not -path './test/*' -o -name go.mod -o -name go.sum | LC_ALL=C sort |
     xargs sha256sum | sha256sum | cut -c1-12)
-  GOPROXY="file://$(cd "$operator_proxy" && pwd),$(go env GOPROXY)" GOFLAGS=-mod=readonly \
+  GOPROXY="file://$(cd "$operator_proxy" && pwd),$(go env GOPROXY)" \
     build dynamo-operator "src-$operator_version" "$operator_src" ./cmd/main.go
 else
   log "no Dynamo operator source at $operator_src (MINIMAX_M3_DYNAMO_OPERATOR): the operator tests will fail"

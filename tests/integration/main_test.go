@@ -4,7 +4,9 @@
 //
 // The API server runs no controllers. Where a test needs one, it plays it and says so: the Job
 // controller (marking the download Job complete or failed), the Dynamo operator (marking the graph
-// Ready) and the garbage collector (releasing foreground deletions).
+// Ready) and the garbage collector (releasing foreground deletions). The TestRealOperator tests
+// (operator_test.go) run the real Dynamo operator instead and play only the Deployment controller
+// with ready pods, the Job controller and the garbage collector.
 package integration
 
 import (
