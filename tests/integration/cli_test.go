@@ -20,7 +20,7 @@ import (
 // copyProgram copies what `pulumi preview` builds: the Go module and the stack files.
 func copyProgram(t *testing.T) string {
 	dir := t.TempDir()
-	for _, p := range []string{"go.mod", "go.sum", "main.go", "config", "components"} {
+	for _, p := range []string{"go.mod", "go.sum", "main.go", "config", "components", "internal"} {
 		out, err := exec.Command("cp", "-r", filepath.Join(cluster.root, p), dir).CombinedOutput()
 		require.NoError(t, err, string(out))
 	}

@@ -205,6 +205,19 @@ const (
 // playControllers plays the missing controllers in a namespace until stop is called. It always
 // plays the garbage collector, which releases foreground deletions.
 func playControllers(t *testing.T, ns string, c controllers) (stop func()) {
+	return playEvery(func(ctx context.Context) {
+		if c.jobOutcome != "" {
+			playJobController(ctx, t, ns, c.jobOutcome)
+		}
+		if c.graphReady {
+			playDynamoOperator(ctx, t, ns, c.readyStyle)
+		}
+		playGarbageCollector(ctx, t, ns)
+	})
+}
+
+// playEvery runs play every 200 ms until stop is called.
+func playEvery(play func(context.Context)) (stop func()) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() {
@@ -212,13 +225,7 @@ func playControllers(t *testing.T, ns string, c controllers) (stop func()) {
 		tick := time.NewTicker(200 * time.Millisecond)
 		defer tick.Stop()
 		for {
-			if c.jobOutcome != "" {
-				playJobController(ctx, t, ns, c.jobOutcome)
-			}
-			if c.graphReady {
-				playDynamoOperator(ctx, t, ns, c.readyStyle)
-			}
-			playGarbageCollector(ctx, t, ns)
+			play(ctx)
 			select {
 			case <-ctx.Done():
 				return

@@ -87,29 +87,16 @@ func tail(s string, n int) string {
 // controller (download Jobs complete), the Deployment controller with ready pods (for the
 // Deployments deploymentReady accepts; nil: all), and the garbage collector. stop ends it.
 func playCluster(t *testing.T, ns string, deploymentReady func(*appsv1.Deployment) bool) (stop func()) {
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		tick := time.NewTicker(200 * time.Millisecond)
-		defer tick.Stop()
-		for {
-			playJobController(ctx, t, ns, "complete")
-			playDeployments(ctx, t, ns, deploymentReady)
-			playForegroundGC(ctx, t, ns)
-			select {
-			case <-ctx.Done():
-				return
-			case <-tick.C:
-			}
-		}
-	}()
-	return func() { cancel(); <-done }
+	return playEvery(func(ctx context.Context) {
+		playJobController(ctx, t, ns, "complete")
+		playDeployments(ctx, t, ns, deploymentReady)
+		playForegroundGC(ctx, t, ns)
+	})
 }
 
-// playDeployments marks each Deployment ready (nil) lets be ready: its replicas updated, ready and
-// available at its current generation, with the Available condition, as the Deployment controller
-// reports once the scheduler placed its pods and the kubelet found them ready.
+// playDeployments marks each Deployment that ready accepts (nil: every one) ready: its replicas
+// updated, ready and available at its current generation, with the Available condition, as the
+// Deployment controller reports once the scheduler placed its pods and the kubelet found them ready.
 func playDeployments(ctx context.Context, t *testing.T, ns string, ready func(*appsv1.Deployment) bool) {
 	var list appsv1.DeploymentList
 	if err := cluster.client.List(ctx, &list, client.InNamespace(ns)); err != nil {
@@ -180,9 +167,12 @@ func playForegroundGC(ctx context.Context, t *testing.T, ns string) {
 	for _, o := range objs {
 		refs := o.GetOwnerReferences()
 		if o.GetDeletionTimestamp() == nil && len(refs) > 0 {
+			// Only owners of the kinds followed here can be known to be gone.
 			gone := true
 			for _, r := range refs {
-				if _, ok := byUID[r.UID]; ok {
+				_, present := byUID[r.UID]
+				followed := slices.ContainsFunc(gcKinds, func(k schema.GroupVersionKind) bool { return k.Kind == r.Kind })
+				if present || !followed {
 					gone = false
 				}
 			}
