@@ -309,9 +309,12 @@ func TestRealOperatorServesBothStacks(t *testing.T) {
 			for _, w := range tc.workers {
 				assert.True(t, slices.ContainsFunc(deployments, regexp.MustCompile("^"+tc.graph+"-"+w+"-[0-9a-f]{8}$").MatchString), "worker %s in %v", w, deployments)
 			}
-			g, _ := get(t, graphGVK, tc.ns, tc.graph)
-			status, reason, _, _ := readyCondition(g)
-			assert.Equal(t, "False", status, "the operator's Ready while no pod is ready (%s)", reason)
+			var g *unstructured.Unstructured
+			require.Eventually(t, func() bool {
+				g, _ = get(t, graphGVK, tc.ns, tc.graph)
+				status, _, _, gen := readyCondition(g)
+				return status == "False" && gen == g.GetGeneration()
+			}, time.Minute, 200*time.Millisecond, "the operator's Ready is False while no pod is ready")
 			assert.Contains(t, g.GetFinalizers(), "nvidia.com/finalizer")
 			time.Sleep(2 * time.Second)
 			requireRunning(t, done, "before the operator reported Ready")
