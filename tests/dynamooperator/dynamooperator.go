@@ -47,6 +47,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 )
 
@@ -278,19 +279,11 @@ func (op *Operator) prepareCluster(ctx context.Context, o Options, ca []byte) er
 		return err
 	}
 	secret := &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "webhook-server-cert", Namespace: o.Namespace}}
-	if err := c.Get(ctx, client.ObjectKeyFromObject(secret), secret); apierrors.IsNotFound(err) {
+	if _, err := controllerutil.CreateOrUpdate(ctx, c, secret, func() error {
 		secret.Data = map[string][]byte{"ca.crt": ca}
-		err = c.Create(ctx, secret)
-		if err != nil {
-			return err
-		}
-	} else if err != nil {
+		return nil
+	}); err != nil {
 		return err
-	} else {
-		secret.Data = map[string][]byte{"ca.crt": ca}
-		if err := c.Update(ctx, secret); err != nil {
-			return err
-		}
 	}
 	for _, name := range ClusterRoles {
 		role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: name}}
