@@ -23,7 +23,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
@@ -33,9 +32,6 @@ import (
 	"minimax-m3/config"
 	"minimax-m3/internal/objwatch"
 )
-
-// GraphResource is the DynamoGraphDeployment resource the sweep watches.
-var GraphResource = schema.GroupVersionResource{Group: "nvidia.com", Version: "v1beta1", Resource: "dynamographdeployments"}
 
 // Executor runs a command in a container and streams its stdin and stdout, as `kubectl exec` does.
 type Executor interface {
@@ -600,7 +596,7 @@ func (s *Sweep) terminationMessage(ctx context.Context, job string) string {
 
 // describeGraph is the graph's restart and readiness as the operator reports them.
 func (s *Sweep) describeGraph(ctx context.Context) string {
-	g, err := s.Dynamic.Resource(GraphResource).Namespace(s.Namespace).Get(ctx, s.Config.GraphName, metav1.GetOptions{})
+	g, err := s.Dynamic.Resource(components.GraphResource).Namespace(s.Namespace).Get(ctx, s.Config.GraphName, metav1.GetOptions{})
 	if err != nil {
 		return ""
 	}
@@ -640,7 +636,7 @@ func (s *Sweep) describeJob(name string) func(context.Context) string {
 // waitRestarted waits until the operator reports the restart with this ID completed and the graph
 // Ready at its current generation; a failed or superseded restart is an error at once.
 func (s *Sweep) waitRestarted(ctx context.Context, id string) error {
-	graphs := s.Dynamic.Resource(GraphResource).Namespace(s.Namespace)
+	graphs := s.Dynamic.Resource(components.GraphResource).Namespace(s.Namespace)
 	name := s.Config.GraphName
 	lw := objwatch.ByName(name, graphs.List, graphs.Watch)
 	_, err := objwatch.Until(ctx, lw, &unstructured.Unstructured{}, nil, func(e watch.Event) (bool, error) {

@@ -31,7 +31,8 @@ type GraphStatusWatcher interface {
 	WatchGraphFailures(ctx context.Context, namespace, name string, after int64, report func(GraphFailure)) error
 }
 
-var graphGVR = schema.GroupVersionResource{Group: "nvidia.com", Version: "v1beta1", Resource: "dynamographdeployments"}
+// GraphResource is the DynamoGraphDeployment resource, in the version the stack writes.
+var GraphResource = schema.GroupVersionResource{Group: "nvidia.com", Version: "v1beta1", Resource: "dynamographdeployments"}
 
 // GraphFailureOf is the failure a graph's status reports for its current generation, if any.
 func GraphFailureOf(g *unstructured.Unstructured) (GraphFailure, bool) {
@@ -57,28 +58,19 @@ func GraphFailureOf(g *unstructured.Unstructured) (GraphFailure, bool) {
 }
 
 func (r clusterReader) GraphGeneration(ctx context.Context, namespace, name string) (int64, error) {
-	obj, found, err := r.readGraph(ctx, namespace, name)
-	if err != nil || !found {
+	obj, err := r.client.Resource(GraphResource).Namespace(namespace).Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return 0, nil
+	}
+	if err != nil {
 		return 0, err
 	}
-	return obj.GetGeneration(), nil
-}
-
-func (r clusterReader) readGraph(ctx context.Context, namespace, name string) (*unstructured.Unstructured, bool, error) {
-	obj, err := r.dynamic.Resource(graphGVR).Namespace(namespace).Get(ctx, name, metav1.GetOptions{})
-	if apierrors.IsNotFound(err) {
-		return nil, false, nil
-	}
-	return obj, err == nil, err
+	return obj.Generation, nil
 }
 
 func (r clusterReader) WatchGraphFailures(ctx context.Context, namespace, name string, after int64, report func(GraphFailure)) error {
-	res := r.dynamic.Resource(graphGVR).Namespace(namespace)
-	lw := objwatch.ByName(name,
-		func(ctx context.Context, o metav1.ListOptions) (*unstructured.UnstructuredList, error) {
-			return res.List(ctx, o)
-		},
-		func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) { return res.Watch(ctx, o) })
+	graphs := r.dynamic.Resource(GraphResource).Namespace(namespace)
+	lw := objwatch.ByName(name, graphs.List, graphs.Watch)
 	var last GraphFailure
 	_, err := objwatch.Until(ctx, lw, &unstructured.Unstructured{}, nil, func(e watch.Event) (bool, error) {
 		g, ok := e.Object.(*unstructured.Unstructured)

@@ -84,7 +84,7 @@ func plannedObjects(c *config.Config) []plannedObject {
 	out = append(out,
 		plannedObject{schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}, "ConfigMap", ns, c.ConfigMapName(),
 			"graphName", "choose another graphName"},
-		plannedObject{schema.GroupVersionResource{Group: "nvidia.com", Version: "v1beta1", Resource: "dynamographdeployments"}, "DynamoGraphDeployment", ns, c.GraphName,
+		plannedObject{GraphResource, "DynamoGraphDeployment", ns, c.GraphName,
 			"graphName", "choose another graphName"},
 	)
 	return out
