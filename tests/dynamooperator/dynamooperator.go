@@ -5,8 +5,8 @@
 // Off-cluster, the operator needs what its Deployment would give it, and nothing is written to a
 // system path of the machine:
 //   - its configuration file (OperatorConfiguration): free ports on 127.0.0.1 for metrics, health
-//     and webhook; webhook certificates in manual mode from a temporary folder; no leader election;
-//     the MPI ssh Secret fields it requires;
+//     and webhook; webhook certificates in manual mode, made by envtest as for any local webhook
+//     server; no leader election; the MPI ssh Secret fields it requires;
 //   - its namespace, which it reads from the in-cluster service-account path
 //     (/var/run/secrets/kubernetes.io/serviceaccount/namespace): the process runs in a private
 //     user and mount namespace (`unshare`) where a temporary folder is bound over /run;
@@ -19,18 +19,10 @@
 package dynamooperator
 
 import (
-	"bytes"
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"errors"
 	"fmt"
 	"io"
-	"math/big"
 	"net"
 	"net/http"
 	"os"
@@ -73,6 +65,7 @@ type Operator struct {
 
 	cmd      *exec.Cmd
 	dir      string
+	webhook  envtest.WebhookInstallOptions
 	done     chan struct{}
 	config   *rest.Config
 	restore  []*apiextensionsv1.CustomResourceDefinition
@@ -112,10 +105,12 @@ func Start(ctx context.Context, o Options) (*Operator, error) {
 }
 
 func (op *Operator) start(ctx context.Context, o Options) error {
-	ca, err := writeCertificates(filepath.Join(op.dir, "certs"))
-	if err != nil {
+	// A CA, a serving pair for 127.0.0.1 in a folder of its own and a free port for the webhook.
+	op.webhook = envtest.WebhookInstallOptions{LocalServingHost: "127.0.0.1"}
+	if err := op.webhook.PrepWithoutInstalling(); err != nil {
 		return err
 	}
+	ca := op.webhook.LocalServingCAData
 	if err := op.prepareCluster(ctx, o, ca); err != nil {
 		return err
 	}
@@ -126,7 +121,7 @@ func (op *Operator) start(ctx context.Context, o Options) error {
 	if err := os.WriteFile(filepath.Join(sa, "namespace"), []byte(o.Namespace), 0o644); err != nil {
 		return err
 	}
-	ports, err := freePorts(3)
+	ports, err := freePorts(2)
 	if err != nil {
 		return err
 	}
@@ -141,7 +136,7 @@ server:
 leaderElection: {enabled: false}
 mpi: {sshSecretName: mpi-run-ssh-secret, sshSecretNamespace: %s}
 rbac: {plannerClusterRoleName: %s, dgdrProfilingClusterRoleName: %s, eppClusterRoleName: %s}
-`, ports[0], ports[1], ports[2], filepath.Join(op.dir, "certs"), o.Namespace, ClusterRoles[0], ClusterRoles[1], ClusterRoles[2])
+`, ports[0], ports[1], op.webhook.LocalServingPort, op.webhook.LocalServingCertDir, o.Namespace, ClusterRoles[0], ClusterRoles[1], ClusterRoles[2])
 	if err := os.WriteFile(configFile, []byte(cfg), 0o600); err != nil {
 		return err
 	}
@@ -174,7 +169,7 @@ rbac: {plannerClusterRoleName: %s, dgdrProfilingClusterRoleName: %s, eppClusterR
 			if resp, err := http.Get("http://" + health + "/readyz"); err == nil {
 				_ = resp.Body.Close()
 				if resp.StatusCode == http.StatusOK {
-					return op.serveConversions(ctx, o, ports[2], ca)
+					return op.serveConversions(ctx, o, op.webhook.LocalServingPort, ca)
 				}
 			}
 		}
@@ -191,7 +186,7 @@ func (op *Operator) Running() bool {
 	}
 }
 
-// Stop stops the operator (SIGTERM, then SIGKILL after 10 s), removes its folder and puts back
+// Stop stops the operator (SIGTERM, then SIGKILL after 10 s), removes its folders and puts back
 // the CRD conversion settings Start changed. It may be called more than once.
 func (op *Operator) Stop() error {
 	op.stopOnce.Do(func() {
@@ -205,6 +200,7 @@ func (op *Operator) Stop() error {
 			}
 		}
 		_ = os.RemoveAll(op.dir)
+		_ = op.webhook.Cleanup()
 		op.stopErr = op.restoreCRDs()
 	})
 	return op.stopErr
@@ -331,42 +327,7 @@ func (op *Operator) installMissingCRDs(ctx context.Context, c client.Client, o O
 	return err
 }
 
-// writeCertificates writes a self-signed serving pair for 127.0.0.1 and returns its certificate,
-// which is also the CA.
-func writeCertificates(dir string) ([]byte, error) {
-	if err := os.MkdirAll(dir, 0o700); err != nil {
-		return nil, err
-	}
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		return nil, err
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "dynamo-operator-webhook"},
-		NotBefore: time.Now().Add(-time.Minute), NotAfter: time.Now().Add(24 * time.Hour),
-		IsCA: true, BasicConstraintsValid: true,
-		KeyUsage:    x509.KeyUsageDigitalSignature | x509.KeyUsageCertSign,
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
-		DNSNames:    []string{"localhost"}, IPAddresses: []net.IP{net.ParseIP("127.0.0.1")},
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		return nil, err
-	}
-	keyDER, err := x509.MarshalECPrivateKey(key)
-	if err != nil {
-		return nil, err
-	}
-	crt := pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der})
-	if err := os.WriteFile(filepath.Join(dir, "tls.crt"), crt, 0o600); err != nil {
-		return nil, err
-	}
-	if err := os.WriteFile(filepath.Join(dir, "tls.key"), pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), 0o600); err != nil {
-		return nil, err
-	}
-	return bytes.Clone(crt), nil
-}
-
+// freePorts are n ports on 127.0.0.1 that nothing listens on.
 func freePorts(n int) ([]int, error) {
 	var ports []int
 	var listeners []net.Listener
