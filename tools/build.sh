@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Builds the pinned toolchain the tests and the offline main job need, from Go modules:
 # the Pulumi CLI, the Go language host, the Kubernetes provider plugin, kube-apiserver, etcd,
-# golangci-lint, actionlint and the Dynamo operator.
+# golangci-lint, actionlint, the rest of the local control plane (kube-controller-manager,
+# kube-scheduler), kwok (the simulated GB200 rack's nodes) and the Dynamo operator.
 #
 # Binaries live in a per-user cache keyed by tool and version, so a fresh clone (as in CI) reuses
 # them; $ROOT/.toolchain/bin only links to them. A binary whose version is already built is skipped.
@@ -22,6 +23,7 @@ LANGUAGE_GO_VERSION=v3.66.0
 KUBERNETES_PROVIDER_VERSION=4.25.0
 KUBERNETES_VERSION=v1.37.2
 ETCD_VERSION=v3.6.8
+KWOK_VERSION=v0.8.0
 
 log() { printf 'toolchain: %s\n' "$*" >&2; }
 
@@ -94,13 +96,18 @@ k8s_ldflags=""
 for p in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
   k8s_ldflags+=" -X $p.gitVersion=$KUBERNETES_VERSION -X $p.gitMajor=1 -X $p.gitMinor=$k8s_minor"
 done
-build kube-apiserver "$KUBERNETES_VERSION" "$tools/kube-apiserver" k8s.io/kubernetes/cmd/kube-apiserver "$k8s_ldflags"
+# The local control plane: one tools module, so the three servers and kwok share most of their
+# compiled packages (kwok is built against the same Kubernetes libraries).
+for server in kube-apiserver kube-controller-manager kube-scheduler; do
+  build "$server" "$KUBERNETES_VERSION" "$tools/kubernetes" "k8s.io/kubernetes/cmd/$server" "$k8s_ldflags"
+done
+build kwok "$KWOK_VERSION" "$tools/kubernetes" sigs.k8s.io/kwok/cmd/kwok
 
 # envtest wants kubectl beside the servers. Use the machine's when it has one; build it otherwise.
 if command -v kubectl >/dev/null 2>&1 && [ "$(command -v kubectl)" != "$bin/kubectl" ]; then
   ln -sfn "$(command -v kubectl)" "$bin/kubectl"
 else
-  build kubectl "$KUBERNETES_VERSION" "$tools/kube-apiserver" k8s.io/kubernetes/cmd/kubectl "$k8s_ldflags"
+  build kubectl "$KUBERNETES_VERSION" "$tools/kubernetes" k8s.io/kubernetes/cmd/kubectl "$k8s_ldflags"
 fi
 
 # The Dynamo operator, for the tests that run it against the local API server (the real

@@ -9,6 +9,8 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -34,8 +36,19 @@ type Cluster struct {
 // Binaries the toolchain folder must hold.
 var Binaries = []string{"kube-apiserver", "etcd", "kubectl"}
 
+// Options change how the API server runs.
+type Options struct {
+	// Admission lists admission plugins to enable beyond the API server's defaults. The
+	// ServiceAccount plugin, which envtest turns off, is turned back on when it is listed (its
+	// controllers then have to run: kube-controller-manager's service-account controller).
+	Admission []string
+}
+
 // Start starts the API server with binaries from binDir and the CRDs in crdDir.
-func Start(binDir, crdDir string) (*Cluster, error) {
+func Start(binDir, crdDir string) (*Cluster, error) { return StartWith(binDir, crdDir, Options{}) }
+
+// StartWith is Start with Options.
+func StartWith(binDir, crdDir string, o Options) (*Cluster, error) {
 	for _, b := range Binaries {
 		if _, err := os.Stat(filepath.Join(binDir, b)); err != nil {
 			return nil, fmt.Errorf("%s is not built: run `make toolchain` (%w)", b, err)
@@ -48,6 +61,13 @@ func Start(binDir, crdDir string) (*Cluster, error) {
 		BinaryAssetsDirectory: binDir,
 		CRDDirectoryPaths:     []string{crdDir},
 		ErrorIfCRDPathMissing: true,
+	}
+	if len(o.Admission) > 0 {
+		args := env.ControlPlane.GetAPIServer().Configure()
+		args.Set("enable-admission-plugins", strings.Join(o.Admission, ","))
+		if slices.Contains(o.Admission, "ServiceAccount") {
+			args.Disable("disable-admission-plugins")
+		}
 	}
 	cfg, err := env.Start()
 	if err != nil {
@@ -81,6 +101,12 @@ func (c *Cluster) setUp() error {
 	}
 	c.Client, err = client.New(c.Config, client.Options{})
 	return err
+}
+
+// ServiceAccountSigningKey is the private key the API server signs service-account tokens with,
+// which kube-controller-manager needs to issue them.
+func (c *Cluster) ServiceAccountSigningKey() string {
+	return filepath.Join(c.env.ControlPlane.GetAPIServer().CertDir, "sa-signer.key")
 }
 
 // Stop stops the API server and etcd and removes the kubeconfig. It may be called more than once.

@@ -1,0 +1,287 @@
+// Package rackbox is a GB200 rack in a box: a real Kubernetes control plane on 127.0.0.1
+// (kube-apiserver and etcd through envtest, kube-controller-manager and kube-scheduler, all
+// v1.37.2 built by `make toolchain`) whose nodes are simulated by kwok as the trays of GB200 NVL72
+// racks, with DRA as on a GB200 cluster.
+//
+// What runs for real: every controller of kube-controller-manager (Deployment, ReplicaSet, Job,
+// garbage collector, namespace, PV binder, ResourceClaim, service accounts, node lifecycle, ...),
+// the scheduler with its DRA plugin (it allocates the ComputeDomain channel from the
+// ResourceSlices), and kwok's node and pod lifecycles.
+//
+// What the box plays, because it needs hardware or a container runtime:
+//   - the kubelet: kwok moves pods to Running and Ready and ends Job pods (stages.go); no image is
+//     pulled and no process runs;
+//   - the NVIDIA DRA driver's kubelet plugin (it needs NVML): the ResourceSlice of each tray
+//     (ResourceSlice in rack.go);
+//   - the NVIDIA device plugin: each tray registers nvidia.com/gpu capacity;
+//   - the compute-domain-controller's part for the workloads (computedomain.go): its finalizer and
+//     the channel ResourceClaimTemplate. The controller builds from the driver's source, but its
+//     build (about 18 minutes on two cores, measured) does not fit CI's cold budget beside the rest
+//     of the control plane; its IMEX DaemonSet needs the kubelet plugin's node labels and is not
+//     played;
+//   - a storage provisioner for the RWX class (provisioner.go), the way an external provisioner
+//     answers the PV controller; the binding itself is the PV controller's.
+package rackbox
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"syscall"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	storagev1 "k8s.io/api/storage/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"minimax-m3/tests/localcluster"
+)
+
+// StorageClass is the box's default storage class: ReadWriteMany, bound at once, answered by the
+// box's provisioner.
+const StorageClass = "rackbox-rwx"
+
+// Options say how to start the box.
+type Options struct {
+	// Bin is the built toolchain (.toolchain/bin); CRDs the folder of the Dynamo and ComputeDomain CRDs.
+	Bin, CRDs string
+	// CPUNodes is the number of CPU nodes for frontends and Jobs; 2 when 0.
+	CPUNodes int
+	// Log receives the servers' output as it comes (it is kept for failure reports either way).
+	Log io.Writer
+}
+
+// Box is a running control plane with its simulated nodes.
+type Box struct {
+	*localcluster.Cluster
+	procs    []*process
+	dir      string
+	stopPlay context.CancelFunc
+	played   chan struct{}
+}
+
+// Start starts the control plane, kwok and the box's played parts, creates the CPU nodes, the
+// DeviceClasses and the storage class, and returns once the CPU nodes are Ready and schedulable.
+func Start(ctx context.Context, o Options) (*Box, error) {
+	if o.CPUNodes == 0 {
+		o.CPUNodes = 2
+	}
+	cluster, err := localcluster.StartWith(o.Bin, o.CRDs, localcluster.Options{
+		// ServiceAccount as in any cluster; ExtendedResourceToleration as on managed GPU pools: a
+		// pod that requests nvidia.com/gpu tolerates the nvidia.com/gpu taint.
+		Admission: []string{"ServiceAccount", "ExtendedResourceToleration"},
+	})
+	if err != nil {
+		return nil, err
+	}
+	b := &Box{Cluster: cluster}
+	if err := b.start(ctx, o); err != nil {
+		_ = b.Stop()
+		return nil, err
+	}
+	return b, nil
+}
+
+func (b *Box) start(ctx context.Context, o Options) error {
+	dir, err := os.MkdirTemp("", "rackbox")
+	if err != nil {
+		return err
+	}
+	b.dir = dir
+	stagesFile := filepath.Join(dir, "kwok-stages.yaml")
+	if err := os.WriteFile(stagesFile, []byte(stages), 0o600); err != nil {
+		return err
+	}
+	servers := []struct {
+		name string
+		args []string
+	}{
+		{"kube-controller-manager", []string{
+			"--kubeconfig=" + b.Kubeconfig, "--leader-elect=false", "--controllers=*",
+			"--service-account-private-key-file=" + b.ServiceAccountSigningKey(), "--use-service-account-credentials=false",
+			"--bind-address=127.0.0.1", "--secure-port=0",
+			// Quicker than a real cluster's defaults where a test waits on them; semantics unchanged.
+			"--concurrent-deployment-syncs=10", "--concurrent-replicaset-syncs=10",
+		}},
+		{"kube-scheduler", []string{"--kubeconfig=" + b.Kubeconfig, "--leader-elect=false", "--bind-address=127.0.0.1", "--secure-port=0"}},
+		{"kwok", []string{
+			"--kubeconfig=" + b.Kubeconfig, "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
+			"--config=" + stagesFile, "--server-address=127.0.0.1:0", "--node-lease-duration-seconds=40",
+			"--cidr=10.128.0.1/16", "--node-ip=10.127.0.1",
+		}},
+	}
+	for _, s := range servers {
+		p, err := startProcess(s.name, filepath.Join(o.Bin, s.name), s.args, o.Log)
+		if err != nil {
+			return err
+		}
+		b.procs = append(b.procs, p)
+	}
+	if err := b.install(ctx); err != nil {
+		return err
+	}
+	for i := range o.CPUNodes {
+		if err := b.Client.Create(ctx, CPUNode(fmt.Sprintf("cpu-%02d", i+1))); err != nil {
+			return err
+		}
+	}
+	if err := b.playHardware(); err != nil {
+		return err
+	}
+	return b.waitNodes(ctx, client.MatchingLabels{PoolLabel: "cpu"}, o.CPUNodes)
+}
+
+// install creates what a GB200 cluster's operators install: the compute-domain DeviceClasses
+// (the DRA driver's chart) and the default RWX storage class.
+func (b *Box) install(ctx context.Context) error {
+	for _, dc := range DeviceClasses() {
+		if err := b.Client.Create(ctx, dc); err != nil {
+			return err
+		}
+	}
+	immediate := storagev1.VolumeBindingImmediate
+	retain := corev1.PersistentVolumeReclaimRetain
+	return b.Client.Create(ctx, &storagev1.StorageClass{
+		ObjectMeta: metav1.ObjectMeta{Name: StorageClass, Annotations: map[string]string{
+			"storageclass.kubernetes.io/is-default-class": "true",
+		}},
+		Provisioner:       provisionerName,
+		VolumeBindingMode: &immediate,
+		ReclaimPolicy:     &retain,
+	})
+}
+
+// AddRack creates a rack's trays, publishes their ResourceSlices and waits until the scheduler
+// can place pods on them (Ready, and the node lifecycle controller's not-ready taint gone).
+func (b *Box) AddRack(ctx context.Context, r Rack) error {
+	for _, n := range r.Nodes() {
+		if err := b.Client.Create(ctx, n); err != nil {
+			return fmt.Errorf("rack %s: %w", r.Name, err)
+		}
+		if err := b.Client.Create(ctx, ResourceSlice(n.Name)); err != nil {
+			return fmt.Errorf("rack %s: %w", r.Name, err)
+		}
+	}
+	return b.waitNodes(ctx, client.MatchingLabels{RackLabel: r.Name}, r.Trays)
+}
+
+// RemoveRack deletes a rack's trays and their ResourceSlices.
+func (b *Box) RemoveRack(ctx context.Context, r Rack) error {
+	var errs []error
+	for _, name := range r.NodeNames() {
+		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}}
+		errs = append(errs, client.IgnoreNotFound(b.Client.Delete(ctx, n)))
+		errs = append(errs, client.IgnoreNotFound(b.Client.Delete(ctx, ResourceSlice(name))))
+	}
+	return errors.Join(errs...)
+}
+
+// waitNodes waits for want nodes matching sel to be Ready with no taint but their own.
+func (b *Box) waitNodes(ctx context.Context, sel client.MatchingLabels, want int) error {
+	var last string
+	err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, 90*time.Second, true, func(ctx context.Context) (bool, error) {
+		if err := b.alive(); err != nil {
+			return false, err
+		}
+		var nodes corev1.NodeList
+		if err := b.Client.List(ctx, &nodes, sel); err != nil {
+			return false, nil
+		}
+		ready := 0
+		for _, n := range nodes.Items {
+			if nodeReady(&n) {
+				ready++
+			} else {
+				last = fmt.Sprintf("node %s: conditions %v, taints %v", n.Name, n.Status.Conditions, n.Spec.Taints)
+			}
+		}
+		return ready == want, nil
+	})
+	if err != nil {
+		return fmt.Errorf("waiting for %d nodes %v to be Ready and schedulable: %w (%s)", want, sel, err, last)
+	}
+	return nil
+}
+
+func nodeReady(n *corev1.Node) bool {
+	for _, t := range n.Spec.Taints {
+		if t.Key == corev1.TaintNodeNotReady || t.Key == corev1.TaintNodeUnreachable {
+			return false
+		}
+	}
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// alive is an error when a server of the box has exited.
+func (b *Box) alive() error {
+	for _, p := range b.procs {
+		if ok, err := p.exited(); ok {
+			return err
+		}
+	}
+	return nil
+}
+
+// Logs is the last output of each server, for a failure report.
+func (b *Box) Logs() string {
+	s := ""
+	for _, p := range b.procs {
+		s += fmt.Sprintf("--- %s (last output)\n%s\n", p.name, tailString(p.out.String(), 4<<10))
+	}
+	return s
+}
+
+func tailString(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[len(s)-n:]
+}
+
+// Stop stops the played parts, kwok, the scheduler, the controller-manager and the API server.
+func (b *Box) Stop() error {
+	if b.stopPlay != nil {
+		b.stopPlay()
+		<-b.played
+	}
+	for i := len(b.procs) - 1; i >= 0; i-- {
+		b.procs[i].stop()
+	}
+	if b.dir != "" {
+		_ = os.RemoveAll(b.dir)
+	}
+	return b.Cluster.Stop()
+}
+
+// StopOnSignal stops the box and exits when the process is interrupted or terminated, so an
+// aborted run leaves no server behind.
+func (b *Box) StopOnSignal() {
+	ch := make(chan os.Signal, 1)
+	signal.Notify(ch, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		s := <-ch
+		fmt.Fprintf(os.Stderr, "%v: stopping the rack box\n", s)
+		_ = b.Stop()
+		os.Exit(130)
+	}()
+}
+
+// ignoreExists makes AlreadyExists a success.
+func ignoreExists(err error) error {
+	if apierrors.IsAlreadyExists(err) {
+		return nil
+	}
+	return err
+}
