@@ -15,14 +15,24 @@ import (
 // ByName lists and watches one object by name.
 func ByName[L runtime.Object](name string, list func(context.Context, metav1.ListOptions) (L, error),
 	watchFn func(context.Context, metav1.ListOptions) (watch.Interface, error)) cache.ListerWatcher {
-	selector := fields.OneTermEqualSelector("metadata.name", name).String()
+	return selecting(metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("metadata.name", name).String()}, list, watchFn)
+}
+
+// ByLabel lists and watches the objects a label selector matches.
+func ByLabel[L runtime.Object](selector string, list func(context.Context, metav1.ListOptions) (L, error),
+	watchFn func(context.Context, metav1.ListOptions) (watch.Interface, error)) cache.ListerWatcher {
+	return selecting(metav1.ListOptions{LabelSelector: selector}, list, watchFn)
+}
+
+func selecting[L runtime.Object](sel metav1.ListOptions, list func(context.Context, metav1.ListOptions) (L, error),
+	watchFn func(context.Context, metav1.ListOptions) (watch.Interface, error)) cache.ListerWatcher {
 	return &cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			o.FieldSelector = selector
+			o.FieldSelector, o.LabelSelector = sel.FieldSelector, sel.LabelSelector
 			return list(ctx, o)
 		},
 		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			o.FieldSelector = selector
+			o.FieldSelector, o.LabelSelector = sel.FieldSelector, sel.LabelSelector
 			return watchFn(ctx, o)
 		},
 	}

@@ -5,6 +5,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
 	"minimax-m3/components"
@@ -32,6 +34,37 @@ func TestGraphFailureOf(t *testing.T) {
 		"ready":            graph(2, "successful", "True", 2),
 	} {
 		_, ok := components.GraphFailureOf(g)
+		assert.False(t, ok, name)
+	}
+}
+
+// What counts as a graph pod the scheduler cannot place: pending, unbound, PodScheduled=False with
+// reason Unschedulable (the shape the real scheduler writes in the rack box's full-rack tests). A
+// bound pod, a pod not yet tried, or one being deleted is not one.
+func TestUnschedulableOf(t *testing.T) {
+	const msg = "0/5 nodes are available: 2 node(s) didn't match Pod's node affinity/selector, 3 Insufficient nvidia.com/gpu."
+	pod := func(node string, cond *corev1.PodCondition) *corev1.Pod {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "g-worker-abc", Labels: map[string]string{"nvidia.com/dynamo-component": "Worker"}}}
+		p.Spec.NodeName = node
+		if cond != nil {
+			p.Status.Conditions = []corev1.PodCondition{*cond}
+		}
+		return p
+	}
+	unschedulable := &corev1.PodCondition{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable, Message: msg}
+	u, ok := components.UnschedulableOf(pod("", unschedulable))
+	require.True(t, ok)
+	assert.Equal(t, components.UnschedulablePod{Pod: "g-worker-abc", Component: "Worker", Reason: "Unschedulable", Message: msg}, u)
+
+	deleting := pod("", unschedulable)
+	deleting.DeletionTimestamp = &metav1.Time{}
+	for name, p := range map[string]*corev1.Pod{
+		"bound":     pod("tray-01", unschedulable),
+		"not tried": pod("", nil),
+		"scheduled": pod("", &corev1.PodCondition{Type: corev1.PodScheduled, Status: corev1.ConditionTrue}),
+		"deleting":  deleting,
+	} {
+		_, ok := components.UnschedulableOf(p)
 		assert.False(t, ok, name)
 	}
 }
