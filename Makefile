@@ -18,7 +18,7 @@ GO_FILES = $(shell git ls-files '*.go')
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
 
-toolchain: ## build the pinned Pulumi CLI, Go language host, Kubernetes provider, kube-apiserver, etcd, linters and the Dynamo operator (cached)
+toolchain: ## build the pinned Pulumi CLI, Go language host, Kubernetes provider, kube-apiserver, etcd, kube-controller-manager, kube-scheduler, kwok, linters and the Dynamo operator (cached)
 	bash tools/build.sh
 
 browser: ## install Chromium from Debian's packages if missing (the portal page's test drives it headless)
@@ -39,12 +39,12 @@ unit: ## config and mocked-engine tests (no toolchain needed)
 	go test -count=1 ./...
 	cd tests && go test -count=1 ./unit
 
-integration: toolchain browser ## the real engine, provider and API server with the CRDs from MINIMAX_M3_CRDS; the real Dynamo operator in its tier
-	cd tests && go test -count=1 -timeout 45m -v ./integration
+integration: toolchain browser ## the real engine, provider and API server with the CRDs from MINIMAX_M3_CRDS; the rack box (real control plane, kwok racks, real Dynamo operator)
+	cd tests && go test -count=1 -timeout 45m -v ./rackbox ./integration
 
 test: check unit integration ## every test: what CI runs
 
-local: toolchain ## the main job on an embedded default: a local API server, preview and up of both stacks
+local: toolchain ## the main job on an embedded default: the rack box (real control plane, one simulated NVL72 rack, the real Dynamo operator), both stacks to Ready
 	cd tests && go run ./localrun
 
 render: ## render STACK's manifests into OUT without a cluster (make render STACK=agg OUT=/tmp/agg NAMESPACE=inference)

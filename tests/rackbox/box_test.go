@@ -1,0 +1,164 @@
+package rackbox_test
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
+	batchv1 "k8s.io/api/batch/v1"
+	corev1 "k8s.io/api/core/v1"
+	resourcev1 "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/utils/ptr"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"minimax-m3/tests/rackbox"
+)
+
+// The box itself, with plain Kubernetes objects: what a GB200 rack does with GPU pods, channel
+// claims, a claim for the RWX class and Jobs, all through the real controllers and scheduler.
+func TestBox(t *testing.T) {
+	root, err := filepath.Abs(filepath.Join("..", ".."))
+	require.NoError(t, err)
+	crds := os.Getenv("MINIMAX_M3_CRDS")
+	if crds == "" {
+		crds = filepath.Join(root, "..", "shared", "reference", "crds")
+	}
+	ctx := context.Background()
+	b, err := rackbox.Start(ctx, rackbox.Options{Bin: filepath.Join(root, ".toolchain", "bin"), CRDs: crds})
+	require.NoError(t, err)
+	t.Cleanup(func() {
+		if t.Failed() {
+			t.Log(b.Logs())
+		}
+		_ = b.Stop()
+	})
+	c := b.Client
+
+	rack := rackbox.NVL72("small").WithGPUs(8)
+	require.Equal(t, 2, rack.Trays)
+	require.NoError(t, b.AddRack(ctx, rack))
+	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "box"}}
+	require.NoError(t, c.Create(ctx, ns))
+
+	t.Run("claims bind through the PV controller", func(t *testing.T) {
+		pvc := &corev1.PersistentVolumeClaim{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "box", Name: "cache"},
+			Spec: corev1.PersistentVolumeClaimSpec{
+				AccessModes: []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany},
+				Resources:   corev1.VolumeResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceStorage: resource.MustParse("1000Gi")}},
+			},
+		}
+		require.NoError(t, c.Create(ctx, pvc))
+		require.Eventually(t, func() bool {
+			return c.Get(ctx, client.ObjectKeyFromObject(pvc), pvc) == nil && pvc.Status.Phase == corev1.ClaimBound
+		}, time.Minute, 200*time.Millisecond)
+		assert.Equal(t, rackbox.StorageClass, *pvc.Spec.StorageClassName, "the default class, set by admission")
+	})
+
+	t.Run("Jobs succeed, or fail with the failing image", func(t *testing.T) {
+		for image, want := range map[string]batchv1.JobConditionType{"busybox:1.36": batchv1.JobComplete, rackbox.FailingImage: batchv1.JobFailed} {
+			job := &batchv1.Job{
+				ObjectMeta: metav1.ObjectMeta{Namespace: "box", GenerateName: "job-"},
+				Spec: batchv1.JobSpec{BackoffLimit: ptr.To[int32](0), Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{
+					RestartPolicy: corev1.RestartPolicyNever, Containers: []corev1.Container{{Name: "main", Image: image}},
+				}}},
+			}
+			require.NoError(t, c.Create(ctx, job))
+			require.Eventually(t, func() bool {
+				if c.Get(ctx, client.ObjectKeyFromObject(job), job) != nil {
+					return false
+				}
+				for _, cond := range job.Status.Conditions {
+					if cond.Type == want && cond.Status == corev1.ConditionTrue {
+						return true
+					}
+				}
+				return false
+			}, time.Minute, 200*time.Millisecond, "%s: %s", image, want)
+		}
+	})
+
+	t.Run("GPU pods fill the rack and the channel is allocated per tray", func(t *testing.T) {
+		cd := &unstructured.Unstructured{Object: map[string]any{"spec": map[string]any{
+			"channel": map[string]any{"resourceClaimTemplate": map[string]any{"name": "cd-channel"}},
+		}}}
+		cd.SetGroupVersionKind(rackbox.ComputeDomainGVK)
+		cd.SetNamespace("box")
+		cd.SetName("cd")
+		require.NoError(t, c.Create(ctx, cd))
+		rct := &resourcev1.ResourceClaimTemplate{}
+		require.Eventually(t, func() bool {
+			return c.Get(ctx, client.ObjectKey{Namespace: "box", Name: "cd-channel"}, rct) == nil
+		}, 30*time.Second, 200*time.Millisecond, "the channel template of the ComputeDomain")
+
+		labels := map[string]string{"app": "worker"}
+		d := &appsv1.Deployment{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "box", Name: "worker"},
+			Spec: appsv1.DeploymentSpec{
+				Replicas: ptr.To[int32](3),
+				Selector: &metav1.LabelSelector{MatchLabels: labels},
+				Template: corev1.PodTemplateSpec{
+					ObjectMeta: metav1.ObjectMeta{Labels: labels},
+					Spec: corev1.PodSpec{
+						Tolerations: []corev1.Toleration{{Key: corev1.LabelArchStable, Operator: corev1.TolerationOpEqual, Value: "arm64", Effect: corev1.TaintEffectNoSchedule}},
+						Containers: []corev1.Container{{Name: "main", Image: "vllm", Resources: corev1.ResourceRequirements{
+							Limits: corev1.ResourceList{rackbox.GPU: resource.MustParse("4")},
+							Claims: []corev1.ResourceClaim{{Name: "channel"}},
+						}}},
+						ResourceClaims: []corev1.PodResourceClaim{{Name: "channel", ResourceClaimTemplateName: ptr.To("cd-channel")}},
+					},
+				},
+			},
+		}
+		require.NoError(t, c.Create(ctx, d))
+		var pods corev1.PodList
+		require.Eventually(t, func() bool {
+			running, unschedulable := 0, 0
+			if c.List(ctx, &pods, client.InNamespace("box"), client.MatchingLabels(labels)) != nil {
+				return false
+			}
+			for _, p := range pods.Items {
+				if p.Status.Phase == corev1.PodRunning && strings.HasPrefix(p.Spec.NodeName, "small-tray-") {
+					running++
+				}
+				for _, cond := range p.Status.Conditions {
+					if cond.Type == corev1.PodScheduled && cond.Reason == corev1.PodReasonUnschedulable && strings.Contains(cond.Message, "Insufficient nvidia.com/gpu") {
+						unschedulable++
+					}
+				}
+			}
+			return running == 2 && unschedulable == 1
+		}, time.Minute, 200*time.Millisecond, "two 4-GPU pods run on the two trays, the third waits for GPUs: %v", &pods)
+
+		var claims resourcev1.ResourceClaimList
+		require.NoError(t, c.List(ctx, &claims, client.InNamespace("box")))
+		allocated := map[string]bool{}
+		for _, cl := range claims.Items {
+			if cl.Status.Allocation != nil {
+				r := cl.Status.Allocation.Devices.Results[0]
+				assert.Equal(t, "channel-0", r.Device)
+				allocated[r.Pool] = true
+			}
+		}
+		assert.Equal(t, map[string]bool{"small-tray-01": true, "small-tray-02": true}, allocated, "each tray's channel, once")
+
+		require.NoError(t, c.Delete(ctx, d))
+		require.NoError(t, c.Delete(ctx, cd))
+		require.Eventually(t, func() bool {
+			var left corev1.PodList
+			err := c.List(ctx, &left, client.InNamespace("box"), client.MatchingLabels(labels))
+			return err == nil && len(left.Items) == 0 &&
+				apierrors.IsNotFound(c.Get(ctx, client.ObjectKeyFromObject(cd), cd)) && apierrors.IsNotFound(c.Get(ctx, client.ObjectKeyFromObject(rct), rct))
+		}, time.Minute, 200*time.Millisecond, "the garbage collector deletes the pods, the ComputeDomain's finalizer goes with its template")
+	})
+}
