@@ -40,7 +40,7 @@ unit: ## config and mocked-engine tests (no toolchain needed)
 	cd tests && go test -count=1 ./unit
 
 integration: toolchain browser ## the real engine, provider and API server with the CRDs from MINIMAX_M3_CRDS; the rack box (real control plane, kwok racks, real Dynamo operator)
-	cd tests && go test -count=1 -timeout 45m -v ./rackbox ./integration
+	cd tests && go test -count=1 -timeout 45m -parallel 4 -v ./rackbox ./integration
 
 test: check unit integration ## every test: what CI runs
 

@@ -70,6 +70,13 @@ func newStack(t *testing.T, stackName, ns string, extra auto.ConfigMap) *testSta
 // newStackOn is newStack with a kubeconfig of the test's own.
 func newStackOn(t *testing.T, kubeconfig, stackName, ns string, extra auto.ConfigMap) *testStack {
 	t.Helper()
+	return makeStack(t, kubeconfig, stackName, ns, extra, true)
+}
+
+// makeStack is newStackOn; playGC plays the garbage collector while the test's cleanup destroys
+// the stack, which a cluster whose controllers run (the rack box) must not.
+func makeStack(t *testing.T, kubeconfig, stackName, ns string, extra auto.ConfigMap, playGC bool) *testStack {
+	t.Helper()
 	dir := t.TempDir()
 	require.NoError(t, automation.CopyProject(cluster.root, dir))
 	cfg := siteConfig(ns)
@@ -89,8 +96,10 @@ func newStackOn(t *testing.T, kubeconfig, stackName, ns string, extra auto.Confi
 	ts := &testStack{t: t, name: stackName, ns: ns, dir: dir, env: env, stack: s, log: &syncBuffer{}}
 	t.Cleanup(func() {
 		// Each test leaves nothing behind in the shared API server but its retained claim.
-		stop := playControllers(t, ns, controllers{})
-		defer stop()
+		if playGC {
+			stop := playControllers(t, ns, controllers{})
+			defer stop()
+		}
 		_, _ = s.Destroy(ctx, optdestroy.ProgressStreams(ts.log))
 	})
 	return ts

@@ -79,6 +79,7 @@ func run(m *testing.M) int {
 		}
 	}()
 	cluster.kubeconfig, cluster.config, cluster.client = c.Kubeconfig, c.Config, c.Client
+	defer stopBox()
 	return m.Run()
 }
 

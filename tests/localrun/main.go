@@ -1,9 +1,8 @@
 // Command localrun is the main job on an embedded default, with no cluster of the user's: it starts
-// a local kube-apiserver with the real CRDs, then previews and applies both stacks to it through
-// the Automation API, printing each plan and the stack outputs, and stops the server.
-//
-// No nodes, scheduler or controllers run here, so no download Job can complete and no graph can
-// become Ready: those two awaits are turned off for this run (and only here).
+// the rack box (package rackbox: a real control plane, kwok simulating one GB200 NVL72 rack, the
+// real Dynamo operator), then previews and applies both stacks to it through the Automation API,
+// each to Ready with its download Job and smoke test, printing each plan and the stack outputs, and
+// stops everything.
 package main
 
 import (
@@ -18,7 +17,8 @@ import (
 	"github.com/pulumi/pulumi/sdk/v3/go/auto/optup"
 
 	"minimax-m3/automation"
-	"minimax-m3/tests/localcluster"
+	"minimax-m3/tests/dynamooperator"
+	"minimax-m3/tests/rackbox"
 )
 
 func main() {
@@ -38,16 +38,34 @@ func run(ctx context.Context) error {
 		return err
 	}
 
-	fmt.Println("== starting kube-apiserver and etcd on 127.0.0.1 with the CRDs from", os.Getenv("MINIMAX_M3_CRDS"))
-	cluster, err := localcluster.Start(bin, os.Getenv("MINIMAX_M3_CRDS"))
+	fmt.Println("== starting the rack box: kube-apiserver, etcd, kube-controller-manager, kube-scheduler and kwok on 127.0.0.1, with the CRDs from", os.Getenv("MINIMAX_M3_CRDS"))
+	box, err := rackbox.Start(ctx, rackbox.Options{Bin: bin, CRDs: os.Getenv("MINIMAX_M3_CRDS")})
 	if err != nil {
 		return err
 	}
-	cluster.StopOnSignal()
+	box.StopOnSignal()
 	defer func() {
-		fmt.Println("== stopping the local API server")
-		_ = cluster.Stop()
+		fmt.Println("== stopping the rack box")
+		_ = box.Stop()
 	}()
+	rack := rackbox.NVL72("nvl72")
+	fmt.Printf("== one GB200 NVL72 rack: %d trays of %d GPUs (kwok), the NVIDIA DRA driver's DeviceClasses and ResourceSlices\n", rack.Trays, rack.GPUsPerTray)
+	if err := box.AddRack(ctx, rack); err != nil {
+		return err
+	}
+	source := os.Getenv("MINIMAX_M3_DYNAMO_OPERATOR")
+	if source == "" {
+		source = filepath.Join(root, "..", "shared", "reference", "dynamo-operator")
+	}
+	fmt.Println("== starting the Dynamo operator (built from", source+")")
+	op, err := dynamooperator.Start(ctx, dynamooperator.Options{
+		Binary: filepath.Join(bin, "dynamo-operator"), Kubeconfig: box.Kubeconfig, Config: box.Config,
+		CRDDir: filepath.Join(source, "config", "crd", "bases"),
+	})
+	if err != nil {
+		return err
+	}
+	defer func() { _ = op.Stop() }()
 
 	work, err := os.MkdirTemp("", "minimax-m3-local")
 	if err != nil {
@@ -56,7 +74,7 @@ func run(ctx context.Context) error {
 	defer func() { _ = os.RemoveAll(work) }()
 
 	for _, stack := range []string{"agg", "disagg"} {
-		if err := runStack(ctx, root, filepath.Join(work, stack), stack, cluster.Kubeconfig); err != nil {
+		if err := runStack(ctx, root, filepath.Join(work, stack), stack, box.Kubeconfig); err != nil {
 			return fmt.Errorf("stack %s: %w", stack, err)
 		}
 	}
@@ -70,17 +88,26 @@ func runStack(ctx context.Context, root, dir, stack, kubeconfig string) error {
 	if err := automation.CopyProject(root, dir); err != nil {
 		return err
 	}
-	fmt.Printf("\n== stack %s: the committed Pulumi.%s.yaml plus a local namespace and a placeholder token\n", stack, stack)
-	fmt.Println("   awaits turned off for this local run: modelDownload.waitForCompletion=false, readiness.waitForReady=false")
+	fmt.Printf("\n== stack %s: the committed Pulumi.%s.yaml plus a local namespace, a placeholder token and GB200 placement\n", stack, stack)
+	cfg := auto.ConfigMap{
+		"minimax-m3:namespace.name":        {Value: "minimax-m3-" + stack},
+		"minimax-m3:hfToken":               {Value: "hf_local_run_placeholder", Secret: true},
+		"minimax-m3:placement.topologyKey": {Value: rackbox.CliqueLabel},
+	}
+	roles := []string{"worker"}
+	if stack == "disagg" {
+		roles = []string{"prefillWorker", "decodeWorker"}
+	}
+	// The rack's trays carry the arm64 taint of a GB200 pool; the workers tolerate it.
+	for _, role := range roles {
+		for k, v := range map[string]string{"key": "kubernetes.io/arch", "operator": "Equal", "value": "arm64", "effect": "NoSchedule"} {
+			cfg[fmt.Sprintf("minimax-m3:%s.scheduling.tolerations[0].%s", role, k)] = auto.ConfigValue{Value: v}
+		}
+	}
 	s, err := automation.NewStack(ctx, automation.Options{
 		ProjectDir: dir,
 		Stack:      stack,
-		Config: auto.ConfigMap{
-			"minimax-m3:namespace.name":                  {Value: "minimax-m3-" + stack},
-			"minimax-m3:hfToken":                         {Value: "hf_local_run_placeholder", Secret: true},
-			"minimax-m3:modelDownload.waitForCompletion": {Value: "false"},
-			"minimax-m3:readiness.waitForReady":          {Value: "false"},
-		},
+		Config:     cfg,
 		EnvVars: map[string]string{
 			"PULUMI_BACKEND_URL":       "file://" + filepath.Join(dir, "state"),
 			"PULUMI_CONFIG_PASSPHRASE": "local-run",
