@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"maps"
 	"path"
 	"strconv"
 
@@ -76,7 +77,14 @@ func frontendComponent(c *config.Config) (GraphComponent, error) {
 		Env:             literalEnv(f.Env, f.ExtraEnv),
 		Resources:       resources(f.Resources, nil),
 	}}
-	template, err := f.PodTemplatePatch.Apply(corev1.PodTemplateSpec{ObjectMeta: podMetadata(f.PodAnnotations), Spec: spec})
+	annotations := maps.Clone(f.PodAnnotations)
+	if a := f.Rollout.Annotations(); a != nil {
+		if annotations == nil {
+			annotations = map[string]string{}
+		}
+		maps.Copy(annotations, a)
+	}
+	template, err := f.PodTemplatePatch.Apply(corev1.PodTemplateSpec{ObjectMeta: podMetadata(annotations), Spec: spec})
 	if err != nil {
 		return GraphComponent{}, err
 	}
@@ -119,7 +127,7 @@ func workerComponent(c *config.Config, r config.Role, speculativeChecksum string
 	netResources, netAnnotations := networkSettings(w.Network)
 
 	annotations := map[string]string{}
-	for _, m := range []map[string]string{w.PodAnnotations, netAnnotations} {
+	for _, m := range []map[string]string{w.PodAnnotations, netAnnotations, w.Rollout.Annotations()} {
 		for k, v := range m {
 			annotations[k] = v
 		}

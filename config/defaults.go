@@ -87,7 +87,9 @@ func Defaults(p Profile) Config {
 				Limits:   map[string]string{"cpu": "8", "memory": "24Gi", "ephemeral-storage": "12Gi"},
 			},
 			Router: RouterConfig{Mode: "kv", KVEvents: true, KVCacheBlockSize: 128},
-			Env:    offlineEnv(),
+			// The frontend needs no GPU: the operator's default surge fits any cluster.
+			Rollout: Rollout{Strategy: OperatorDefault},
+			Env:     offlineEnv(),
 		},
 	}
 	if p == Disaggregated {
@@ -121,6 +123,8 @@ func baseWorker() WorkerConfig {
 			Limits:   map[string]string{"cpu": "128", "memory": "512Gi"},
 		},
 		PodAnnotations: map[string]string{"nvidia.com/vllm-distributed-executor-backend": "mp"},
+		// No spare GPU slot needed to roll (config.Rollout); OperatorDefault is the recipe's form.
+		Rollout: Rollout{Strategy: RollingUpdate},
 		VLLM: VLLMConfig{
 			TrustRemoteCode:     true,
 			BlockSize:           128,

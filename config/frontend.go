@@ -15,6 +15,8 @@ type FrontendConfig struct {
 	ExtraArgs      []string          `json:"extraArgs"`
 	ExtraEnv       []EnvVar          `json:"extraEnv"`
 	PodAnnotations map[string]string `json:"podAnnotations"`
+	// Rollout is how the operator replaces the frontend's pods on a change.
+	Rollout Rollout `json:"rollout"`
 	// PodTemplatePatch is applied to the frontend's pod template last.
 	PodTemplatePatch PodTemplatePatch `json:"podTemplatePatch"`
 	// ScalingAdapter hands the frontend's replicas to the graph's scaling adapter (an autoscaler);
@@ -38,6 +40,7 @@ func (f FrontendConfig) validate(v validator, key string) {
 	f.Resources.validate(v, key+".resources")
 	f.Scheduling.validate(v, key+".scheduling")
 	v.annotations(key+".podAnnotations", f.PodAnnotations)
+	f.Rollout.validate(v, key+".rollout", f.Replicas, f.PodAnnotations)
 	v.env(key, nil, f.Env, f.ExtraEnv)
 	f.PodTemplatePatch.validate(v, key+".podTemplatePatch")
 }

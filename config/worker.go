@@ -16,10 +16,12 @@ type WorkerConfig struct {
 	// TerminationGracePeriodSeconds lets a worker drain; 0 keeps the Kubernetes default.
 	TerminationGracePeriodSeconds int               `json:"terminationGracePeriodSeconds"`
 	PodAnnotations                map[string]string `json:"podAnnotations"`
-	Scheduling                    Scheduling        `json:"scheduling"`
-	Network                       Network           `json:"network"`
-	Probes                        Probes            `json:"probes"`
-	VLLM                          VLLMConfig        `json:"vllm"`
+	// Rollout is how the operator replaces the role's pods on a change.
+	Rollout    Rollout    `json:"rollout"`
+	Scheduling Scheduling `json:"scheduling"`
+	Network    Network    `json:"network"`
+	Probes     Probes     `json:"probes"`
+	VLLM       VLLMConfig `json:"vllm"`
 	// FlashinferWorkspace is the FlashInfer workspace folder below the cache mount
 	// (FLASHINFER_WORKSPACE_BASE = modelCache.mountPath/FlashinferWorkspace); empty sets none.
 	FlashinferWorkspace string `json:"flashinferWorkspace"`
@@ -61,6 +63,7 @@ func (w WorkerConfig) validate(v validator, k string, c *Config, r Role) {
 		v.add(k+".terminationGracePeriodSeconds", "must not be negative")
 	}
 	v.annotations(k+".podAnnotations", w.PodAnnotations)
+	w.Rollout.validate(v, k+".rollout", w.Replicas, w.PodAnnotations)
 	w.Scheduling.validate(v, k+".scheduling")
 	w.Network.validate(v, k+".network")
 	w.Probes.validate(v, k+".probes")

@@ -135,17 +135,17 @@ func jobCondition(j *batchv1.Job, typ batchv1.JobConditionType) bool {
 	return slices.ContainsFunc(j.Status.Conditions, func(c batchv1.JobCondition) bool { return c.Type == typ && c.Status == corev1.ConditionTrue })
 }
 
-// On a rack with exactly the GPUs the stack needs, today's program and the operator's default
-// rollout: a vLLM flag change makes the operator start a new worker before it stops an old one
-// (25% surge), and the real scheduler leaves that pod Pending for lack of GPUs, with its reason,
-// which `up` shows while it waits; the old workers keep serving, and `up` ends at
-// readiness.timeout. (A rollout that needs no spare GPU is the next step; this shows the gap.)
-func TestBoxFullRackFlagChangeWaitsForAGPU(t *testing.T) {
+// On a rack with exactly the GPUs the stack needs, the recipe's rollout (the operator's default,
+// worker.rollout.strategy OperatorDefault): a vLLM flag change makes the operator start a new
+// worker before it stops an old one (25% surge of 3 is 1), and the real scheduler leaves that pod
+// Pending for lack of GPUs, with its reason, which `up` shows while it waits; the old workers keep
+// serving, and `up` ends at readiness.timeout.
+func TestBoxFullRackRecipeRolloutWaitsForAGPU(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	r := addRack(t, rackbox.NVL72("full-agg").WithGPUs(12))
-	ns := "box-full"
-	s := newBoxStack(t, "agg", ns, r, nil)
+	r := addRack(t, rackbox.NVL72("full-recipe").WithGPUs(12))
+	ns := "box-full-recipe"
+	s := newBoxStack(t, "agg", ns, r, auto.ConfigMap{"minimax-m3:worker.rollout.strategy": {Value: "OperatorDefault"}})
 	_, _, err := s.up(ctx)
 	require.NoError(t, err, s.log.String())
 	workers := client.MatchingLabels{graphLabelKey: aggGraph, "nvidia.com/dynamo-component": "Worker"}
@@ -176,6 +176,39 @@ func TestBoxFullRackFlagChangeWaitsForAGPU(t *testing.T) {
 		}
 	}
 	assert.Equal(t, 3, running, "the old workers keep serving: the default rollout takes none down first")
+}
+
+// On the same full rack, the program's default rollout (worker.rollout: RollingUpdate, maxSurge 0,
+// maxUnavailable 1) finishes the same flag change: the operator stops one old worker before it
+// starts each new one, so no pod ever needs a spare GPU slot, and `up` returns once the graph is
+// Ready at the new generation with every worker replaced.
+func TestBoxFullRackFlagChangeRollsWithoutASpareGPU(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	r := addRack(t, rackbox.NVL72("full-default").WithGPUs(12))
+	ns := "box-full-default"
+	s := newBoxStack(t, "agg", ns, r, nil)
+	_, _, err := s.up(ctx)
+	require.NoError(t, err, s.log.String())
+	workers := client.MatchingLabels{graphLabelKey: aggGraph, "nvidia.com/dynamo-component": "Worker"}
+	before := podsOf(t, ns, workers)
+	require.Len(t, before, 3)
+
+	s.set(ctx, "minimax-m3:worker.vllm.maxNumSeqs", "48")
+	_, _, err = s.up(ctx)
+	require.NoError(t, err, "the rollout fits the full rack\n%s", s.log.String())
+	after := podsOf(t, ns, workers)
+	require.Len(t, after, 3)
+	for _, p := range after {
+		assert.Equal(t, corev1.PodRunning, p.Status.Phase)
+		assert.NotEqual(t, before[0].Labels["pod-template-hash"], p.Labels["pod-template-hash"], "every worker replaced")
+		assert.Contains(t, strings.Join(p.Spec.Containers[0].Args, " "), "--max-num-seqs 48")
+	}
+	g := &unstructured.Unstructured{}
+	g.SetGroupVersionKind(graphGVK)
+	require.NoError(t, box.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: aggGraph}, g))
+	status, _, _, gen := readyCondition(g)
+	assert.Equal(t, []any{"True", g.GetGeneration()}, []any{status, gen})
 }
 
 func podCondition(p *corev1.Pod, typ corev1.PodConditionType) *corev1.PodCondition {

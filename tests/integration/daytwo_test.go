@@ -181,7 +181,9 @@ func TestSwitchingToAnotherContextOfTheSameClusterReplacesNothing(t *testing.T) 
 }
 
 // A team running the recipe through kustomize moves it under Pulumi: the adopted graph's spec is
-// unchanged, so the operator sees no new generation and no worker restarts.
+// unchanged, so the operator sees no new generation and no worker restarts. That takes the
+// recipe's rollout (worker.rollout.strategy OperatorDefault): the program's default one-at-a-time
+// rollout is part of the worker hash, and would roll the workers once.
 func TestAdoptingAKustomizeDeploymentRestartsNothing(t *testing.T) {
 	ctx := context.Background()
 	ns := "kustomized"
@@ -210,6 +212,7 @@ func TestAdoptingAKustomizeDeploymentRestartsNothing(t *testing.T) {
 		"minimax-m3:huggingFace.existingSecret": {Value: "true"},
 		"minimax-m3:modelDownload.enabled":      {Value: "false"},
 		"minimax-m3:modelCache.storageClass":    {Value: "rwx-fast"},
+		"minimax-m3:worker.rollout.strategy":    {Value: "OperatorDefault"},
 	}
 	s := newStack(t, "agg", ns, site)
 	require.NoError(t, s.stack.RemoveConfig(ctx, "minimax-m3:hfToken"))

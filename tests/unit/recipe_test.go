@@ -176,8 +176,13 @@ func TestGraphReproducesTheRecipe(t *testing.T) {
 				assert.Equal(t, "1.6.0", c.RuntimeVersionOverride)
 				assert.Equal(t, 3, c.Replicas)
 				assert.Equal(t, w.sharedMemory, c.SharedMemorySize)
-				assert.Equal(t, map[string]string{"nvidia.com/vllm-distributed-executor-backend": "mp"}, c.PodTemplate.Annotations,
-					"no checksum annotation while the workers read the recipe's speculative config")
+				assert.Equal(t, map[string]string{
+					"nvidia.com/vllm-distributed-executor-backend": "mp",
+					// Beyond the recipe: roll one worker at a time with no surge (config.Rollout).
+					"nvidia.com/deployment-strategy":                       "RollingUpdate",
+					"nvidia.com/deployment-rolling-update-max-surge":       "0",
+					"nvidia.com/deployment-rolling-update-max-unavailable": "1",
+				}, c.PodTemplate.Annotations, "no checksum annotation while the workers read the recipe's speculative config")
 				ps := c.PodTemplate.Spec
 				channel := p.graph + "-cd-channel"
 				assert.Equal(t, []corev1.PodResourceClaim{{Name: "compute-domain-channel", ResourceClaimTemplateName: &channel}}, ps.ResourceClaims)
