@@ -40,10 +40,9 @@ type GraphComponent struct {
 	PodTemplate            corev1.PodTemplateSpec `json:"podTemplate"`
 }
 
-// ScalingAdapter hands a component's replicas to the graph's scaling adapter.
-type ScalingAdapter struct {
-	Enabled bool `json:"enabled"`
-}
+// ScalingAdapter hands a component's replicas to the graph's scaling adapter. In v1beta1 it is a
+// marker: present (an empty object) opts the component in; v1alpha1's `enabled` field is gone.
+type ScalingAdapter struct{}
 
 // ComputeDomainSpec is the spec of a ComputeDomain.
 type ComputeDomainSpec struct {

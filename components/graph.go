@@ -144,16 +144,19 @@ func readiness(r config.ReadinessConfig, restartID string) (pulumi.StringMap, *p
 // component's pods are ready. The provider waits for a Ready whose observedGeneration (the
 // condition's, else status.observedGeneration) has reached the generation `up` wrote, so an update
 // waits for the operator to roll the workers. With a restart ID it also waits, on the same
-// observation of the graph, for the operator's restart status to have taken that ID and completed:
-// Ready alone may still describe the pods before the restart.
+// observation of the graph, for the operator's restart status to have taken that ID and finished:
+// Ready alone may still describe the pods before the restart. A restart finishes Completed, or
+// Superseded when a worker change in the same update started a rollout that replaces every pod
+// anyway (the operator's dgd_restart_reconciler.go); Ready at the generation then waits for that
+// rollout. The provider evaluates the path as RFC 9535 JSONPath, whose filters select among the
+// members of status.
 func WaitFor(restartID string) string {
 	if restartID == "" {
 		return "condition=Ready"
 	}
 	all, _ := json.Marshal([]string{
 		"condition=Ready",
-		"jsonpath={.status.restart.observedID}=" + restartID,
-		"jsonpath={.status.restart.phase}=Completed",
+		fmt.Sprintf("jsonpath={.status[?@.observedID=='%s' && (@.phase=='Completed' || @.phase=='Superseded')].observedID}=%s", restartID, restartID),
 	})
 	return string(all)
 }

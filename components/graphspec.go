@@ -207,7 +207,7 @@ func scalingAdapter(on bool) *ScalingAdapter {
 	if !on {
 		return nil
 	}
-	return &ScalingAdapter{Enabled: true}
+	return &ScalingAdapter{}
 }
 
 // speculativeChecksum is the checksum annotation's value, or "" while the workers read the

@@ -189,6 +189,8 @@ type ReadinessConfig struct {
 	DeleteTimeout string `json:"deleteTimeout"`
 }
 
+var restartIDPattern = regexp.MustCompile(`^[A-Za-z0-9._-]{1,63}$`)
+
 // RestartConfig is the graph's spec.restart: changing ID makes the Dynamo operator restart the
 // graph's pods (a rolling restart, without any other change). Empty ID leaves spec.restart out, as
 // a new graph must have it.
@@ -207,10 +209,10 @@ func (r RestartConfig) validate(v validator, key string, c *Config) {
 		}
 		return
 	}
-	if strings.Contains(r.ID, "=") {
+	if !restartIDPattern.MatchString(r.ID) {
 		// `up` waits for the operator's status.restart.observedID to equal it, in the provider's
-		// JSONPath syntax, where "=" separates the path from the value.
-		v.add(key+".id", "%q contains \"=\"; use letters, digits, dots, dashes or underscores", r.ID)
+		// JSONPath syntax, where "=" separates the path from the value and quotes end a string.
+		v.add(key+".id", "%q: use letters, digits, dots, dashes or underscores (at most 63)", r.ID)
 	}
 	if r.Strategy != "" {
 		v.oneOf(key+".strategy", r.Strategy, "Sequential", "Parallel")
@@ -222,8 +224,27 @@ func (r RestartConfig) validate(v validator, key string, c *Config) {
 	for _, w := range c.Workers() {
 		names = append(names, w.Name)
 	}
+	seen := map[string]bool{}
 	for i, n := range r.Order {
-		v.oneOf(fmt.Sprintf("%s.order[%d]", key, i), n, names...)
+		k := fmt.Sprintf("%s.order[%d]", key, i)
+		if seen[n] {
+			v.add(k, "%q is listed twice: the operator's webhook requires each component once", n)
+		}
+		seen[n] = true
+		v.oneOf(k, n, names...)
+	}
+	// The operator's admission webhook (validation/dynamographdeployment.go) refuses an order that
+	// leaves a component out.
+	if len(r.Order) > 0 {
+		var missing []string
+		for _, n := range names {
+			if !seen[n] {
+				missing = append(missing, n)
+			}
+		}
+		if len(missing) > 0 {
+			v.add(key+".order", "must name every component or none (the operator's webhook refuses a partial order): %s missing", strings.Join(missing, ", "))
+		}
 	}
 }
 

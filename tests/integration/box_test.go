@@ -209,6 +209,21 @@ func TestBoxFullRackFlagChangeRollsWithoutASpareGPU(t *testing.T) {
 	require.NoError(t, box.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: aggGraph}, g))
 	status, _, _, gen := readyCondition(g)
 	assert.Equal(t, []any{"True", g.GetGeneration()}, []any{status, gen})
+
+	// A restart together with a worker change: the operator supersedes the restart with the
+	// rollout (or completes it first); either way `up` ends once the graph is Ready at its
+	// generation, instead of waiting out readiness.timeout for a Completed that never comes.
+	s.set(ctx, "minimax-m3:restart.id", "r1")
+	s.set(ctx, "minimax-m3:worker.vllm.maxNumSeqs", "40")
+	s.set(ctx, "minimax-m3:readiness.timeout", "150s")
+	_, _, err = s.up(ctx)
+	require.NoError(t, err, "up ends after a superseded restart\n%s", s.log.String())
+	require.NoError(t, box.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: aggGraph}, g))
+	phase, _, _ := unstructured.NestedString(g.Object, "status", "restart", "phase")
+	observed, _, _ := unstructured.NestedString(g.Object, "status", "restart", "observedID")
+	assert.Equal(t, "r1", observed)
+	assert.Contains(t, []string{"Superseded", "Completed"}, phase)
+	t.Logf("the operator's restart phase after a restart with a worker change: %s", phase)
 }
 
 func podCondition(p *corev1.Pod, typ corev1.PodConditionType) *corev1.PodCondition {

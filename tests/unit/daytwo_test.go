@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"github.com/theory/jsonpath"
 	corev1 "k8s.io/api/core/v1"
 
 	"minimax-m3/components"
@@ -130,7 +131,10 @@ func TestScalingAdapterHandsReplicasOver(t *testing.T) {
 	r := mustRun(t, "disagg", map[string]string{"minimax-m3:decodeWorker": `{"scalingAdapter": true}`})
 	spec := graphSpec(t, r)
 	assert.Nil(t, spec.Components[1].ScalingAdapter)
-	assert.Equal(t, &components.ScalingAdapter{Enabled: true}, spec.Components[2].ScalingAdapter)
+	assert.Equal(t, &components.ScalingAdapter{}, spec.Components[2].ScalingAdapter)
+	raw, err := json.Marshal(spec.Components[2].ScalingAdapter)
+	require.NoError(t, err)
+	assert.JSONEq(t, `{}`, string(raw), "v1beta1's scalingAdapter is an empty marker (v1alpha1's enabled is not in its schema)")
 	assert.Equal(t, []string{"spec.components[2].replicas"}, r.customResource(t, "DynamoGraphDeployment").RPC.GetIgnoreChanges())
 }
 
@@ -148,12 +152,33 @@ func TestRestartIsOmittedUntilAnIDIsSet(t *testing.T) {
 	// graph already had before it.
 	var waitFor []string
 	require.NoError(t, json.Unmarshal([]byte(decode[map[string]string](t, r.customResource(t, "DynamoGraphDeployment"), "metadata", "annotations")["pulumi.com/waitFor"]), &waitFor))
-	assert.Equal(t, []string{"condition=Ready", "jsonpath={.status.restart.observedID}=2026-12-02", "jsonpath={.status.restart.phase}=Completed"}, waitFor)
+	require.Len(t, waitFor, 2)
+	assert.Equal(t, "condition=Ready", waitFor[0])
+	// The provider evaluates jsonpath= as RFC 9535 JSONPath (github.com/theory/jsonpath, as in its
+	// pkg/jsonpath): the restart is done once the operator took the ID and Completed it, or
+	// Superseded it with a rollout (a worker change in the same update).
+	path, value, ok := strings.Cut(strings.TrimPrefix(waitFor[1], "jsonpath="), "}=")
+	require.True(t, ok, waitFor[1])
+	expr, err := jsonpath.Parse("$" + strings.TrimPrefix(path, "{"))
+	require.NoError(t, err)
+	for status, done := range map[string]bool{
+		`{"restart": {"observedID": "2026-12-02", "phase": "Completed"}}`:  true,
+		`{"restart": {"observedID": "2026-12-02", "phase": "Superseded"}}`: true,
+		`{"restart": {"observedID": "2026-12-02", "phase": "Restarting"}}`: false,
+		`{"restart": {"observedID": "2026-12-01", "phase": "Completed"}}`:  false,
+		`{"conditions": [{"type": "Ready", "status": "True"}]}`:            false,
+		`{"restart": {"observedID": "2026-12-02"}, "state": "successful"}`: false,
+	} {
+		var obj map[string]any
+		require.NoError(t, json.Unmarshal([]byte(`{"status": `+status+`}`), &obj))
+		found := expr.Select(obj)
+		assert.Equal(t, done, len(found) == 1 && found[0] == value, status)
+	}
 
 	_, err = runOn(t, fakeCluster{"dynamographdeployments/inference/minimax-m3-disagg-gb200-agentic": own}, "disagg",
 		map[string]string{"minimax-m3:restart": `{"id": "a=b"}`})
 	require.Error(t, err)
-	assert.Contains(t, err.Error(), `minimax-m3:restart.id: "a=b" contains "="`)
+	assert.Contains(t, err.Error(), `minimax-m3:restart.id: "a=b": use letters, digits`)
 }
 
 func TestPodTemplatePatchIsTheEscapeHatch(t *testing.T) {
