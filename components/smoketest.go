@@ -19,21 +19,31 @@ import (
 
 const smokeTestType = "minimax-m3:index:SmokeTest"
 
-// SmokeTestScript is what the smoke test Job runs: the recipe's two requests to the frontend. It
-// succeeds only on HTTP 200 for both and a non-empty completion, and leaves its result as JSON in
-// the container's termination message, where `up` (a failed pod's message) and the stack output
-// (a passed one's) read it. A reasoning model may spend a short budget on reasoning: its
-// reasoning_content counts as the completion then.
+// SmokeTestScript is what the smoke test Job runs: the recipe's two requests to the frontend, made
+// patient. A worker's Ready does not mean the model is routable yet (the Dynamo operator's
+// component_worker.go: workers register through the KV store, not the Service), so it first polls
+// GET /v1/models until the served model is listed, then sends the chat request, retrying 404, 503
+// and connection errors; all within SMOKE_TEST_BUDGET_SECONDS, kept below the Job's
+// activeDeadlineSeconds so that a failure still writes its result. It succeeds only on HTTP 200
+// and a non-empty completion, and leaves its result as JSON in the container's termination
+// message, where `up` (a failed pod's message) and the stack output (a passed one's) read it; a
+// failure carries the last status and body. A reasoning model may spend a short budget on
+// reasoning: its reasoning_content counts as the completion then.
 const SmokeTestScript = `import json, os, sys, time, urllib.error, urllib.request
 
 base = os.environ["SMOKE_TEST_URL"]
+model = os.environ["SMOKE_TEST_MODEL"]
+deadline = time.monotonic() + float(os.environ.get("SMOKE_TEST_BUDGET_SECONDS", "540"))
+pause = float(os.environ.get("SMOKE_TEST_RETRY_SECONDS", "5"))
+RETRY = (0, 404, 503)  # not routable yet: no connection, no model, no worker
 
 
 def call(method, path, body=None):
     data = None if body is None else json.dumps(body).encode()
     req = urllib.request.Request(base + path, data=data, method=method, headers={"Content-Type": "application/json"})
+    timeout = max(1.0, min(300.0, deadline - time.monotonic()))
     try:
-        with urllib.request.urlopen(req, timeout=300) as r:
+        with urllib.request.urlopen(req, timeout=timeout) as r:
             return r.status, r.read().decode(errors="replace")
     except urllib.error.HTTPError as e:
         return e.code, e.read().decode(errors="replace")
@@ -49,18 +59,39 @@ def finish(passed, **result):
     sys.exit(0 if passed else 1)
 
 
-status, body = call("GET", "/v1/models")
-if status != 200:
-    finish(False, request="GET /v1/models", status=status, body=body[:1500])
-start = time.monotonic()
-status, body = call("POST", "/v1/chat/completions", {
-    "model": os.environ["SMOKE_TEST_MODEL"],
-    "messages": [{"role": "user", "content": os.environ["SMOKE_TEST_MESSAGE"]}],
-    "max_tokens": int(os.environ["SMOKE_TEST_MAX_TOKENS"]),
-})
-latency = round((time.monotonic() - start) * 1000)
-if status != 200:
-    finish(False, request="POST /v1/chat/completions", status=status, latencyMs=latency, body=body[:1500])
+def listed(body):
+    try:
+        return any(m.get("id") == model for m in json.loads(body).get("data", []))
+    except Exception:
+        return False
+
+
+attempts = 0
+while True:
+    attempts += 1
+    status, body = call("GET", "/v1/models")
+    if status == 200 and listed(body):
+        break
+    if status not in RETRY + (200,) or time.monotonic() + pause > deadline:
+        finish(False, request="GET /v1/models", status=status, attempts=attempts, body=body[:1500],
+               error="the served model %s was not listed" % model)
+    time.sleep(pause)
+
+attempts = 0
+while True:
+    attempts += 1
+    start = time.monotonic()
+    status, body = call("POST", "/v1/chat/completions", {
+        "model": model,
+        "messages": [{"role": "user", "content": os.environ["SMOKE_TEST_MESSAGE"]}],
+        "max_tokens": int(os.environ["SMOKE_TEST_MAX_TOKENS"]),
+    })
+    latency = round((time.monotonic() - start) * 1000)
+    if status == 200:
+        break
+    if status not in RETRY or time.monotonic() + pause > deadline:
+        finish(False, request="POST /v1/chat/completions", status=status, attempts=attempts, latencyMs=latency, body=body[:1500])
+    time.sleep(pause)
 try:
     message = json.loads(body)["choices"][0]["message"]
     reply = message.get("content") or message.get("reasoning_content") or ""
@@ -68,8 +99,15 @@ except Exception:
     reply = ""
 if not reply.strip():
     finish(False, request="POST /v1/chat/completions", status=status, latencyMs=latency, body=body[:1500], error="no completion in the response")
-finish(True, status=status, latencyMs=latency, reply=reply[:200])
+finish(True, status=status, attempts=attempts, latencyMs=latency, reply=reply[:200])
 `
+
+// smokeTestBudget is how long the script tries: the Job's deadline less a margin for writing its
+// result before Kubernetes ends the pod.
+func smokeTestBudget(timeout time.Duration) time.Duration {
+	margin := min(30*time.Second, timeout/10)
+	return timeout - margin
+}
 
 // SmokeTestJobName is the smoke test Job's name: graphName, and a hash of the graph's spec, so a new
 // graph generation (any spec change) makes a new Job, which runs the test again, and nothing else
@@ -108,6 +146,7 @@ func SmokeTestJobSpec(c *config.Config) batchv1.JobSpec {
 			{Name: "SMOKE_TEST_MODEL", Value: c.ServedModelName()},
 			{Name: "SMOKE_TEST_MESSAGE", Value: c.SmokeTest.Message},
 			{Name: "SMOKE_TEST_MAX_TOKENS", Value: fmt.Sprint(c.SmokeTest.MaxTokens)},
+			{Name: "SMOKE_TEST_BUDGET_SECONDS", Value: fmt.Sprint(int64(smokeTestBudget(timeout).Seconds()))},
 		},
 		TerminationMessagePolicy: corev1.TerminationMessageReadFile,
 		SecurityContext: &corev1.SecurityContext{

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -64,6 +65,8 @@ func TestSmokeTestJobRunsTheRecipesRequestsAfterTheGraph(t *testing.T) {
 		"SMOKE_TEST_MODEL":      "nvidia/MiniMax-M3-NVFP4",
 		"SMOKE_TEST_MESSAGE":    "Respond with a short readiness message.",
 		"SMOKE_TEST_MAX_TOKENS": "64",
+		// smokeTest.timeout 10m less a 30 s margin: a failure still writes its result.
+		"SMOKE_TEST_BUDGET_SECONDS": "570",
 	}, env)
 
 	// After the graph: it depends on the DynamoGraphDeployment itself, whose Ready `up` awaits.
@@ -106,36 +109,77 @@ func TestNoSmokeTestWithoutAReadinessWaitOrWhenOff(t *testing.T) {
 }
 
 // The script itself, against a frontend played by an HTTP server: python3 runs it as the Job's
-// container does, with its result file in a temporary directory instead of /dev/termination-log.
+// container does, with its result file in a temporary directory instead of /dev/termination-log,
+// a 3 s budget and 50 ms between tries. The frontend may not list the model yet, or answer 404/503
+// while workers register after Ready: the script waits for it within its budget.
 func TestSmokeTestScript(t *testing.T) {
+	const served = `{"data":[{"id":"nvidia/MiniMax-M3-NVFP4"}]}`
 	cases := []struct {
-		name      string
-		chat      func(w http.ResponseWriter, body map[string]any)
+		name string
+		// models and chat answer the n-th request (from 0) to their path.
+		models    func(w http.ResponseWriter, n int)
+		chat      func(w http.ResponseWriter, n int, body map[string]any)
 		exit      int
-		wantKey   string
-		wantValue any
+		want      map[string]any
+		chatCalls int
 	}{
-		{"a completion passes", func(w http.ResponseWriter, body map[string]any) {
+		{"a completion passes", listed, func(w http.ResponseWriter, _ int, body map[string]any) {
 			_, _ = fmt.Fprintf(w, `{"choices":[{"message":{"content":"Ready to serve %s."}}]}`, body["model"])
-		}, 0, "reply", "Ready to serve nvidia/MiniMax-M3-NVFP4."},
-		{"an HTTP error fails with its status and body", func(w http.ResponseWriter, _ map[string]any) {
+		}, 0, map[string]any{"reply": "Ready to serve nvidia/MiniMax-M3-NVFP4.", "attempts": float64(1)}, 1},
+		{"the model is listed late, the chat is routable late", func(w http.ResponseWriter, n int) {
+			switch n {
+			case 0:
+				w.WriteHeader(http.StatusServiceUnavailable)
+			case 1:
+				_, _ = w.Write([]byte(`{"data":[]}`))
+			default:
+				_, _ = w.Write([]byte(served))
+			}
+		}, func(w http.ResponseWriter, n int, _ map[string]any) {
+			if n < 2 {
+				w.WriteHeader([]int{http.StatusNotFound, http.StatusServiceUnavailable}[n])
+				return
+			}
+			_, _ = w.Write([]byte(`{"choices":[{"message":{"content":"ok"}}]}`))
+		}, 0, map[string]any{"reply": "ok", "attempts": float64(3)}, 3},
+		{"a frontend that stays unavailable fails at the budget with the last status and body", listed, func(w http.ResponseWriter, _ int, _ map[string]any) {
 			w.WriteHeader(http.StatusServiceUnavailable)
 			_, _ = w.Write([]byte(`{"error":"no workers"}`))
-		}, 1, "body", `{"error":"no workers"}`},
-		{"an empty completion fails", func(w http.ResponseWriter, _ map[string]any) {
+		}, 1, map[string]any{"status": float64(503), "body": `{"error":"no workers"}`}, -1},
+		{"a bad request fails at once", listed, func(w http.ResponseWriter, _ int, _ map[string]any) {
+			w.WriteHeader(http.StatusBadRequest)
+			_, _ = w.Write([]byte(`{"error":"max_tokens"}`))
+		}, 1, map[string]any{"status": float64(400), "attempts": float64(1)}, 1},
+		{"a model never listed fails naming it", func(w http.ResponseWriter, _ int) {
+			_, _ = w.Write([]byte(`{"data":[{"id":"other"}]}`))
+		}, nil, 1, map[string]any{"request": "GET /v1/models", "error": "the served model nvidia/MiniMax-M3-NVFP4 was not listed"}, 0},
+		{"an empty completion fails", listed, func(w http.ResponseWriter, _ int, _ map[string]any) {
 			_, _ = w.Write([]byte(`{"choices":[{"message":{"content":""}}]}`))
-		}, 1, "error", "no completion in the response"},
+		}, 1, map[string]any{"error": "no completion in the response"}, 1},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
+			var mu sync.Mutex
 			var got map[string]any
+			calls := map[string]int{}
 			srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				mu.Lock()
+				n := calls[r.URL.Path]
+				calls[r.URL.Path]++
+				mu.Unlock()
 				switch r.URL.Path {
 				case "/v1/models":
-					_, _ = w.Write([]byte(`{"data":[{"id":"nvidia/MiniMax-M3-NVFP4"}]}`))
+					tc.models(w, n)
 				case "/v1/chat/completions":
-					require.NoError(t, json.NewDecoder(r.Body).Decode(&got))
-					tc.chat(w, got)
+					var body map[string]any
+					if json.NewDecoder(r.Body).Decode(&body) != nil {
+						w.WriteHeader(http.StatusBadRequest)
+						return
+					}
+					mu.Lock()
+					got = body
+					mu.Unlock()
+					tc.chat(w, n, body)
 				default:
 					http.NotFound(w, r)
 				}
@@ -144,7 +188,8 @@ func TestSmokeTestScript(t *testing.T) {
 			out := filepath.Join(t.TempDir(), "result")
 			cmd := exec.Command("python3", "-c", components.SmokeTestScript)
 			cmd.Env = append(os.Environ(), "SMOKE_TEST_URL="+srv.URL, "SMOKE_TEST_MODEL=nvidia/MiniMax-M3-NVFP4",
-				"SMOKE_TEST_MESSAGE=Respond with a short readiness message.", "SMOKE_TEST_MAX_TOKENS=64", "SMOKE_TEST_RESULT="+out)
+				"SMOKE_TEST_MESSAGE=Respond with a short readiness message.", "SMOKE_TEST_MAX_TOKENS=64", "SMOKE_TEST_RESULT="+out,
+				"SMOKE_TEST_BUDGET_SECONDS=3", "SMOKE_TEST_RETRY_SECONDS=0.05")
 			b, err := cmd.CombinedOutput()
 			code := 0
 			if err != nil {
@@ -153,17 +198,29 @@ func TestSmokeTestScript(t *testing.T) {
 				code = exit.ExitCode()
 			}
 			assert.Equal(t, tc.exit, code, string(b))
-			assert.Equal(t, map[string]any{"model": "nvidia/MiniMax-M3-NVFP4", "max_tokens": float64(64),
-				"messages": []any{map[string]any{"role": "user", "content": "Respond with a short readiness message."}}}, got)
+			if tc.chatCalls != 0 {
+				assert.Equal(t, map[string]any{"model": "nvidia/MiniMax-M3-NVFP4", "max_tokens": float64(64),
+					"messages": []any{map[string]any{"role": "user", "content": "Respond with a short readiness message."}}}, got)
+			}
+			if tc.chatCalls > 0 {
+				assert.Equal(t, tc.chatCalls, calls["/v1/chat/completions"])
+			}
+			if tc.chatCalls < 0 {
+				assert.Greater(t, calls["/v1/chat/completions"], 2, "it retried 503 within its budget")
+			}
 			raw, err := os.ReadFile(out)
 			require.NoError(t, err)
 			var result map[string]any
 			require.NoError(t, json.Unmarshal(raw, &result))
-			assert.Equal(t, tc.wantValue, result[tc.wantKey])
-			assert.Equal(t, tc.exit == 0, result["passed"])
-			if tc.exit == 1 && tc.wantKey == "body" {
-				assert.Equal(t, float64(503), result["status"])
+			for k, v := range tc.want {
+				assert.Equal(t, v, result[k], k)
 			}
+			assert.Equal(t, tc.exit == 0, result["passed"])
 		})
 	}
+}
+
+// listed is a frontend that lists the served model.
+func listed(w http.ResponseWriter, _ int) {
+	_, _ = w.Write([]byte(`{"data":[{"id":"nvidia/MiniMax-M3-NVFP4"}]}`))
 }
