@@ -106,16 +106,34 @@ func DownloadScript(d config.ModelDownloadConfig, m config.ModelConfig) string {
 	}, "\n") + "\n"
 }
 
+// DownloadDeadlines are the download's deadlines: modelDownload.timeout for each attempt (the pod's
+// activeDeadlineSeconds), and for the Job, every attempt (backoffLimit retries) with the Job
+// controller's back-off between them (10 s doubling, at most 6 min) and a minute per attempt to
+// schedule and start the pod.
+func DownloadDeadlines(d config.ModelDownloadConfig) (attempt, whole time.Duration) {
+	attempt, _ = time.ParseDuration(d.Timeout) // validated
+	attempts := d.BackoffLimit + 1
+	whole = time.Duration(attempts) * (attempt + time.Minute)
+	backoff := 10 * time.Second
+	for range d.BackoffLimit {
+		whole += backoff
+		backoff = min(2*backoff, 6*time.Minute)
+	}
+	return attempt, whole
+}
+
 // DownloadJobSpec is the download Job's spec. The token Secret's name is filled in by the caller.
 func DownloadJobSpec(d config.ModelDownloadConfig, cache config.ModelCacheConfig, m config.ModelConfig, pullSecrets []string, tokenSecret string) batchv1.JobSpec {
-	timeout, _ := time.ParseDuration(d.Timeout) // validated
-	deadline := int64(timeout.Seconds())
+	attempt, whole := DownloadDeadlines(d)
+	attemptSeconds, wholeSeconds := int64(attempt.Seconds()), int64(whole.Seconds())
 	one := int32(1)
 	backoff := int32(d.BackoffLimit)
 	noEscalation := false
 
 	pod := sitePodSpec(pullSecrets, d.Scheduling)
 	pod.RestartPolicy = k8scorev1.RestartPolicyNever
+	// modelDownload.timeout bounds one attempt: a retry gets the whole of it again.
+	pod.ActiveDeadlineSeconds = &attemptSeconds
 	pod.Containers = []k8scorev1.Container{{
 		Name:            "model-download",
 		Image:           d.Image,
@@ -144,8 +162,9 @@ func DownloadJobSpec(d config.ModelDownloadConfig, cache config.ModelCacheConfig
 		Completions:  &one,
 		Parallelism:  &one,
 		// Kubernetes ends a stuck download itself (reason DeadlineExceeded), which the provider
-		// reports at once, instead of the provider's timer restarting on every pod event.
-		ActiveDeadlineSeconds: &deadline,
+		// reports at once, instead of the provider's timer restarting on every pod event. The
+		// Job's deadline covers every attempt and the back-off between them.
+		ActiveDeadlineSeconds: &wholeSeconds,
 		Template: k8scorev1.PodTemplateSpec{
 			ObjectMeta: k8smetav1.ObjectMeta{Labels: map[string]string{"app": d.JobName}},
 			Spec:       pod,
@@ -155,7 +174,7 @@ func DownloadJobSpec(d config.ModelDownloadConfig, cache config.ModelCacheConfig
 
 func newDownloadJob(ctx *pulumi.Context, args *ModelCacheArgs, parent *ModelCache, deps []pulumi.Resource) (pulumi.Resource, error) {
 	d := args.Download
-	timeout, _ := time.ParseDuration(d.Timeout) // validated
+	_, whole := DownloadDeadlines(d)
 	var annotations pulumi.StringMap
 	if !d.WaitForCompletion {
 		annotations = pulumi.StringMap{"pulumi.com/skipAwait": pulumi.String("true")}
@@ -170,7 +189,7 @@ func newDownloadJob(ctx *pulumi.Context, args *ModelCacheArgs, parent *ModelCach
 		// The Job keeps its name, so a new revision deletes the old Job before creating the new one.
 		pulumi.DeleteBeforeReplace(true),
 		// Leave Kubernetes' activeDeadlineSeconds the first word on a slow download.
-		pulumi.Timeouts(&pulumi.CustomTimeouts{Create: (timeout + 10*time.Minute).String(), Update: (timeout + 10*time.Minute).String()}),
+		pulumi.Timeouts(&pulumi.CustomTimeouts{Create: (whole + 10*time.Minute).String(), Update: (whole + 10*time.Minute).String()}),
 		legacyAlias(ctx, args.LegacyName+"-download", deploymentType, modelCacheType, "kubernetes:batch/v1:Job"),
 	)
 }

@@ -107,8 +107,9 @@ type ModelDownloadConfig struct {
 	Image   string `json:"image"`
 	// HubClientVersion pins the huggingface_hub release the Job installs.
 	HubClientVersion string `json:"hubClientVersion"`
-	// Timeout bounds the download (Go duration). It becomes the Job's activeDeadlineSeconds, so
-	// Kubernetes fails the Job itself and `up` reports DeadlineExceeded at once.
+	// Timeout bounds one download attempt (Go duration): the pod's activeDeadlineSeconds. The
+	// Job's own deadline covers every attempt (BackoffLimit retries) and the back-off between
+	// them, so Kubernetes fails a stuck Job itself and `up` reports DeadlineExceeded at once.
 	Timeout      string `json:"timeout"`
 	BackoffLimit int    `json:"backoffLimit"`
 	// WaitForCompletion makes `up` wait for the download before creating the graph. Turn it off

@@ -3,11 +3,13 @@ package unit
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
 	"minimax-m3/components"
+	"minimax-m3/config"
 )
 
 // What the user owns survives config changes and destroy; what must be replaced is replaced safely.
@@ -37,8 +39,19 @@ func TestDeleteOnDestroyLetsTheClaimAndNamespaceGo(t *testing.T) {
 func TestDownloadJobIsReplacedDeleteFirstAndBoundedByItsTimeout(t *testing.T) {
 	job := mustRun(t, "disagg", map[string]string{"minimax-m3:modelDownload": `{"timeout": "90m"}`}).one(t, "kubernetes:batch/v1:Job")
 	assert.True(t, job.RPC.GetDeleteBeforeReplace(), "the Job keeps its name across revisions")
-	assert.Equal(t, 5400, decode[int](t, job, "spec", "activeDeadlineSeconds"))
-	assert.Equal(t, "1h40m0s", job.RPC.GetCustomTimeouts().GetCreate(), "Kubernetes' deadline fires before the provider's")
+	assert.Equal(t, 5400, decode[int](t, job, "spec", "template", "spec", "activeDeadlineSeconds"), "each attempt gets the whole timeout")
+	// 4 attempts (backoffLimit 3) of 90m plus a minute each to start, and 10s+20s+40s of back-off.
+	assert.Equal(t, 4*91*60+70, decode[int](t, job, "spec", "activeDeadlineSeconds"), "the Job's deadline covers every retry")
+	assert.Equal(t, "6h15m10s", job.RPC.GetCustomTimeouts().GetCreate(), "Kubernetes' deadline fires before the provider's")
+}
+
+func TestDownloadDeadlinesCapTheBackOff(t *testing.T) {
+	attempt, whole := components.DownloadDeadlines(config.ModelDownloadConfig{Timeout: "1m", BackoffLimit: 8})
+	assert.Equal(t, time.Minute, attempt)
+	// back-off 10s, 20s, 40s, 80s, 160s, 320s, then capped at 6m twice
+	assert.Equal(t, 9*2*time.Minute+(630*time.Second)+12*time.Minute, whole)
+	_, none := components.DownloadDeadlines(config.ModelDownloadConfig{Timeout: "1m"})
+	assert.Equal(t, 2*time.Minute, none, "no retry, no back-off")
 }
 
 func TestGraphWaitsForTheDownloadAndTheComputeDomain(t *testing.T) {
