@@ -14,6 +14,7 @@ type ComputeDomainArgs struct {
 	ChannelClaimTemplate string
 	// Create false reuses an existing channel claim template (a pre-provisioned ComputeDomain).
 	Create bool
+	Meta   StackMeta
 	// LegacyName is the component's logical name under the first naming scheme.
 	LegacyName string
 }
@@ -42,7 +43,8 @@ func NewComputeDomain(ctx *pulumi.Context, name string, args *ComputeDomainArgs,
 		res, err := newObject(ctx, name, objectArgs{
 			APIVersion: computeDomainAPIVersion, Kind: "ComputeDomain",
 			Name: args.Name, Namespace: args.Namespace, Labels: stackLabels(ctx),
-			Spec: spec,
+			Annotations: args.Meta.annotations(ctx, "ComputeDomain", args.Name, nil),
+			Spec:        spec,
 		}, pulumi.Parent(cd), legacyAlias(ctx, args.LegacyName, deploymentType, computeDomainType, "kubernetes:"+computeDomainAPIVersion+":ComputeDomain"))
 		if err != nil {
 			return nil, err

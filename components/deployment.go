@@ -20,7 +20,9 @@ const (
 
 // MiniMaxM3Args is a validated stack config and the token the stack holds (a secret, or nil).
 type MiniMaxM3Args struct {
-	Config  *config.Config
+	Config *config.Config
+	// Meta is what the ownership check learned: the objects the stack adopted.
+	Meta    StackMeta
 	HFToken pulumi.StringInput
 	// Results reads the smoke test's result from its pod; nil leaves it out.
 	Results JobResultReader
@@ -60,8 +62,10 @@ func NewMiniMaxM3(ctx *pulumi.Context, name string, args *MiniMaxM3Args, opts ..
 	ns, err := NewNamespace(ctx, "namespace", &NamespaceArgs{
 		Name:   c.Namespace.Name,
 		Create: c.Namespace.Create,
-		// A namespace that holds a kept cache claim is kept too, or deleting it would take the claim.
-		RetainOnDelete: c.ModelCache.Create && !c.ModelCache.DeleteOnDestroy,
+		// A namespace that holds a kept cache claim is kept too, or deleting it would take the
+		// claim; so is one the stack adopted: it existed before, with whatever it holds.
+		RetainOnDelete: c.ModelCache.Create && !c.ModelCache.DeleteOnDestroy || args.Meta.Adopted("Namespace", c.Namespace.Name),
+		Meta:           args.Meta,
 		LegacyName:     legacy + "-namespace",
 	}, parent)
 	if err != nil {
@@ -74,10 +78,11 @@ func NewMiniMaxM3(ctx *pulumi.Context, name string, args *MiniMaxM3Args, opts ..
 		Download:    c.ModelDownload,
 		Model:       c.Model,
 		PullSecrets: c.ImagePullSecrets,
+		Meta:        args.Meta,
 		LegacyName:  legacy + "-model-cache",
 	}
 	if c.ModelDownload.Enabled {
-		tokenArgs := &HFTokenSecretArgs{Namespace: ns.Name, SecretName: c.HuggingFace.SecretName, LegacyName: legacy + "-hf-token"}
+		tokenArgs := &HFTokenSecretArgs{Namespace: ns.Name, SecretName: c.HuggingFace.SecretName, Meta: args.Meta, LegacyName: legacy + "-hf-token"}
 		if !c.HuggingFace.ExistingSecret {
 			tokenArgs.Token = args.HFToken
 		}
@@ -98,13 +103,14 @@ func NewMiniMaxM3(ctx *pulumi.Context, name string, args *MiniMaxM3Args, opts ..
 		Name:                 c.ComputeDomainName(),
 		ChannelClaimTemplate: c.ChannelClaimTemplateName(),
 		Create:               c.ComputeDomain.Create,
+		Meta:                 args.Meta,
 		LegacyName:           legacy + "-compute-domain",
 	}, parent)
 	if err != nil {
 		return nil, err
 	}
 
-	graph, err := NewGraph(ctx, "graph", &GraphArgs{Namespace: ns.Name, Config: c, LegacyName: legacy + "-graph", Status: args.GraphStatus},
+	graph, err := NewGraph(ctx, "graph", &GraphArgs{Namespace: ns.Name, Config: c, Meta: args.Meta, LegacyName: legacy + "-graph", Status: args.GraphStatus},
 		parent, pulumi.DependsOn(append([]pulumi.Resource{cd}, cache.Ready...)))
 	if err != nil {
 		return nil, err
@@ -112,7 +118,7 @@ func NewMiniMaxM3(ctx *pulumi.Context, name string, args *MiniMaxM3Args, opts ..
 
 	if c.SmokeTest.Enabled {
 		if c.Readiness.WaitForReady {
-			d.SmokeTest, err = NewSmokeTest(ctx, "smoke-test", &SmokeTestArgs{Namespace: ns.Name, Config: c, Graph: graph.Object, Results: args.Results}, parent)
+			d.SmokeTest, err = NewSmokeTest(ctx, "smoke-test", &SmokeTestArgs{Namespace: ns.Name, Config: c, Meta: args.Meta, Graph: graph.Object, Results: args.Results}, parent)
 			if err != nil {
 				return nil, err
 			}

@@ -24,6 +24,8 @@ var previousGraphAPIVersions = []string{}
 
 // GraphArgs describes the Dynamo graph of one stack.
 type GraphArgs struct {
+	// Meta carries the stack's identity and what it adopted into every object's annotations.
+	Meta      StackMeta
 	Namespace pulumi.StringInput
 	Config    *config.Config
 	// LegacyName is the component's logical name under the first naming scheme.
@@ -53,8 +55,9 @@ func NewGraph(ctx *pulumi.Context, name string, args *GraphArgs, opts ...pulumi.
 	c := args.Config
 
 	cm, err := corev1.NewConfigMap(ctx, "speculative-config", &corev1.ConfigMapArgs{
-		Metadata: &metav1.ObjectMetaArgs{Name: pulumi.String(c.ConfigMapName()), Namespace: args.Namespace, Labels: stackLabels(ctx)},
-		Data:     pulumi.ToStringMap(SpeculativeConfigs(c)),
+		Metadata: &metav1.ObjectMetaArgs{Name: pulumi.String(c.ConfigMapName()), Namespace: args.Namespace, Labels: stackLabels(ctx),
+			Annotations: args.Meta.annotations(ctx, "ConfigMap", c.ConfigMapName(), nil)},
+		Data: pulumi.ToStringMap(SpeculativeConfigs(c)),
 	}, pulumi.Parent(g), legacyAlias(ctx, args.LegacyName+"-config", deploymentType, graphType, "kubernetes:core/v1:ConfigMap"))
 	if err != nil {
 		return nil, err
@@ -67,8 +70,9 @@ func NewGraph(ctx *pulumi.Context, name string, args *GraphArgs, opts ...pulumi.
 			return nil, err
 		}
 		if _, err := corev1.NewConfigMap(ctx, "aiperf-config", &corev1.ConfigMapArgs{
-			Metadata: &metav1.ObjectMetaArgs{Name: pulumi.String(AIPerfConfigMapName(c)), Namespace: args.Namespace, Labels: stackLabels(ctx)},
-			Data:     pulumi.StringMap{AIPerfConfigKey: pulumi.String(perf)},
+			Metadata: &metav1.ObjectMetaArgs{Name: pulumi.String(AIPerfConfigMapName(c)), Namespace: args.Namespace, Labels: stackLabels(ctx),
+				Annotations: args.Meta.annotations(ctx, "ConfigMap", AIPerfConfigMapName(c), nil)},
+			Data: pulumi.StringMap{AIPerfConfigKey: pulumi.String(perf)},
 		}, pulumi.Parent(g)); err != nil {
 			return nil, err
 		}
@@ -100,8 +104,9 @@ func NewGraph(ctx *pulumi.Context, name string, args *GraphArgs, opts ...pulumi.
 	annotations, timeouts := readiness(c.Readiness, c.Restart.ID)
 	dgd, err := newObject(ctx, name, objectArgs{
 		APIVersion: GraphAPIVersion, Kind: "DynamoGraphDeployment",
-		Name: c.GraphName, Namespace: args.Namespace, Labels: labels, Annotations: annotations,
-		Spec: spec,
+		Name: c.GraphName, Namespace: args.Namespace, Labels: labels,
+		Annotations: args.Meta.annotations(ctx, "DynamoGraphDeployment", c.GraphName, annotations),
+		Spec:        spec,
 	},
 		pulumi.Parent(g),
 		pulumi.DependsOn([]pulumi.Resource{cm}),

@@ -8,6 +8,8 @@ import (
 
 // HFTokenSecretArgs describes the Secret the model download reads HF_TOKEN from.
 type HFTokenSecretArgs struct {
+	// Meta carries the stack's identity and what it adopted into every object's annotations.
+	Meta       StackMeta
 	Namespace  pulumi.StringInput
 	SecretName string
 	// Token creates the Secret from a Pulumi secret; nil uses an existing Secret, which the stack
@@ -34,9 +36,10 @@ func NewHFTokenSecret(ctx *pulumi.Context, name string, args *HFTokenSecretArgs,
 	if args.Token != nil {
 		secret, err := corev1.NewSecret(ctx, name, &corev1.SecretArgs{
 			Metadata: &metav1.ObjectMetaArgs{
-				Name:      pulumi.String(args.SecretName),
-				Namespace: args.Namespace,
-				Labels:    stackLabels(ctx),
+				Name:        pulumi.String(args.SecretName),
+				Namespace:   args.Namespace,
+				Labels:      stackLabels(ctx),
+				Annotations: args.Meta.annotations(ctx, "Secret", args.SecretName, nil),
 			},
 			Type: pulumi.String("Opaque"),
 			// The token stays a secret in state, diffs and logs.

@@ -17,6 +17,57 @@ const (
 	partOf         = "minimax-m3"
 )
 
+// Annotations that identify a stack's objects and what it adopted.
+const (
+	// stackAnnotation holds the stack's identity (StackIdentity): unlike the instance label, it
+	// tells two `agg` stacks of different projects or organizations apart.
+	stackAnnotation = "minimax-m3.io/stack"
+	// adoptedAnnotation marks an object the stack took over with adopt=true: it existed before the
+	// stack, so destroy leaves it where that matters (a namespace, a cache claim).
+	adoptedAnnotation = "minimax-m3.io/adopted"
+	// patchForceAnnotation makes the provider's server-side apply take the fields another field
+	// manager (kubectl's client-side apply) co-owns instead of failing with a conflict.
+	patchForceAnnotation = "pulumi.com/patchForce"
+	// IdentityOutput is the stack output holding the identity the stack's objects carry; the next
+	// update reads it back, so a renamed stack still knows its objects.
+	IdentityOutput = "stackIdentity"
+)
+
+// StackIdentity is what tells this stack's objects from every other's: its organization, project
+// and stack name.
+func StackIdentity(ctx *pulumi.Context) string {
+	return ctx.Organization() + "/" + ctx.Project() + "/" + ctx.Stack()
+}
+
+// StackMeta is what the ownership check learned about the stack's objects, for their metadata.
+type StackMeta struct {
+	// Previous is the identity the stack's last update wrote, when it is another one (the stack
+	// was renamed since).
+	Previous string
+	// adopted are the objects (objectKey) the stack took over with adopt=true.
+	adopted map[string]bool
+}
+
+func objectKey(kind, name string) string { return kind + "/" + name }
+
+// Adopted reports whether the stack took the object over rather than created it.
+func (m StackMeta) Adopted(kind, name string) bool { return m.adopted[objectKey(kind, name)] }
+
+// annotations are the annotations of an object the stack manages: its identity, extra, and for an
+// adopted object the adoption mark and the forced apply that takes kubectl's fields over (without
+// it, the first change of a field the recipe's `kubectl apply` wrote fails with a conflict).
+func (m StackMeta) annotations(ctx *pulumi.Context, kind, name string, extra pulumi.StringMap) pulumi.StringMap {
+	out := pulumi.StringMap{stackAnnotation: pulumi.String(StackIdentity(ctx))}
+	for k, v := range extra {
+		out[k] = v
+	}
+	if m.Adopted(kind, name) {
+		out[adoptedAnnotation] = pulumi.String("true")
+		out[patchForceAnnotation] = pulumi.String("true")
+	}
+	return out
+}
+
 // BenchmarkLabel marks the graph of a stack with benchmark.enabled: the one kind of stack on which
 // the PR-check policies allow synthetic speculative acceptance.
 const BenchmarkLabel = "minimax-m3.io/benchmark"

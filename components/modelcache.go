@@ -17,6 +17,8 @@ import (
 
 // ModelCacheArgs describes the model cache claim and the Job that fills it.
 type ModelCacheArgs struct {
+	// Meta carries the stack's identity and what it adopted into every object's annotations.
+	Meta      StackMeta
 	Namespace pulumi.StringInput
 	// HFTokenSecret is the Secret the download reads HF_TOKEN from; Requires what must exist
 	// before the download starts (the stack's token Secret).
@@ -58,12 +60,12 @@ func NewModelCache(ctx *pulumi.Context, name string, args *ModelCacheArgs, opts 
 				Name:      pulumi.String(args.Cache.ClaimName),
 				Namespace: args.Namespace,
 				Labels:    stackLabels(ctx),
-				Annotations: pulumi.StringMap{
+				Annotations: args.Meta.annotations(ctx, "PersistentVolumeClaim", args.Cache.ClaimName, pulumi.StringMap{
 					// The provider would otherwise wait a fixed five minutes for an unbound claim (and
 					// forever with WaitForFirstConsumer before a pod). The download Job is the real
 					// readiness signal: it mounts the claim and reports why it cannot.
 					"pulumi.com/skipAwait": pulumi.String("true"),
-				},
+				}),
 			},
 			Spec: &corev1.PersistentVolumeClaimSpecArgs{
 				AccessModes:      pulumi.StringArray{pulumi.String(args.Cache.AccessMode)},
@@ -74,7 +76,8 @@ func NewModelCache(ctx *pulumi.Context, name string, args *ModelCacheArgs, opts 
 			},
 		},
 			pulumi.Parent(mc),
-			pulumi.RetainOnDelete(!args.Cache.DeleteOnDestroy),
+			// An adopted claim was the user's before the stack: destroy leaves it.
+			pulumi.RetainOnDelete(!args.Cache.DeleteOnDestroy || args.Meta.Adopted("PersistentVolumeClaim", args.Cache.ClaimName)),
 			// Changing these would replace the claim and lose hours of download.
 			pulumi.IgnoreChanges([]string{"spec.storageClassName", "spec.accessModes", "spec.volumeName", "spec.volumeMode", "spec.selector"}),
 			legacyAlias(ctx, args.LegacyName, deploymentType, modelCacheType, "kubernetes:core/v1:PersistentVolumeClaim"),
@@ -181,7 +184,7 @@ func newDownloadJob(ctx *pulumi.Context, args *ModelCacheArgs, parent *ModelCach
 	}
 	return newObject(ctx, "model-download", objectArgs{
 		APIVersion: "batch/v1", Kind: "Job",
-		Name: d.JobName, Namespace: args.Namespace, Labels: stackLabels(ctx), Annotations: annotations,
+		Name: d.JobName, Namespace: args.Namespace, Labels: stackLabels(ctx), Annotations: args.Meta.annotations(ctx, "Job", d.JobName, annotations),
 		Spec: DownloadJobSpec(d, args.Cache, args.Model, args.PullSecrets, args.HFTokenSecret),
 	},
 		pulumi.Parent(parent),

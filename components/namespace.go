@@ -15,6 +15,7 @@ type NamespaceArgs struct {
 	// RetainOnDelete keeps a created namespace on destroy: deleting a namespace deletes every claim
 	// in it, the model cache included.
 	RetainOnDelete bool
+	Meta           StackMeta
 	// LegacyName is the component's logical name under the first naming scheme.
 	LegacyName string
 }
@@ -35,7 +36,7 @@ func NewNamespace(ctx *pulumi.Context, name string, args *NamespaceArgs, opts ..
 	ns.Name = pulumi.String(args.Name).ToStringOutput()
 	if args.Create {
 		created, err := corev1.NewNamespace(ctx, name, &corev1.NamespaceArgs{
-			Metadata: &metav1.ObjectMetaArgs{Name: pulumi.String(args.Name), Labels: stackLabels(ctx)},
+			Metadata: &metav1.ObjectMetaArgs{Name: pulumi.String(args.Name), Labels: stackLabels(ctx), Annotations: args.Meta.annotations(ctx, "Namespace", args.Name, nil)},
 		}, pulumi.Parent(ns), pulumi.RetainOnDelete(args.RetainOnDelete),
 			legacyAlias(ctx, args.LegacyName, deploymentType, namespaceType, "kubernetes:core/v1:Namespace"))
 		if err != nil {

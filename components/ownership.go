@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"strings"
+	"slices"
 	"time"
 
 	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
@@ -30,11 +30,10 @@ type JobResultReader interface {
 	JobResult(ctx context.Context, namespace, job string) (string, error)
 }
 
-// LiveObject is what the ownership check needs of a live object: its labels, and the field
-// managers that wrote it (server-side apply records every writer).
+// LiveObject is what the ownership check needs of a live object: its labels and annotations.
 type LiveObject struct {
-	Labels   map[string]string
-	Managers []string
+	Labels      map[string]string
+	Annotations map[string]string
 }
 
 // plannedObject is an object the stack creates, and the config key that makes the stack use an
@@ -97,56 +96,81 @@ func plannedObjects(c *config.Config) []plannedObject {
 // It also stops a first `up` with restart.id set, which the CRD would reject once the rest of the
 // stack exists. Where the cluster cannot be read (no kubeconfig, or it is unreachable) the check is
 // skipped with a warning; `up` then fails at the provider.
-func checkOwnership(ctx *pulumi.Context, reader ObjectReader, c *config.Config) error {
+//
+// The returned StackMeta lists the objects the stack adopts (now, or in an earlier update: they
+// keep the adoption mark). previous is the identity the stack's last update wrote.
+func checkOwnership(ctx *pulumi.Context, reader ObjectReader, c *config.Config, previous string) (StackMeta, error) {
+	meta := StackMeta{adopted: map[string]bool{}}
+	if previous != StackIdentity(ctx) {
+		meta.Previous = previous
+	}
 	var ps config.Problems
 	for _, obj := range plannedObjects(c) {
 		live, found, err := reader.Read(ctx.Context(), obj.gvr, obj.namespace, obj.name)
 		if err != nil {
 			_ = ctx.Log.Warn(fmt.Sprintf("not checking for existing objects the stack would take over: reading %s: %v", obj, err), nil)
-			return nil
+			return meta, nil
 		}
 		if obj.kind == "DynamoGraphDeployment" && !found && c.Restart.ID != "" {
 			// The CRD rejects spec.restart on create; say so before anything is created.
 			ps.Add("restart.id", "%s does not exist yet, and a graph cannot be created with spec.restart: remove restart.id for the first up, set it afterwards to restart the graph", obj)
 		}
-		if !found || ownedBy(live, ctx.Stack()) {
+		if !found {
+			continue
+		}
+		if ownedBy(live, ctx.Stack(), StackIdentity(ctx), meta.Previous) {
+			if live.Annotations[adoptedAnnotation] == "true" {
+				meta.adopted[objectKey(obj.kind, obj.name)] = true
+			}
 			continue
 		}
 		// Another stack's object is never taken over, adopt or not: two stacks would manage it,
 		// and either one's destroy would delete it under the other.
-		if other := live.Labels[instanceLabel]; other != "" && live.Labels[managedByLabel] == managedBy {
+		if other := otherStack(live); other != "" {
 			ps.Add(obj.key, "%s already exists and belongs to stack %q: %s", obj, other, obj.useInstead)
 			continue
 		}
 		if c.Adopt {
+			meta.adopted[objectKey(obj.kind, obj.name)] = true
 			continue
 		}
 		ps.Add(obj.key, "%s already exists and was not created by this stack: %s; or set adopt=true to take it over (a kustomize deployment of the recipe, for one)",
 			obj, obj.useInstead)
 	}
 	if len(ps) > 0 {
-		return ps
+		return meta, ps
 	}
-	return nil
+	return meta, nil
 }
 
-// ownedBy reports whether a live object is this stack's: labelled with its instance. Objects this
-// program created before it labelled them with the stack carry no instance label; they are the
-// stack's own when they carry its managed-by and part-of labels, or (the graph, which carried only
-// the recipe's labels) when the Kubernetes provider wrote them.
-func ownedBy(o LiveObject, stack string) bool {
+// ownedBy reports whether a live object is this stack's. Objects carry the stack's identity
+// (identities: the current one, and the one before a rename). Objects this program wrote before it
+// annotated them carry only its labels: the stack's instance, or (earlier still) no instance.
+// Nothing else counts: another Pulumi program's, or the Pulumi Kubernetes Operator's, objects are
+// written by the same Kubernetes provider but are not this stack's.
+func ownedBy(o LiveObject, stack string, identities ...string) bool {
+	if id, annotated := o.Annotations[stackAnnotation]; annotated {
+		return id != "" && slices.Contains(identities, id)
+	}
+	if o.Labels[managedByLabel] != managedBy {
+		return false
+	}
 	if instance, labelled := o.Labels[instanceLabel]; labelled {
-		return o.Labels[managedByLabel] == managedBy && instance == stack
+		// The graph carries the recipe's part-of label.
+		return instance == stack && (o.Labels[partOfLabel] == partOf || o.Labels[partOfLabel] == "dynamo")
 	}
-	if o.Labels[managedByLabel] == managedBy && o.Labels[partOfLabel] == partOf {
-		return true
+	return o.Labels[partOfLabel] == partOf
+}
+
+// otherStack names the stack of this program a live object belongs to ("" when none does).
+func otherStack(o LiveObject) string {
+	if id := o.Annotations[stackAnnotation]; id != "" {
+		return id
 	}
-	for _, m := range o.Managers {
-		if strings.HasPrefix(m, "pulumi-kubernetes") {
-			return true
-		}
+	if o.Labels[managedByLabel] == managedBy {
+		return o.Labels[instanceLabel]
 	}
-	return false
+	return ""
 }
 
 // clusterReader reads object metadata, and Jobs' pods, with the kubeconfig the provider uses.
@@ -197,11 +221,7 @@ func (r clusterReader) Read(ctx context.Context, gvr schema.GroupVersionResource
 	case err != nil:
 		return LiveObject{}, false, err
 	}
-	live := LiveObject{Labels: obj.Labels}
-	for _, m := range obj.ManagedFields {
-		live.Managers = append(live.Managers, m.Manager)
-	}
-	return live, true, nil
+	return LiveObject{Labels: obj.Labels, Annotations: obj.Annotations}, true, nil
 }
 
 // JobResult reads the termination message of the main container of a Job's newest finished pod.

@@ -55,7 +55,10 @@ func Deploy(ctx *pulumi.Context, o Options) (pulumi.Map, error) {
 	}
 	// One reader of the cluster, on the provider's kubeconfig (a test's own reader instead), for
 	// the ownership check and the smoke test's result. A render reads no cluster.
-	var cluster ObjectReader
+	var (
+		cluster ObjectReader
+		meta    StackMeta
+	)
 	if o.RenderDirectory == "" {
 		cluster = o.Cluster
 		if cluster == nil {
@@ -66,7 +69,11 @@ func Deploy(ctx *pulumi.Context, o Options) (pulumi.Map, error) {
 			cluster = r
 		}
 		if cluster != nil {
-			if err := checkOwnership(ctx, cluster, &c); err != nil {
+			previous, err := previousIdentity(ctx)
+			if err != nil {
+				return nil, err
+			}
+			if meta, err = checkOwnership(ctx, cluster, &c, previous); err != nil {
 				return nil, err
 			}
 		}
@@ -104,11 +111,29 @@ func Deploy(ctx *pulumi.Context, o Options) (pulumi.Map, error) {
 	if t := raw.HFToken(); t != "" {
 		token = pulumi.ToSecret(pulumi.String(t)).(pulumi.StringOutput)
 	}
-	d, err := NewMiniMaxM3(ctx, "minimax-m3", &MiniMaxM3Args{Config: &c, HFToken: token, Results: jobResults(cluster), GraphStatus: graphStatus(cluster)}, pulumi.Provider(provider))
+	d, err := NewMiniMaxM3(ctx, "minimax-m3", &MiniMaxM3Args{Config: &c, Meta: meta, HFToken: token, Results: jobResults(cluster), GraphStatus: graphStatus(cluster)}, pulumi.Provider(provider))
 	if err != nil {
 		return nil, err
 	}
-	return Outputs(&c, d), nil
+	outputs := Outputs(&c, d)
+	outputs[IdentityOutput] = pulumi.String(StackIdentity(ctx))
+	return outputs, nil
+}
+
+// previousIdentity is the identity the stack's last update wrote (its stackIdentity output, read
+// back through a reference to the stack itself), "" before the first. It differs from
+// StackIdentity after `pulumi stack rename`, which keeps the stack's state and outputs.
+func previousIdentity(ctx *pulumi.Context) (string, error) {
+	self, err := pulumi.NewStackReference(ctx, "self", &pulumi.StackReferenceArgs{Name: pulumi.String(StackIdentity(ctx))})
+	if err != nil {
+		return "", err
+	}
+	out, err := self.GetOutputDetails(IdentityOutput)
+	if err != nil || out == nil {
+		return "", err
+	}
+	id, _ := out.Value.(string)
+	return id, nil
 }
 
 // LoadConfig reads and validates every `minimax-m3:` key the stack sets. keys lists the stack's

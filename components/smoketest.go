@@ -176,6 +176,8 @@ func SmokeTestJobSpec(c *config.Config) batchv1.JobSpec {
 
 // SmokeTestArgs configure the smoke test.
 type SmokeTestArgs struct {
+	// Meta carries the stack's identity and what it adopted into every object's annotations.
+	Meta      StackMeta
 	Namespace pulumi.StringInput
 	Config    *config.Config
 	// Graph is the DynamoGraphDeployment the test waits for (its Ready).
@@ -209,7 +211,8 @@ func NewSmokeTest(ctx *pulumi.Context, name string, args *SmokeTestArgs, opts ..
 	job, err := newObject(ctx, "smoke-test", objectArgs{
 		APIVersion: "batch/v1", Kind: "Job",
 		Name: jobName, Namespace: args.Namespace, Labels: stackLabels(ctx),
-		Spec: SmokeTestJobSpec(c),
+		Annotations: args.Meta.annotations(ctx, "Job", jobName, nil),
+		Spec:        SmokeTestJobSpec(c),
 	},
 		pulumi.Parent(s),
 		pulumi.DependsOn([]pulumi.Resource{args.Graph}),

@@ -250,20 +250,93 @@ func TestExistingObjectsOfOthersAreNeverTakenOverSilently(t *testing.T) {
 }
 
 func TestTheStacksOwnObjectsAreItsOwn(t *testing.T) {
-	own := map[string]string{"app.kubernetes.io/managed-by": "pulumi", "app.kubernetes.io/part-of": "minimax-m3", "app.kubernetes.io/instance": "agg"}
-	legacy := map[string]string{"app.kubernetes.io/managed-by": "pulumi", "app.kubernetes.io/part-of": "minimax-m3"}
-	// The graph an earlier version of the program created carried only the recipe's labels; the
-	// provider's field manager marks it as the stack's.
-	legacyGraph := map[string]string{"app.kubernetes.io/name": "minimax-m3-agg-gb200-agentic", "app.kubernetes.io/part-of": "dynamo", "managers": "pulumi-kubernetes-8c4fd1f2,dynamo-operator"}
+	own := map[string]string{"@minimax-m3.io/stack": "organization/minimax-m3/agg", "app.kubernetes.io/managed-by": "pulumi", "app.kubernetes.io/instance": "agg"}
+	// Objects an earlier version of the program wrote carry only its labels: the stack's instance
+	// (the graph with the recipe's part-of), or no instance at all.
+	labelled := map[string]string{"app.kubernetes.io/managed-by": "pulumi", "app.kubernetes.io/part-of": "minimax-m3", "app.kubernetes.io/instance": "agg"}
+	unlabelled := map[string]string{"app.kubernetes.io/managed-by": "pulumi", "app.kubernetes.io/part-of": "minimax-m3"}
+	graph := map[string]string{"app.kubernetes.io/managed-by": "pulumi", "app.kubernetes.io/part-of": "dynamo", "app.kubernetes.io/instance": "agg"}
 	_, err := runOn(t, fakeCluster{
 		"namespaces//inference":                                         own,
-		"persistentvolumeclaims/inference/shared-model-cache":           legacy,
-		"dynamographdeployments/inference/minimax-m3-agg-gb200-agentic": legacyGraph,
+		"secrets/inference/hf-token-secret":                             labelled,
+		"persistentvolumeclaims/inference/shared-model-cache":           unlabelled,
+		"dynamographdeployments/inference/minimax-m3-agg-gb200-agentic": graph,
 	}, "agg", nil)
 	assert.NoError(t, err)
-	kubectlApplied := map[string]string{"app.kubernetes.io/part-of": "dynamo", "managers": "kubectl-client-side-apply"}
-	_, err = runOn(t, fakeCluster{"dynamographdeployments/inference/minimax-m3-agg-gb200-agentic": kubectlApplied}, "agg", nil)
-	assert.Error(t, err, "an object kubectl applied is not the stack's")
+
+	for what, live := range map[string]map[string]string{
+		"applied with kubectl":                            {"app.kubernetes.io/part-of": "dynamo"},
+		"another Pulumi program":                          {"app.kubernetes.io/managed-by": "pulumi", "app.kubernetes.io/name": "minimax-m3-agg-gb200-agentic"},
+		"another Pulumi program with the recipe's labels": {"app.kubernetes.io/managed-by": "pulumi", "app.kubernetes.io/part-of": "dynamo"},
+	} {
+		_, err = runOn(t, fakeCluster{"dynamographdeployments/inference/minimax-m3-agg-gb200-agentic": live}, "agg", nil)
+		require.Error(t, err, what)
+		assert.Contains(t, err.Error(), "minimax-m3:graphName: DynamoGraphDeployment inference/minimax-m3-agg-gb200-agentic already exists and was not created by this stack", what)
+	}
+}
+
+// Two stacks named agg, of other projects or organizations, label their objects alike; the
+// identity annotation tells them apart.
+func TestStacksOfTheSameNameInOtherProjectsAreOthers(t *testing.T) {
+	for _, other := range []string{"organization/other-project/agg", "another-org/minimax-m3/agg"} {
+		live := map[string]string{"@minimax-m3.io/stack": other, "app.kubernetes.io/managed-by": "pulumi", "app.kubernetes.io/part-of": "minimax-m3", "app.kubernetes.io/instance": "agg"}
+		r, err := runOn(t, fakeCluster{"persistentvolumeclaims/inference/shared-model-cache": live}, "agg", map[string]string{"minimax-m3:adopt": "true"})
+		require.Error(t, err, other)
+		assert.Contains(t, err.Error(), `minimax-m3:modelCache.create: PersistentVolumeClaim inference/shared-model-cache already exists and belongs to stack "`+other+`"`)
+		assert.Empty(t, r.resources)
+	}
+	r := mustRun(t, "agg", nil)
+	for _, res := range r.resources {
+		if strings.HasPrefix(res.Type, "kubernetes:") && res.Type != "kubernetes:index:Provider" || res.Type == "kubernetes:nvidia.com/v1beta1:DynamoGraphDeployment" {
+			assert.Equal(t, "organization/minimax-m3/agg", decode[map[string]string](t, res, "metadata", "annotations")["minimax-m3.io/stack"], res.Type)
+		}
+	}
+	assert.Equal(t, "organization/minimax-m3/agg", r.outputs["stackIdentity"], "read back by the next update")
+}
+
+// After `pulumi stack rename`, the stack's last output names its objects' identity: they stay its
+// own, and the next update writes the new identity.
+func TestARenamedStackKeepsItsObjects(t *testing.T) {
+	live := map[string]string{"@minimax-m3.io/stack": "organization/minimax-m3/agg-old", "app.kubernetes.io/managed-by": "pulumi", "app.kubernetes.io/instance": "agg-old"}
+	cluster := fakeCluster{"dynamographdeployments/inference/minimax-m3-agg-gb200-agentic": live}
+	_, err := runOn(t, cluster, "agg", nil)
+	require.Error(t, err, "without the stack's own record, the old name is another stack")
+	r, err := runAfter(t, "organization/minimax-m3/agg-old", components.Options{Cluster: cluster}, "agg", nil)
+	require.NoError(t, err)
+	assert.Equal(t, "organization/minimax-m3/agg", decode[map[string]string](t, r.customResource(t, "DynamoGraphDeployment"), "metadata", "annotations")["minimax-m3.io/stack"])
+}
+
+// adopt=true takes the recipe's objects over for good: the first change of a field kubectl's
+// client-side apply wrote would otherwise conflict with that field manager, so adopted objects
+// apply with force; and what existed before the stack (the namespace with what it holds, the cache
+// claim) is kept on destroy even with modelCache.deleteOnDestroy.
+func TestAdoptedObjectsAreTakenOverAndKept(t *testing.T) {
+	kubectlApplied := map[string]string{"app.kubernetes.io/part-of": "dynamo"}
+	cluster := fakeCluster{
+		"namespaces//inference":                                         {},
+		"persistentvolumeclaims/inference/shared-model-cache":           {},
+		"configmaps/inference/minimax-m3-agg-gb200-agentic-config":      kubectlApplied,
+		"dynamographdeployments/inference/minimax-m3-agg-gb200-agentic": kubectlApplied,
+	}
+	deleteOnDestroy := map[string]string{"minimax-m3:adopt": "true", "minimax-m3:modelCache": `{"storageClass": "rwx-fast", "deleteOnDestroy": true}`}
+	r, err := runOn(t, cluster, "agg", deleteOnDestroy)
+	require.NoError(t, err)
+	for _, res := range []recorded{r.customResource(t, "DynamoGraphDeployment"), r.one(t, "kubernetes:core/v1:ConfigMap"), r.one(t, "kubernetes:core/v1:Namespace"), r.one(t, "kubernetes:core/v1:PersistentVolumeClaim")} {
+		annotations := decode[map[string]string](t, res, "metadata", "annotations")
+		assert.Equal(t, "true", annotations["pulumi.com/patchForce"], res.Type)
+		assert.Equal(t, "true", annotations["minimax-m3.io/adopted"], res.Type)
+	}
+	assert.True(t, r.one(t, "kubernetes:core/v1:Namespace").RPC.GetRetainOnDelete(), "an adopted namespace is kept, with what it holds")
+	assert.True(t, r.one(t, "kubernetes:core/v1:PersistentVolumeClaim").RPC.GetRetainOnDelete(), "an adopted claim is kept")
+	_, hasForce := decode[map[string]string](t, r.one(t, "kubernetes:batch/v1:Job"), "metadata", "annotations")["pulumi.com/patchForce"]
+	assert.False(t, hasForce, "what the stack creates applies without force")
+
+	// Later updates know what was adopted from the mark, adopt set or not.
+	adopted := map[string]string{"@minimax-m3.io/stack": "organization/minimax-m3/agg", "@minimax-m3.io/adopted": "true"}
+	r, err = runOn(t, fakeCluster{"namespaces//inference": adopted}, "agg", map[string]string{"minimax-m3:modelCache": `{"storageClass": "rwx-fast", "deleteOnDestroy": true}`})
+	require.NoError(t, err)
+	assert.True(t, r.one(t, "kubernetes:core/v1:Namespace").RPC.GetRetainOnDelete())
+	assert.False(t, r.one(t, "kubernetes:core/v1:PersistentVolumeClaim").RPC.GetRetainOnDelete(), "a claim the stack created goes with deleteOnDestroy")
 }
 
 // The second stack on a namespace uses the first one's namespace, claim and download.

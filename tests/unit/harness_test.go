@@ -49,11 +49,22 @@ type recorded struct {
 type mocks struct {
 	mu        sync.Mutex
 	resources []recorded
+	// previous is the stack identity the stack's last update exported ("" for a new stack); the
+	// program reads it through a reference to its own stack, which is not recorded (it is a read
+	// of the stack's outputs, not an object).
+	previous string
 }
 
 func (m *mocks) NewResource(args pulumi.MockResourceArgs) (string, resource.PropertyMap, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
+	if args.TypeToken == "pulumi:pulumi:StackReference" {
+		outputs := resource.PropertyMap{}
+		if m.previous != "" {
+			outputs[components.IdentityOutput] = resource.NewProperty(m.previous)
+		}
+		return args.ID, resource.PropertyMap{"name": resource.NewProperty(args.ID), "outputs": resource.NewProperty(outputs)}, nil
+	}
 	m.resources = append(m.resources, recorded{Type: args.TypeToken, Name: args.Name, Inputs: args.Inputs, RPC: args.RegisterRPC})
 	return args.Name + "-id", args.Inputs, nil
 }
@@ -90,16 +101,16 @@ func stackConfig(t testing.TB, stack string) map[string]string {
 }
 
 // fakeCluster answers the program's ownership check: objects by "resource/namespace/name", with
-// their labels (and, under the label key "managers", their field managers). An empty one is a
-// cluster where none of the stack's objects exist yet.
+// their labels (and, under keys starting with "@", their annotations). An empty one is a cluster
+// where none of the stack's objects exist yet.
 type fakeCluster map[string]map[string]string
 
 func (f fakeCluster) Read(_ context.Context, gvr schema.GroupVersionResource, namespace, name string) (components.LiveObject, bool, error) {
 	labels, ok := f[gvr.Resource+"/"+namespace+"/"+name]
-	o := components.LiveObject{Labels: map[string]string{}}
+	o := components.LiveObject{Labels: map[string]string{}, Annotations: map[string]string{}}
 	for k, v := range labels {
-		if k == "managers" {
-			o.Managers = strings.Split(v, ",")
+		if a, ok := strings.CutPrefix(k, "@"); ok {
+			o.Annotations[a] = v
 		} else {
 			o.Labels[k] = v
 		}
@@ -122,6 +133,12 @@ func runOn(t testing.TB, cluster fakeCluster, stack string, overrides map[string
 // runWith runs the program with the given options.
 func runWith(t testing.TB, opts components.Options, stack string, overrides map[string]string) (*result, error) {
 	t.Helper()
+	return runAfter(t, "", opts, stack, overrides)
+}
+
+// runAfter runs the program on a stack whose last update exported the identity previous.
+func runAfter(t testing.TB, previous string, opts components.Options, stack string, overrides map[string]string) (*result, error) {
+	t.Helper()
 	cfg := stackConfig(t, stack)
 	for k, v := range siteConfig() {
 		cfg[k] = v
@@ -133,7 +150,7 @@ func runWith(t testing.TB, opts components.Options, stack string, overrides map[
 			cfg[k] = v
 		}
 	}
-	m := &mocks{}
+	m := &mocks{previous: previous}
 	res := &result{}
 	err := pulumi.RunErr(func(ctx *pulumi.Context) error {
 		keys := make([]string, 0, len(cfg))

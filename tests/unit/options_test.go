@@ -22,7 +22,7 @@ func TestCacheClaimIsKeptOnDestroyAndNeverReplaced(t *testing.T) {
 			require.NotNil(t, pvc.RPC)
 			assert.True(t, pvc.RPC.GetRetainOnDelete(), "destroy keeps the cache")
 			assert.Subset(t, pvc.RPC.GetIgnoreChanges(), []string{"spec.storageClassName", "spec.accessModes"}, "immutable fields never force a replacement")
-			assert.Equal(t, map[string]string{"pulumi.com/skipAwait": "true"}, decode[map[string]string](t, pvc, "metadata", "annotations"),
+			assert.Equal(t, "true", decode[map[string]string](t, pvc, "metadata", "annotations")["pulumi.com/skipAwait"],
 				"no fixed five-minute wait for binding")
 			ns := r.one(t, "kubernetes:core/v1:Namespace")
 			assert.True(t, ns.RPC.GetRetainOnDelete(), "the namespace holding a kept cache is kept too")

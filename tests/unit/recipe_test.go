@@ -265,7 +265,7 @@ func TestModelCacheReproducesTheRecipe(t *testing.T) {
 			assert.Equal(t, 3, decode[int](t, job, "spec", "backoffLimit"))
 			assert.Equal(t, 1, decode[int](t, job, "spec", "completions"))
 			assert.Equal(t, 1, decode[int](t, job, "spec", "parallelism"))
-			assert.Equal(t, 4*3600, decode[int](t, job, "spec", "activeDeadlineSeconds"), "Kubernetes ends the Job at the 4h timeout")
+			assert.Equal(t, 4*3600, decode[int](t, job, "spec", "template", "spec", "activeDeadlineSeconds"), "Kubernetes ends an attempt at the 4h timeout")
 			assert.Equal(t, map[string]string{"app": "minimax-m3-model-download"}, decode[map[string]string](t, job, "spec", "template", "metadata", "labels"))
 			pod := decode[corev1.PodSpec](t, job, "spec", "template", "spec")
 			assert.Equal(t, corev1.RestartPolicyNever, pod.RestartPolicy)

@@ -215,9 +215,10 @@ func TestExistingCacheWithoutDownloadCreatesNoClaimJobOrSecret(t *testing.T) {
 
 func TestReadinessWaitIsAnAnnotationAndCanBeTurnedOff(t *testing.T) {
 	dgd := mustRun(t, "agg", nil).customResource(t, "DynamoGraphDeployment")
-	assert.Equal(t, map[string]string{"pulumi.com/waitFor": "condition=Ready"}, decode[map[string]string](t, dgd, "metadata", "annotations"))
+	identity := "organization/minimax-m3/agg"
+	assert.Equal(t, map[string]string{"pulumi.com/waitFor": "condition=Ready", "minimax-m3.io/stack": identity}, decode[map[string]string](t, dgd, "metadata", "annotations"))
 	dgd = mustRun(t, "agg", map[string]string{"minimax-m3:readiness": `{"waitForReady": false}`}).customResource(t, "DynamoGraphDeployment")
-	assert.Equal(t, map[string]string{"pulumi.com/skipAwait": "true"}, decode[map[string]string](t, dgd, "metadata", "annotations"))
+	assert.Equal(t, map[string]string{"pulumi.com/skipAwait": "true", "minimax-m3.io/stack": identity}, decode[map[string]string](t, dgd, "metadata", "annotations"))
 }
 
 func TestNoResourceInputCarriesTheTokenInPlainText(t *testing.T) {

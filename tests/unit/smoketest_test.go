@@ -72,7 +72,7 @@ func TestSmokeTestJobRunsTheRecipesRequestsAfterTheGraph(t *testing.T) {
 	// After the graph: it depends on the DynamoGraphDeployment itself, whose Ready `up` awaits.
 	assert.Contains(t, strings.Join(job.RPC.GetDependencies(), " "), "kubernetes:nvidia.com/v1beta1:DynamoGraphDeployment::graph")
 	assert.Equal(t, "12m0s", job.RPC.GetCustomTimeouts().GetCreate(), "Kubernetes' deadline fires first")
-	assert.Empty(t, decode[map[string]string](t, job, "metadata", "annotations"), "up waits for it")
+	assert.Equal(t, map[string]string{"minimax-m3.io/stack": "organization/minimax-m3/disagg"}, decode[map[string]string](t, job, "metadata", "annotations"), "up waits for it")
 
 	assert.Equal(t, map[string]any{"job": name, "passed": true}, r.outputs["smokeTest"])
 }
@@ -80,7 +80,7 @@ func TestSmokeTestJobRunsTheRecipesRequestsAfterTheGraph(t *testing.T) {
 func TestSmokeTestRunsAgainForANewGraphSpecOnly(t *testing.T) {
 	// The graph exists (a restart needs one), and is this stack's.
 	live := fakeCluster{"dynamographdeployments/inference/minimax-m3-agg-gb200-agentic": {
-		"app.kubernetes.io/instance": "agg", "app.kubernetes.io/managed-by": "pulumi"}}
+		"@minimax-m3.io/stack": "organization/minimax-m3/agg", "app.kubernetes.io/instance": "agg", "app.kubernetes.io/managed-by": "pulumi"}}
 	name := func(extra map[string]string) string {
 		r, err := runOn(t, live, "agg", smokeOn(extra))
 		require.NoError(t, err)
