@@ -129,6 +129,20 @@ type BenchmarkPoint struct {
 	Concurrency       int
 }
 
+// benchmarkPodSpec places the benchmark's pods like the frontend they measure: its scheduling
+// (node selector, tolerations, required node labels, priority, runtime and scheduler), plus
+// benchmark.tolerations, and the stack's pull secrets.
+func benchmarkPodSpec(c *config.Config) corev1.PodSpec {
+	pod := sitePodSpec(c.ImagePullSecrets, c.Frontend.Scheduling)
+	for _, t := range c.Benchmark.Tolerations {
+		tol := corev1.Toleration{Key: t.Key, Operator: corev1.TolerationOperator(t.Operator), Value: t.Value, Effect: corev1.TaintEffect(t.Effect)}
+		if !slices.Contains(pod.Tolerations, tol) {
+			pod.Tolerations = append(pod.Tolerations, tol)
+		}
+	}
+	return pod
+}
+
 // AIPerfJob is the recipe's benchmark Job for one point: AIPerf replaying the trace against the
 // stack's own frontend (required pod affinity to the graph's frontend pods, whatever the graph's
 // name), reading the trace from and writing its artifacts to the model cache claim.
@@ -139,9 +153,12 @@ func AIPerfJob(c *config.Config, namespace string, p BenchmarkPoint) batchv1.Job
 	zero := int32(0)
 	const configVolume = aiperfConfigVolume
 
-	pod := sitePodSpec(c.ImagePullSecrets, config.Scheduling{})
+	pod := benchmarkPodSpec(c)
 	pod.RestartPolicy = corev1.RestartPolicyNever
-	pod.Affinity = &corev1.Affinity{PodAffinity: &corev1.PodAffinity{
+	if pod.Affinity == nil {
+		pod.Affinity = &corev1.Affinity{}
+	}
+	pod.Affinity.PodAffinity = &corev1.PodAffinity{
 		RequiredDuringSchedulingIgnoredDuringExecution: []corev1.PodAffinityTerm{{
 			LabelSelector: &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{
 				{Key: "nvidia.com/dynamo-component-type", Operator: metav1.LabelSelectorOpIn, Values: []string{"frontend"}},
@@ -149,11 +166,6 @@ func AIPerfJob(c *config.Config, namespace string, p BenchmarkPoint) batchv1.Job
 			}},
 			TopologyKey: "kubernetes.io/hostname",
 		}},
-	}}
-	for _, t := range b.Tolerations {
-		pod.Tolerations = append(pod.Tolerations, corev1.Toleration{
-			Key: t.Key, Operator: corev1.TolerationOperator(t.Operator), Value: t.Value, Effect: corev1.TaintEffect(t.Effect),
-		})
 	}
 	pod.Containers = []corev1.Container{{
 		Name:            "aiperf",
@@ -229,15 +241,10 @@ func AIPerfWriteCheckJob(c *config.Config, namespace, name, artifactDir string) 
 
 // BenchmarkHelperPod is the recipe's pvc-helper: a small pod mounting the model cache claim at
 // /model-cache, which the sweep stages the trace through and copies the artifacts out of. It
-// follows the benchmark Job's tolerations and pull secrets, and stops at once when deleted.
+// is placed like the benchmark Job, and stops at once when deleted.
 func BenchmarkHelperPod(c *config.Config, namespace, name string) corev1.Pod {
-	pod := sitePodSpec(c.ImagePullSecrets, config.Scheduling{})
+	pod := benchmarkPodSpec(c)
 	pod.RestartPolicy = corev1.RestartPolicyNever
-	for _, t := range c.Benchmark.Tolerations {
-		pod.Tolerations = append(pod.Tolerations, corev1.Toleration{
-			Key: t.Key, Operator: corev1.TolerationOperator(t.Operator), Value: t.Value, Effect: corev1.TaintEffect(t.Effect),
-		})
-	}
 	pod.Containers = []corev1.Container{{
 		Name:            "helper",
 		Image:           c.Benchmark.HelperImage,

@@ -153,6 +153,31 @@ func TestAIPerfJobFollowsTheStack(t *testing.T) {
 	assert.Equal(t, "/model-cache/aiperf-artifacts/run-1/c16", env["ARTIFACT_DIR"])
 }
 
+// The benchmark's pods land where the frontend they measure runs: its node selector, tolerations
+// and required node labels, plus benchmark.tolerations (each once). Without the frontend's node
+// selector, the AIPerf Job's required affinity to the frontend's node could never be met where the
+// frontend runs on a tainted pool.
+func TestBenchmarkPodsArePlacedLikeTheFrontend(t *testing.T) {
+	c := disaggConfig(t, map[string]string{
+		"frontend": `{"scheduling": {"nodeSelector": {"pool": "cpu"}, "requiredNodeLabels": {"zone": ["a"]},
+			"tolerations": [{"key": "cpu-only", "operator": "Exists", "effect": "NoSchedule"}, {"key": "kubernetes.io/arch", "operator": "Equal", "value": "arm64", "effect": "NoSchedule"}]}}`,
+	})
+	job := components.AIPerfJob(&c, "inference", components.BenchmarkPoint{Name: "x", ArtifactDir: "/model-cache/a"}).Spec.Template.Spec
+	helper := components.BenchmarkHelperPod(&c, "inference", "helper").Spec
+	for name, pod := range map[string]corev1.PodSpec{"aiperf": job, "helper": helper} {
+		assert.Equal(t, map[string]string{"pool": "cpu"}, pod.NodeSelector, name)
+		require.NotNil(t, pod.Affinity, name)
+		require.NotNil(t, pod.Affinity.NodeAffinity, name)
+		assert.Equal(t, "zone", pod.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms[0].MatchExpressions[0].Key, name)
+		var keys []string
+		for _, tol := range pod.Tolerations {
+			keys = append(keys, tol.Key)
+		}
+		assert.Equal(t, []string{"cpu-only", "kubernetes.io/arch"}, keys, "%s: the frontend's, and the benchmark's arm64 toleration once", name)
+	}
+	require.NotNil(t, job.Affinity.PodAffinity, "still beside the frontend")
+}
+
 // A benchmark stack creates the AIPerf ConfigMap beside its graph, and labels the graph.
 func TestBenchmarkStackCreatesTheAIPerfConfigMap(t *testing.T) {
 	r := mustRun(t, "disagg", map[string]string{"minimax-m3:benchmark": `{"enabled": true}`})
