@@ -213,10 +213,15 @@ func (s Stack) Config(ctx context.Context) (config.Config, error) {
 	return c, nil
 }
 
-// Restart restarts the graph's pods: it sets restart.id in the stack's config, as
-// `pulumi config set --path minimax-m3:restart.id <id>` does, and runs `up`, which waits for the
-// Dynamo operator to complete the restart.
-func (s Stack) Restart(ctx context.Context, id string, opts ...optup.Option) error {
+// Restart restarts the graph's pods: it sets restart.id (and restart.strategy, unless empty) in
+// the stack's config, as `pulumi config set --path minimax-m3:restart.id <id>` does, and runs `up`,
+// which waits for the Dynamo operator to complete the restart.
+func (s Stack) Restart(ctx context.Context, id, strategy string, opts ...optup.Option) error {
+	if strategy != "" {
+		if err := s.SetConfigWithOptions(ctx, config.Key("restart.strategy"), auto.ConfigValue{Value: strategy}, &auto.ConfigOptions{Path: true}); err != nil {
+			return fmt.Errorf("stack %s: setting restart.strategy: %w", s.Name(), err)
+		}
+	}
 	if err := s.SetConfigWithOptions(ctx, config.Key("restart.id"), auto.ConfigValue{Value: id}, &auto.ConfigOptions{Path: true}); err != nil {
 		return fmt.Errorf("stack %s: setting restart.id: %w", s.Name(), err)
 	}

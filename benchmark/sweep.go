@@ -82,7 +82,7 @@ func (e Event) String() string {
 }
 
 // Sweep is one benchmark sweep of a deployed stack: for each concurrency point, a restart of the
-// graph's pods through spec.restart, one AIPerf Job with its own artifact directory, and the
+// graph's pods (the recipe's: every pod deleted at once; or through spec.restart), one AIPerf Job with its own artifact directory, and the
 // artifacts copied out, then the merged table and plot.
 type Sweep struct {
 	// Config is the stack's config (its benchmark.* and the graph's names), Namespace where it runs.
@@ -105,6 +105,8 @@ type Sweep struct {
 	StageTrace string
 	// NoRestart skips the restarts (points then share server state; sweep.json says so).
 	NoRestart bool
+	// RestartBy is how the graph restarts between points: RestartPods (the default) or RestartSpec.
+	RestartBy string
 	Progress  func(Event)
 	// Heartbeat is how often a long wait reports progress (default 30s).
 	Heartbeat time.Duration
@@ -131,6 +133,7 @@ type Metadata struct {
 	TraceFile                 string    `json:"traceFile"`
 	TraceSHA256               string    `json:"traceSHA256,omitempty"`
 	RestartedBetweenPoints    bool      `json:"restartedBetweenPoints"`
+	RestartedBy               string    `json:"restartedBy,omitempty"`
 	Started                   time.Time `json:"started"`
 	Finished                  time.Time `json:"finished"`
 }
@@ -176,6 +179,12 @@ func (s *Sweep) validate() error {
 	if s.OutDir == "" {
 		problems = append(problems, "no output directory")
 	}
+	if s.RestartBy != "" && s.RestartBy != RestartPods && s.RestartBy != RestartSpec {
+		problems = append(problems, fmt.Sprintf("restart by %q: must be %s or %s", s.RestartBy, RestartPods, RestartSpec))
+	}
+	if s.RestartBy == RestartSpec && s.Restart == nil && !s.NoRestart {
+		problems = append(problems, "restart by spec needs a Restarter")
+	}
 	if len(problems) > 0 {
 		return errors.New(strings.Join(problems, "; "))
 	}
@@ -190,6 +199,9 @@ func (s *Sweep) Run(ctx context.Context) (Result, error) {
 	if s.Heartbeat == 0 {
 		s.Heartbeat = 30 * time.Second
 	}
+	if s.RestartBy == "" {
+		s.RestartBy = RestartPods
+	}
 	if err := os.MkdirAll(s.OutDir, 0o755); err != nil {
 		return Result{}, err
 	}
@@ -199,6 +211,9 @@ func (s *Sweep) Run(ctx context.Context) (Result, error) {
 		NumSpeculativeTokens: s.Config.Speculative.NumSpeculativeTokens,
 		Image:                s.Config.Benchmark.Image, TraceFile: s.Config.Benchmark.TraceFile, TraceSHA256: s.Config.Benchmark.TraceSHA256,
 		RestartedBetweenPoints: !s.NoRestart, Started: time.Now().UTC(),
+	}
+	if !s.NoRestart {
+		meta.RestartedBy = s.RestartBy
 	}
 	if s.Config.Speculative.Mode == config.SpeculativeSynthetic {
 		meta.SyntheticAcceptanceLength = s.Config.Speculative.SyntheticAcceptanceLength
@@ -383,7 +398,13 @@ func (s *Sweep) writeCheck(ctx context.Context) error {
 
 // point runs one concurrency point.
 func (s *Sweep) point(ctx context.Context, helper string, i, c int) (Point, error) {
-	if !s.NoRestart {
+	if !s.NoRestart && s.RestartBy != RestartSpec {
+		err := s.step(ctx, i, c, PhaseRestart, "deleting every pod of graph "+s.Config.GraphName, s.describePods, s.RestartPods)
+		if err != nil {
+			return Point{}, err
+		}
+	}
+	if !s.NoRestart && s.RestartBy == RestartSpec {
 		id := RestartID(s.RunID, c)
 		err := s.step(ctx, i, c, PhaseRestart, "spec.restart.id="+id, s.describeGraph, func(ctx context.Context, beat func(string)) error {
 			beat("up with restart.id=" + id + " (it waits for the operator's restart)")
@@ -667,6 +688,12 @@ func RestartDone(g *unstructured.Unstructured, id string) (bool, error) {
 	default:
 		return false, nil
 	}
+	return ReadyAtGeneration(g), nil
+}
+
+// ReadyAtGeneration says whether the operator reports the graph Ready at its generation (the
+// condition's observedGeneration, else status.observedGeneration).
+func ReadyAtGeneration(g *unstructured.Unstructured) bool {
 	conds, _, _ := unstructured.NestedSlice(g.Object, "status", "conditions")
 	for _, c := range conds {
 		m, _ := c.(map[string]any)
@@ -677,9 +704,9 @@ func RestartDone(g *unstructured.Unstructured, id string) (bool, error) {
 		if !ok {
 			gen, _, _ = unstructured.NestedInt64(g.Object, "status", "observedGeneration")
 		}
-		return gen >= g.GetGeneration(), nil
+		return gen >= g.GetGeneration()
 	}
-	return false, nil
+	return false
 }
 
 func (s *Sweep) waitPodReady(ctx context.Context, name string) error {

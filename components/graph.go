@@ -101,7 +101,7 @@ func NewGraph(ctx *pulumi.Context, name string, args *GraphArgs, opts ...pulumi.
 			ignore = append(ignore, fmt.Sprintf("spec.components[%d].replicas", i))
 		}
 	}
-	annotations, timeouts := readiness(c.Readiness, c.Restart.ID)
+	annotations, timeouts := readiness(c.Readiness, c.Restart.ID, c.RolloutWaves())
 	dgd, err := newObject(ctx, name, objectArgs{
 		APIVersion: GraphAPIVersion, Kind: "DynamoGraphDeployment",
 		Name: c.GraphName, Namespace: args.Namespace, Labels: labels,
@@ -134,15 +134,16 @@ func graphTypeToken(apiVersion string) string {
 }
 
 // readiness turns the readiness config into the provider's await annotation and timeouts.
-func readiness(r config.ReadinessConfig, restartID string) (pulumi.StringMap, *pulumi.CustomTimeouts) {
+// readiness.timeout bounds one round of pod starts: a create starts every pod at once; an update
+// may replace them in waves rounds (config.RolloutWaves), and waits for each.
+func readiness(r config.ReadinessConfig, restartID string, waves int) (pulumi.StringMap, *pulumi.CustomTimeouts) {
 	del, _ := time.ParseDuration(r.DeleteTimeout) // validated
 	if !r.WaitForReady {
 		return pulumi.StringMap{"pulumi.com/skipAwait": pulumi.String("true")}, &pulumi.CustomTimeouts{Delete: fmt.Sprint(del)}
 	}
 	d, _ := time.ParseDuration(r.Timeout) // validated
-	t := fmt.Sprint(d)
 	return pulumi.StringMap{"pulumi.com/waitFor": pulumi.String(WaitFor(restartID))},
-		&pulumi.CustomTimeouts{Create: t, Update: t, Delete: fmt.Sprint(del)}
+		&pulumi.CustomTimeouts{Create: fmt.Sprint(d), Update: fmt.Sprint(d * time.Duration(max(waves, 1))), Delete: fmt.Sprint(del)}
 }
 
 // WaitFor is the graph's pulumi.com/waitFor annotation. The operator sets Ready once every

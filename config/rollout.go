@@ -90,6 +90,37 @@ func (r Rollout) Surge(replicas int) (surge, unavailable int) {
 	return surge, unavailable
 }
 
+// Waves is how many rounds of pod starts replacing all replicas takes: each round replaces up to
+// surge + unavailable pods (every pod at once with Recreate).
+func (r Rollout) Waves(replicas int) int {
+	if replicas <= 0 {
+		return 0
+	}
+	surge, unavailable := r.Surge(replicas)
+	step := surge + unavailable
+	return (replicas + step - 1) / step
+}
+
+// RolloutWaves is how many rounds of pod starts a change that replaces every pod of the graph
+// takes, each bounded by readiness.timeout: the slowest role's rounds when roles roll together; with
+// restart.id under the operator's Sequential restart, every component's rounds, one component after
+// the other.
+func (c *Config) RolloutWaves() int {
+	waves := []int{c.Frontend.Rollout.Waves(c.Frontend.Replicas)}
+	for _, r := range c.Workers() {
+		waves = append(waves, r.Config.Rollout.Waves(r.Config.Replicas))
+	}
+	total, slowest := 0, 0
+	for _, w := range waves {
+		total += w
+		slowest = max(slowest, w)
+	}
+	if c.Restart.ID != "" && c.Restart.Strategy != "Parallel" {
+		return total
+	}
+	return slowest
+}
+
 // scaled resolves an int or a percentage of replicas, as Kubernetes' intstr does.
 func scaled(v string, replicas int, roundUp bool) (int, error) {
 	if p, ok := strings.CutSuffix(v, "%"); ok {

@@ -42,9 +42,9 @@ func main() {
 
 func run() error {
 	var (
-		stack, points, out, trace, runID, projectDir, kubeconfig string
-		noRestart                                                bool
-		heartbeat                                                time.Duration
+		stack, points, out, trace, runID, projectDir, kubeconfig, restartBy string
+		noRestart                                                           bool
+		heartbeat                                                           time.Duration
 	)
 	flag.StringVar(&stack, "stack", "", "the deployed stack to benchmark (its config must set benchmark.enabled)")
 	flag.StringVar(&points, "concurrency", "", "concurrency points, run in this order (16,32,64)")
@@ -54,6 +54,7 @@ func run() error {
 	flag.StringVar(&projectDir, "project-dir", ".", "the directory holding Pulumi.yaml and the stack files")
 	flag.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig file (default: KUBECONFIG, then ~/.kube/config); the stack's kubernetes.context selects the context")
 	flag.BoolVar(&noRestart, "no-restart", false, "do not restart the graph's pods between points (sweep.json records it)")
+	flag.StringVar(&restartBy, "restart-by", benchmark.RestartPods, "how the graph restarts between points: pods (the recipe's: delete every pod of the graph at once, wait for the replacements to be Ready) or spec (restart.id with restart.strategy Parallel, then up: the operator rolls each component within its rollout's bounds)")
 	flag.DurationVar(&heartbeat, "heartbeat", 30*time.Second, "how often a long wait reports progress")
 	flag.Parse()
 	if stack == "" || points == "" {
@@ -121,10 +122,10 @@ func run() error {
 		Config: &c, Namespace: namespace, Kube: kube, Dynamic: dyn,
 		Exec: benchmark.PodExecutor{Config: restConfig, Client: kube},
 		Restart: func(ctx context.Context, id string) error {
-			_, _ = fmt.Fprintf(upLog, "\n=== pulumi up with restart.id=%s\n", id)
-			return s.Restart(ctx, id, optup.ProgressStreams(upLog), optup.ErrorProgressStreams(upLog))
+			_, _ = fmt.Fprintf(upLog, "\n=== pulumi up with restart.id=%s, restart.strategy=Parallel\n", id)
+			return s.Restart(ctx, id, "Parallel", optup.ProgressStreams(upLog), optup.ErrorProgressStreams(upLog))
 		},
-		Concurrency: concurrency, RunID: runID, OutDir: out, StageTrace: trace, NoRestart: noRestart,
+		Concurrency: concurrency, RunID: runID, OutDir: out, StageTrace: trace, NoRestart: noRestart, RestartBy: restartBy,
 		Heartbeat: heartbeat,
 		Progress: func(e benchmark.Event) {
 			fmt.Printf("%8s %s\n", time.Since(start).Round(time.Second), e)

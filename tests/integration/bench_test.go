@@ -317,9 +317,12 @@ func newBenchRun(t *testing.T, ns string, realOperator bool) *benchRun {
 		Config: &b.config, Namespace: ns, Kube: kube, Dynamic: dyn, Exec: benchmark.PodExecutor{Config: restConfig, Client: kube},
 		Restart: func(ctx context.Context, id string) error {
 			world.record("restart " + id)
-			return b.stack.stack.Restart(ctx, id, optup.ProgressStreams(b.stack.log))
+			return b.stack.stack.Restart(ctx, id, "Parallel", optup.ProgressStreams(b.stack.log))
 		},
-		RunID: "run1", OutDir: b.out, StageTrace: b.trace, Heartbeat: time.Second,
+		// The played world plays the operator's restart through spec.restart; the recipe's way
+		// (RestartPods, the default) runs in the rack box (box_bench_test.go).
+		RestartBy: benchmark.RestartSpec,
+		RunID:     "run1", OutDir: b.out, StageTrace: b.trace, Heartbeat: time.Second,
 		Progress: func(e benchmark.Event) {
 			b.mu.Lock()
 			defer b.mu.Unlock()
@@ -445,6 +448,7 @@ func TestBenchmarkSweep(t *testing.T) {
 	require.NoError(t, json.Unmarshal(metaJSON, &meta))
 	assert.Equal(t, "real", meta.SpeculativeMode)
 	assert.True(t, meta.RestartedBetweenPoints)
+	assert.Equal(t, "spec", meta.RestartedBy)
 	assert.Equal(t, 24, meta.GPUs)
 	assert.Equal(t, []int{32, 16, 64}, meta.Concurrency)
 
@@ -556,7 +560,7 @@ func TestBenchCommand(t *testing.T) {
 		env = append(env, k+"="+v)
 	}
 	results := t.TempDir()
-	cmd := exec.Command(bin, "-stack", "disagg", "-concurrency", "4,2", "-trace", trace, "-run", "cli", "-out", results, "-heartbeat", "1s")
+	cmd := exec.Command(bin, "-stack", "disagg", "-concurrency", "4,2", "-trace", trace, "-run", "cli", "-out", results, "-heartbeat", "1s", "-restart-by", "spec")
 	cmd.Dir, cmd.Env = s.dir, env
 	var stdout, stderr bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr

@@ -3,7 +3,6 @@ package integration
 import (
 	"context"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -13,8 +12,6 @@ import (
 	"github.com/pulumi/pulumi/sdk/v3/go/auto/optpreview"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
@@ -178,60 +175,6 @@ func TestSwitchingToAnotherContextOfTheSameClusterReplacesNothing(t *testing.T) 
 	ops, err = s.preview(ctx)
 	require.NoError(t, err, s.log.String())
 	assert.Contains(t, opsOf(ops)["kubernetes:nvidia.com/v1beta1:DynamoGraphDeployment graph"], "replace", "a new cluster identifier replaces the stack's objects")
-}
-
-// A team running the recipe through kustomize moves it under Pulumi: the adopted graph's spec is
-// unchanged, so the operator sees no new generation and no worker restarts. That takes the
-// recipe's rollout (worker.rollout.strategy OperatorDefault): the program's default one-at-a-time
-// rollout is part of the worker hash, and would roll the workers once.
-func TestAdoptingAKustomizeDeploymentRestartsNothing(t *testing.T) {
-	ctx := context.Background()
-	ns := "kustomized"
-	require.NoError(t, cluster.client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
-	kubectl := func(stdin string, args ...string) {
-		cmd := exec.Command("kubectl", append([]string{"--kubeconfig", cluster.kubeconfig, "-n", ns}, args...)...)
-		cmd.Stdin = strings.NewReader(stdin)
-		out, err := cmd.CombinedOutput()
-		require.NoError(t, err, string(out))
-	}
-	// The recipe's steps: the token Secret, the cache claim (storage class filled in), the graph.
-	kubectl("", "create", "secret", "generic", "hf-token-secret", "--from-literal=HF_TOKEN=hf_brought_by_the_user")
-	cache, err := os.ReadFile(filepath.Join(recipeDir(t), "model-cache", "model-cache.yaml"))
-	require.NoError(t, err)
-	kubectl(strings.ReplaceAll(string(cache), "your-storage-class-name", "rwx-fast"), "apply", "-f", "-")
-	kubectl("", "apply", "-f", filepath.Join(recipeDir(t), "vllm", "agg-gb200-agentic", "deploy.yaml"))
-	// The test plays the Dynamo operator for the kustomize deployment: it is Ready.
-	stop := playControllers(t, ns, controllers{graphReady: true})
-	require.Eventually(t, func() bool { g, _ := get(t, graphGVK, ns, aggGraph); return readyGeneration(g) >= 1 }, time.Minute, 200*time.Millisecond)
-	stop()
-	live, _ := get(t, graphGVK, ns, aggGraph)
-	generation, uid := live.GetGeneration(), live.GetUID()
-
-	site := auto.ConfigMap{
-		"minimax-m3:namespace.create":           {Value: "false"},
-		"minimax-m3:huggingFace.existingSecret": {Value: "true"},
-		"minimax-m3:modelDownload.enabled":      {Value: "false"},
-		"minimax-m3:modelCache.storageClass":    {Value: "rwx-fast"},
-		"minimax-m3:worker.rollout.strategy":    {Value: "OperatorDefault"},
-	}
-	s := newStack(t, "agg", ns, site)
-	require.NoError(t, s.stack.RemoveConfig(ctx, "minimax-m3:hfToken"))
-
-	// Without adopt, the program refuses to take the recipe's objects over.
-	_, err = s.preview(ctx)
-	require.Error(t, err)
-	assert.Contains(t, err.Error()+s.log.String(), "minimax-m3:graphName: DynamoGraphDeployment kustomized/"+aggGraph+" already exists and was not created by this stack")
-
-	s.set(ctx, "minimax-m3:adopt", "true")
-	upReady(t, s, controllers{})
-	live, _ = get(t, graphGVK, ns, aggGraph)
-	assert.Equal(t, uid, live.GetUID(), "the same graph")
-	assert.Equal(t, generation, live.GetGeneration(), "the adopted spec is the recipe's: no new generation, no restart")
-	assert.Equal(t, "agg", live.GetLabels()["app.kubernetes.io/instance"], "now labelled as the stack's")
-	_, err = s.preview(ctx, optpreview.ExpectNoChanges())
-	require.NoError(t, err, "after adoption, preview shows no diff")
-	secret, _ := get(t, secretGVK, ns, "hf-token-secret")
-	assert.Empty(t, secret.GetLabels(), "the user's Secret is used, not adopted")
 }
 
 // The provider waits for a Ready condition whose generation has caught up with the one `up` wrote:

@@ -61,8 +61,42 @@ func TestGraphWaitsForTheDownloadAndTheComputeDomain(t *testing.T) {
 	assert.Contains(t, deps, "kubernetes:batch/v1:Job::model-download")
 	assert.Contains(t, deps, "kubernetes:resource.nvidia.com/v1beta1:ComputeDomain::compute-domain")
 	dgd := r.customResource(t, "DynamoGraphDeployment")
-	assert.Equal(t, "2h0m0s", dgd.RPC.GetCustomTimeouts().GetCreate())
-	assert.Equal(t, "2h0m0s", dgd.RPC.GetCustomTimeouts().GetUpdate())
+	assert.Equal(t, "2h0m0s", dgd.RPC.GetCustomTimeouts().GetCreate(), "a create starts every pod at once")
+	assert.Equal(t, "6h0m0s", dgd.RPC.GetCustomTimeouts().GetUpdate(), "the default rollout replaces 3 workers one at a time")
+}
+
+// readiness.timeout bounds one round of pod starts; an update waits for as many rounds as the
+// rollouts, or a Sequential restart, take.
+func TestTheGraphsUpdateWaitScalesWithItsRollout(t *testing.T) {
+	update := func(stack string, overrides map[string]string) string {
+		r := mustRun(t, stack, overrides)
+		return r.customResource(t, "DynamoGraphDeployment").RPC.GetCustomTimeouts().GetUpdate()
+	}
+	oneHour := map[string]string{"minimax-m3:readiness": `{"timeout": "1h"}`}
+	with := func(extra string) map[string]string {
+		m := map[string]string{}
+		for k, v := range oneHour {
+			m[k] = v
+		}
+		m["minimax-m3:worker"] = extra
+		return m
+	}
+	assert.Equal(t, "3h0m0s", update("agg", oneHour))
+	assert.Equal(t, "1h0m0s", update("agg", with(`{"rollout": {"strategy": "Recreate"}}`)))
+	assert.Equal(t, "2h0m0s", update("agg", with(`{"rollout": {"maxUnavailable": "2"}}`)), "2 then 1")
+	assert.Equal(t, "3h0m0s", update("agg", with(`{"rollout": {"strategy": "OperatorDefault"}}`)), "25% surge of 3 is 1 pod a round")
+	assert.Equal(t, "3h0m0s", update("disagg", oneHour), "prefill and decode roll together")
+
+	// A restart: the operator's Sequential restart takes the frontend, then each worker role.
+	restart := func(strategy string) map[string]string {
+		return map[string]string{"minimax-m3:readiness": `{"timeout": "1h"}`, "minimax-m3:restart": `{"id": "r1"` + strategy + `}`}
+	}
+	live := fakeCluster{"dynamographdeployments/inference/minimax-m3-disagg-gb200-agentic": {"@minimax-m3.io/stack": "organization/minimax-m3/disagg"}}
+	for strategy, want := range map[string]string{"": "7h0m0s", `, "strategy": "Parallel"`: "3h0m0s"} {
+		r, err := runOn(t, live, "disagg", restart(strategy))
+		require.NoError(t, err)
+		assert.Equal(t, want, r.customResource(t, "DynamoGraphDeployment").RPC.GetCustomTimeouts().GetUpdate(), strategy)
+	}
 }
 
 func TestEveryResourceBelongsToTheStacksComponents(t *testing.T) {

@@ -1,0 +1,126 @@
+package benchmark
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+
+	"minimax-m3/components"
+)
+
+// How a sweep restarts the graph between points.
+const (
+	// RestartPods is the recipe's restart (perf/README.md): every pod of the graph deleted at once,
+	// so their Deployments start every replacement together: one round of cold starts, needing no
+	// spare GPU. The default.
+	RestartPods = "pods"
+	// RestartSpec restarts through the graph's spec.restart (restart.id, with restart.strategy
+	// Parallel, then `up`): every component at once, each rolled by the operator within its
+	// rollout's bounds (one worker at a time by default).
+	RestartSpec = "spec"
+)
+
+// graphPodLabel is the label the Dynamo operator puts on every pod of a graph.
+const graphPodLabel = "nvidia.com/dynamo-graph-deployment-name"
+
+// RestartPods deletes every pod of the graph, as `kubectl delete pods -l
+// nvidia.com/dynamo-graph-deployment-name=<graph>` does, and waits until as many pods as before,
+// none of them a deleted one, are Ready and the operator reports the graph Ready at its
+// generation. readiness.timeout bounds the wait: one round of cold starts.
+func (s *Sweep) RestartPods(ctx context.Context, beat func(string)) error {
+	timeout, _ := time.ParseDuration(s.Config.Readiness.Timeout) // validated
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	pods := s.Kube.CoreV1().Pods(s.Namespace)
+	selector := metav1.ListOptions{LabelSelector: graphPodLabel + "=" + s.Config.GraphName}
+	list, err := pods.List(ctx, selector)
+	if err != nil {
+		return err
+	}
+	old := map[types.UID]bool{}
+	for _, p := range list.Items {
+		if p.DeletionTimestamp == nil {
+			old[p.UID] = true
+		}
+	}
+	if len(old) == 0 {
+		return fmt.Errorf("graph %s has no pods to restart", s.Config.GraphName)
+	}
+	if err := pods.DeleteCollection(ctx, metav1.DeleteOptions{}, selector); err != nil {
+		return fmt.Errorf("deleting the pods of graph %s: %w", s.Config.GraphName, err)
+	}
+	beat(fmt.Sprintf("deleted the graph's %d pods; waiting for their replacements to be Ready", len(old)))
+	for {
+		list, err := pods.List(ctx, selector)
+		if err == nil && restarted(list.Items, old) {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("the graph's pods were not all replaced and Ready within readiness.timeout (%s): %w", timeout, ctx.Err())
+		case <-time.After(2 * time.Second):
+		}
+	}
+	return s.waitReady(ctx)
+}
+
+// restarted reports whether none of the old pods remain and as many new ones are Ready.
+func restarted(pods []corev1.Pod, old map[types.UID]bool) bool {
+	ready := 0
+	for _, p := range pods {
+		if old[p.UID] {
+			return false
+		}
+		if p.DeletionTimestamp == nil && podReady(p) {
+			ready++
+		}
+	}
+	return ready >= len(old)
+}
+
+func podReady(p corev1.Pod) bool {
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// describePods counts the graph's pods as a restart waits for them.
+func (s *Sweep) describePods(ctx context.Context) string {
+	list, err := s.Kube.CoreV1().Pods(s.Namespace).List(ctx, metav1.ListOptions{LabelSelector: graphPodLabel + "=" + s.Config.GraphName})
+	if err != nil {
+		return ""
+	}
+	ready, terminating := 0, 0
+	for _, p := range list.Items {
+		switch {
+		case p.DeletionTimestamp != nil:
+			terminating++
+		case podReady(p):
+			ready++
+		}
+	}
+	return fmt.Sprintf("graph pods: %d Ready, %d starting, %d terminating", ready, len(list.Items)-ready-terminating, terminating)
+}
+
+// waitReady waits until the operator reports the graph Ready at its generation.
+func (s *Sweep) waitReady(ctx context.Context) error {
+	graphs := s.Dynamic.Resource(components.GraphResource).Namespace(s.Namespace)
+	for {
+		g, err := graphs.Get(ctx, s.Config.GraphName, metav1.GetOptions{})
+		if err == nil && ReadyAtGeneration(g) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("graph %s not Ready: %w", s.Config.GraphName, ctx.Err())
+		case <-time.After(2 * time.Second):
+		}
+	}
+}
