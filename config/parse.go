@@ -1,6 +1,8 @@
 package config
 
 import (
+	"bytes"
+	"encoding/json"
 	"maps"
 	"reflect"
 	"slices"
@@ -103,3 +105,24 @@ func Keys() []string {
 
 // IsSecretKey reports whether a key must hold a Pulumi secret.
 func IsSecretKey(key string) bool { return key == HFTokenKey }
+
+// Merge sets what a JSON object names over c, the way a stack value does: objects merge field by
+// field, lists replace, numbers and booleans may be written as strings. Every problem, an unknown
+// field included, is reported at its key (worker.vllm.maxNumSeqs). It does not validate c.
+func Merge(c *Config, data []byte) error {
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	var raw any
+	if err := dec.Decode(&raw); err != nil {
+		return Problems{{Key: "", Message: "not JSON: " + err.Error()}}
+	}
+	if dec.More() {
+		return Problems{{Key: "", Message: "more than one JSON value"}}
+	}
+	var ps Problems
+	decodeValue(&ps, "", raw, reflect.ValueOf(c).Elem())
+	if len(ps) > 0 {
+		return ps
+	}
+	return nil
+}

@@ -1,10 +1,12 @@
 package portal
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -44,7 +46,12 @@ type Options struct {
 
 // Manager runs operations on stacks, one at a time per stack.
 type Manager struct {
-	o       Options
+	o Options
+	// root confines every file the manager writes to the state directory: a stack name can never
+	// reach outside it, whatever a request carries.
+	root *os.Root
+	// project is the program's Pulumi.yaml, which every workspace holds.
+	project []byte
 	mu      sync.Mutex
 	running map[string]*running
 }
@@ -57,7 +64,8 @@ type running struct {
 
 // New checks the options and makes the state directory.
 func New(o Options) (*Manager, error) {
-	if _, err := os.Stat(filepath.Join(o.ProjectDir, "Pulumi.yaml")); err != nil {
+	project, err := os.ReadFile(filepath.Join(o.ProjectDir, "Pulumi.yaml"))
+	if err != nil {
 		return nil, fmt.Errorf("project: %w", err)
 	}
 	if o.StateDir == "" {
@@ -77,7 +85,14 @@ func New(o Options) (*Manager, error) {
 	if o.SecretsProvider == "" {
 		o.SecretsProvider = "passphrase"
 	}
-	return &Manager{o: o, running: map[string]*running{}}, nil
+	if err := os.MkdirAll(filepath.Join(abs, "workspaces"), 0o700); err != nil {
+		return nil, err
+	}
+	root, err := os.OpenRoot(abs)
+	if err != nil {
+		return nil, err
+	}
+	return &Manager{o: o, root: root, project: project, running: map[string]*running{}}, nil
 }
 
 // ErrBusy is what every BusyError is.
@@ -172,9 +187,8 @@ func (m *Manager) Cancel(stack string) error {
 	return nil
 }
 
-func (m *Manager) workspace(stack string) string {
-	return filepath.Join(m.o.StateDir, "workspaces", stack)
-}
+// workspace is a stack's workspace directory, relative to the state directory (m.root).
+func workspace(stack string) string { return filepath.Join("workspaces", stack) }
 
 func (m *Manager) env() map[string]string {
 	env := map[string]string{"PULUMI_BACKEND_URL": m.o.BackendURL, "PULUMI_SKIP_UPDATE_CHECK": "true"}
@@ -184,32 +198,43 @@ func (m *Manager) env() map[string]string {
 	return env
 }
 
-// open selects or creates the stack in its own workspace, on the backend.
+// open selects or creates the stack in its own workspace, on the backend. The name is checked
+// first; an unknown stack leaves no workspace behind.
 func (m *Manager) open(ctx context.Context, stack string, create bool) (automation.Stack, error) {
-	dir := m.workspace(stack)
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	if err := CheckStackName(stack); err != nil {
 		return automation.Stack{}, err
 	}
-	if err := copyProjectFile(m.o.ProjectDir, dir); err != nil {
+	dir := workspace(stack)
+	_, statErr := m.root.Stat(dir)
+	fresh := errors.Is(statErr, fs.ErrNotExist)
+	if err := m.writeProjectFile(dir); err != nil {
 		return automation.Stack{}, err
 	}
-	o := automation.Options{ProjectDir: dir, Stack: stack, EnvVars: m.env(), SecretsProvider: m.o.SecretsProvider}
+	o := automation.Options{ProjectDir: filepath.Join(m.o.StateDir, dir), Stack: stack, EnvVars: m.env(), SecretsProvider: m.o.SecretsProvider}
 	if create {
 		return automation.NewStack(ctx, o)
 	}
 	s, err := automation.SelectStack(ctx, o)
 	if err != nil && auto.IsSelectStack404Error(err) {
+		if fresh {
+			_ = m.root.RemoveAll(dir)
+		}
 		return s, fmt.Errorf("%w: %s", ErrUnknownStack, stack)
 	}
 	return s, err
 }
 
-func copyProjectFile(projectDir, dir string) error {
-	b, err := os.ReadFile(filepath.Join(projectDir, "Pulumi.yaml"))
-	if err != nil {
+// writeProjectFile puts the program's Pulumi.yaml in a workspace directory (relative to the
+// state directory) once: an operation reading it is never raced by a rewrite.
+func (m *Manager) writeProjectFile(dir string) error {
+	if err := m.root.MkdirAll(dir, 0o700); err != nil {
 		return err
 	}
-	return os.WriteFile(filepath.Join(dir, "Pulumi.yaml"), b, 0o644)
+	file := filepath.Join(dir, "Pulumi.yaml")
+	if b, err := m.root.ReadFile(file); err == nil && bytes.Equal(b, m.project) {
+		return nil
+	}
+	return m.root.WriteFile(file, m.project, 0o644)
 }
 
 // baseValues are the `minimax-m3:` values the committed base stack file sets.
@@ -322,7 +347,7 @@ func (m *Manager) prepare(ctx context.Context, r Request, op string, o RunOption
 
 // holdsToken says whether an existing stack's config has the token.
 func (m *Manager) holdsToken(ctx context.Context, stack string) bool {
-	if _, err := os.Stat(filepath.Join(m.workspace(stack), "Pulumi."+stack+".yaml")); err != nil {
+	if _, err := m.root.Stat(filepath.Join(workspace(stack), "Pulumi."+stack+".yaml")); err != nil {
 		return false
 	}
 	s, err := m.open(ctx, stack, false)
@@ -479,21 +504,18 @@ func (m *Manager) Destroy(ctx context.Context, stack string, removeStack bool, o
 		return m.opError(stack, err, "")
 	}
 	if removeStack {
-		return os.RemoveAll(m.workspace(stack))
+		return m.root.RemoveAll(workspace(stack))
 	}
 	return nil
 }
 
 // Stacks lists the stacks on the backend.
 func (m *Manager) Stacks(ctx context.Context) ([]string, error) {
-	dir := filepath.Join(m.o.StateDir, "workspaces", ".list")
-	if err := os.MkdirAll(dir, 0o700); err != nil {
+	dir := filepath.Join("workspaces", ".list")
+	if err := m.writeProjectFile(dir); err != nil {
 		return nil, err
 	}
-	if err := copyProjectFile(m.o.ProjectDir, dir); err != nil {
-		return nil, err
-	}
-	ws, err := auto.NewLocalWorkspace(ctx, auto.WorkDir(dir), auto.EnvVars(m.env()))
+	ws, err := auto.NewLocalWorkspace(ctx, auto.WorkDir(filepath.Join(m.o.StateDir, dir)), auto.EnvVars(m.env()))
 	if err != nil {
 		return nil, err
 	}

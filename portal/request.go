@@ -61,8 +61,20 @@ func (r Request) Name() string {
 	return r.Stack
 }
 
-// stackName is what Pulumi accepts as a stack name, kept to what is also a fine directory name.
-var stackName = regexp.MustCompile(`^[a-z0-9]([a-z0-9._-]{0,61}[a-z0-9])?$`)
+// stackName is a stack name the portal accepts: a Pulumi stack name that is also one directory
+// name (never a path) and, with the operator runner's "-hf-token" suffix, a Kubernetes object name
+// (an RFC 1123 label of at most 63 characters).
+var stackName = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,52}[a-z0-9])?$`)
+
+// CheckStackName refuses a name that is not a stack name, before anything uses it.
+func CheckStackName(name string) error {
+	if stackName.MatchString(name) {
+		return nil
+	}
+	var ps config.Problems
+	ps.Add("stack", "%q is not a stack name: lower-case letters, digits and '-', starting and ending with a letter or digit, at most 54 characters", name)
+	return &InvalidRequestError{Problems: ps}
+}
 
 // Validate checks the request with the program's own rules (config.Parse on exactly the values the
 // stack would hold), before any engine starts. The problems name the config keys. A request
@@ -78,8 +90,8 @@ func (r Request) validate(storedToken bool) config.Problems {
 		ps.Add("base", "%q is not a base stack: agg or disagg", r.Base)
 		return ps
 	}
-	if !stackName.MatchString(r.Name()) {
-		ps.Add("stack", "%q is not a stack name: lower-case letters, digits, '.', '_' and '-', at most 63", r.Name())
+	if err := CheckStackName(r.Name()); err != nil {
+		ps = append(ps, err.(*InvalidRequestError).Problems...)
 	}
 	if r.Config.Profile != config.Profile(r.Base) {
 		ps.Add("profile", "is %q but the base stack is %q: start from NewRequest(%q, …)", r.Config.Profile, r.Base, r.Base)

@@ -8,10 +8,13 @@ import (
 	"fmt"
 	"html/template"
 	"io"
+	"mime"
 	"net/http"
 	"strings"
 	"sync"
 	"time"
+
+	"minimax-m3/config"
 )
 
 // Server serves a Manager over HTTP: JSON for the operations, server-sent events for progress, and
@@ -88,16 +91,30 @@ func (l *opLog) since(i int) ([]Event, bool, string, <-chan struct{}) {
 	return out, l.Done, l.Err, l.notify
 }
 
-// Handler is the server's routes.
+// Handler is the server's routes. A state-changing request from another origin (a page on another
+// port of the same host included: cookies ignore ports) is refused before authentication (Go's
+// CrossOriginProtection: Sec-Fetch-Site, else Origin against Host); a {stack} that is not a stack
+// name is refused before any handler reads it.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /{$}", s.page)
 	mux.HandleFunc("GET /api/stacks", s.listStacks)
-	mux.HandleFunc("GET /api/stacks/{stack}", s.outputs)
-	mux.HandleFunc("GET /api/stacks/{stack}/history", s.history)
-	mux.HandleFunc("GET /api/stacks/{stack}/events", s.events)
-	mux.HandleFunc("POST /api/stacks/{stack}/{op}", s.operation)
-	return s.auth(mux)
+	mux.HandleFunc("GET /api/stacks/{stack}", withStack(s.outputs))
+	mux.HandleFunc("GET /api/stacks/{stack}/history", withStack(s.history))
+	mux.HandleFunc("GET /api/stacks/{stack}/events", withStack(s.events))
+	mux.HandleFunc("POST /api/stacks/{stack}/{op}", withStack(s.operation))
+	return http.NewCrossOriginProtection().Handler(s.auth(mux))
+}
+
+// withStack refuses a request whose {stack} is not a stack name (400, the problem at "stack").
+func withStack(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if err := CheckStackName(r.PathValue("stack")); err != nil {
+			writeError(w, http.StatusBadRequest, err)
+			return
+		}
+		h(w, r)
+	}
 }
 
 const cookieName = "minimax-m3-portal"
@@ -210,6 +227,69 @@ func (s *Server) history(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, out)
 }
 
+// maxBody is the largest request body the server reads.
+const maxBody = 1 << 20
+
+// readBody reads a POST's body strictly: JSON (Content-Type application/json) of at most maxBody
+// bytes (413 beyond), no unknown field (a problem at its key), one value. No body is an empty one.
+func readBody(w http.ResponseWriter, r *http.Request) (operationBody, int, error) {
+	var body operationBody
+	if r.ContentLength == 0 {
+		return body, 0, nil
+	}
+	if t, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || t != "application/json" {
+		return body, http.StatusUnsupportedMediaType, errors.New("a request body must be JSON, sent with Content-Type: application/json")
+	}
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBody))
+	dec.DisallowUnknownFields()
+	err := dec.Decode(&body)
+	if err == nil {
+		_, err = dec.Token()
+		if errors.Is(err, io.EOF) {
+			return body, 0, nil
+		}
+		if err == nil {
+			err = errors.New("more than one JSON value")
+		}
+	}
+	var tooLarge *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooLarge):
+		return body, http.StatusRequestEntityTooLarge, fmt.Errorf("the request body is larger than %d bytes", maxBody)
+	case errors.Is(err, io.EOF):
+		return body, 0, nil
+	}
+	if field, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+		return body, http.StatusBadRequest, invalidAt(strings.Trim(field, `"`), "unknown field (known fields: base, config, hfToken, plan)")
+	}
+	return body, http.StatusBadRequest, fmt.Errorf("body: %w", err)
+}
+
+// decodePlan reads the body's plan into v (absent or null leaves it zero); anything else is a
+// problem at "plan".
+func decodePlan(raw json.RawMessage, v any, want string) error {
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil
+	}
+	if err := json.Unmarshal(raw, v); err != nil {
+		return invalidAt("plan", "must be "+want+", got "+string(raw))
+	}
+	return nil
+}
+
+// invalidAt is a request problem at one key.
+func invalidAt(key, msg string) error {
+	return &InvalidRequestError{Problems: config.Problems{{Key: key, Message: msg}}}
+}
+
+// invalid makes config problems a request's.
+func invalid(err error) error {
+	if ps, ok := err.(config.Problems); ok {
+		return &InvalidRequestError{Problems: ps}
+	}
+	return err
+}
+
 // operationBody is a POST's body.
 type operationBody struct {
 	Base    string          `json:"base"`
@@ -229,19 +309,18 @@ func (s *Server) operation(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]string{"cancelled": stack})
 		return
 	}
-	var body operationBody
-	if r.ContentLength != 0 {
-		if err := json.NewDecoder(io.LimitReader(r.Body, 1<<20)).Decode(&body); err != nil {
-			writeError(w, http.StatusBadRequest, fmt.Errorf("body: %w", err))
-			return
-		}
+	body, status, err := readBody(w, r)
+	if err != nil {
+		writeError(w, status, err)
+		return
 	}
 	req := NewRequest(body.Base, stack)
 	req.HFToken = body.HFToken
 	if len(body.Config) > 0 {
-		// Over the base profile's defaults: only what the body sets changes.
-		if err := json.Unmarshal(body.Config, &req.Config); err != nil {
-			writeError(w, http.StatusBadRequest, fmt.Errorf("config: %w", err))
+		// Over the base profile's defaults: only what the body sets changes; an unknown field is a
+		// problem at its key, never silently dropped.
+		if err := config.Merge(&req.Config, body.Config); err != nil {
+			writeError(w, http.StatusBadRequest, invalid(err))
 			return
 		}
 	}
@@ -251,16 +330,22 @@ func (s *Server) operation(w http.ResponseWriter, r *http.Request) {
 	switch op {
 	case "preview":
 		var save bool
-		_ = json.Unmarshal(body.Plan, &save)
+		if err := decodePlan(body.Plan, &save, "true to save a plan, or false"); err != nil {
+			writeError(w, http.StatusBadRequest, err)
+			return
+		}
 		if save {
 			opts.Plan = s.m.planFile(stack)
 		}
 		run = func(ctx context.Context) (any, error) { return s.m.Preview(ctx, req, opts) }
 	case "up":
 		var plan string
-		_ = json.Unmarshal(body.Plan, &plan)
+		if err := decodePlan(body.Plan, &plan, "the plan file a preview of this stack returned"); err != nil {
+			writeError(w, http.StatusBadRequest, err)
+			return
+		}
 		if plan != "" && plan != s.m.planFile(stack) {
-			writeError(w, http.StatusBadRequest, errors.New("plan: not a plan a preview of this stack saved"))
+			writeError(w, http.StatusBadRequest, invalidAt("plan", "not a plan a preview of this stack saved"))
 			return
 		}
 		opts.Plan = plan

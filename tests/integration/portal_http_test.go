@@ -53,6 +53,9 @@ func (c *httpClient) do(method, path string, body any) (int, []byte) {
 	req, err := http.NewRequest(method, c.base+path, r)
 	require.NoError(c.t, err)
 	req.Header.Set("Authorization", "Bearer "+portalBearer)
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
 	resp, err := http.DefaultClient.Do(req)
 	require.NoError(c.t, err)
 	defer func() { _ = resp.Body.Close() }()
@@ -188,28 +191,28 @@ func TestPortalService(t *testing.T) {
 
 // The command: it refuses a non-loopback address without a token, and on loopback without one it
 // makes a random token, prints the page's address with it, and requires it.
-func TestPortalCommandGuardsItsAddress(t *testing.T) {
+// portalCommand is cmd/portal, built.
+func portalCommand(t *testing.T) string {
+	t.Helper()
 	bin := filepath.Join(t.TempDir(), "portal")
 	build := exec.Command("go", "build", "-o", bin, "./cmd/portal")
 	build.Dir = cluster.root
 	out, err := build.CombinedOutput()
 	require.NoError(t, err, string(out))
-	env := []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME")}
+	return bin
+}
 
-	cmd := exec.Command(bin, "-addr", "0.0.0.0:0", "-state-dir", t.TempDir(), "-project-dir", cluster.root)
-	cmd.Env = env
-	out, err = cmd.CombinedOutput()
-	require.Error(t, err)
-	assert.Contains(t, string(out), "portal: refusing to listen on 0.0.0.0:0 without MINIMAX_M3_PORTAL_TOKEN")
-
-	cmd = exec.Command(bin, "-addr", "127.0.0.1:0", "-state-dir", t.TempDir(), "-project-dir", cluster.root)
-	cmd.Env = env
+// runPortalCommand starts cmd/portal on a loopback port with a state directory and returns its
+// address and the random token it printed.
+func runPortalCommand(t *testing.T, bin, stateDir string) (addr, token string) {
+	t.Helper()
+	cmd := exec.Command(bin, "-addr", "127.0.0.1:0", "-state-dir", stateDir, "-project-dir", cluster.root)
+	cmd.Env = os.Environ()
 	stderr, err := cmd.StderrPipe()
 	require.NoError(t, err)
 	require.NoError(t, cmd.Start())
-	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	t.Cleanup(func() { _ = cmd.Process.Kill(); _ = cmd.Wait() })
 	sc := bufio.NewScanner(stderr)
-	var token, addr string
 	for (token == "" || addr == "") && sc.Scan() {
 		line := sc.Text()
 		if _, after, ok := strings.Cut(line, "?token="); ok {
@@ -219,6 +222,21 @@ func TestPortalCommandGuardsItsAddress(t *testing.T) {
 			addr = after
 		}
 	}
+	go func() { _, _ = io.Copy(io.Discard, stderr) }()
+	return addr, token
+}
+
+func TestPortalCommandGuardsItsAddress(t *testing.T) {
+	bin := portalCommand(t)
+	env := []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME")}
+
+	cmd := exec.Command(bin, "-addr", "0.0.0.0:0", "-state-dir", t.TempDir(), "-project-dir", cluster.root)
+	cmd.Env = env
+	out, err := cmd.CombinedOutput()
+	require.Error(t, err)
+	assert.Contains(t, string(out), "portal: refusing to listen on 0.0.0.0:0 without MINIMAX_M3_PORTAL_TOKEN")
+
+	addr, token := runPortalCommand(t, bin, t.TempDir())
 	require.Len(t, token, 48, "a random token of 24 bytes")
 	resp, err := http.Get(addr + "/api/stacks")
 	require.NoError(t, err)
@@ -232,4 +250,95 @@ func TestPortalCommandGuardsItsAddress(t *testing.T) {
 	_ = resp.Body.Close()
 	assert.Equal(t, http.StatusOK, resp.StatusCode, string(body))
 	assert.JSONEq(t, `[]`, string(body))
+}
+
+// The attacks a security review reproduced against cmd/portal, each refused before anything runs
+// or is written: a POST from a page on another port of the same host carrying only the page's
+// cookie; a body that is not JSON; a stack name that is a path; a misspelled config key or an
+// unknown body field; up with "plan": true; a 64 MiB body.
+func TestPortalCommandRefusesWhatASecurityReviewFound(t *testing.T) {
+	bin := portalCommand(t)
+	tmp := t.TempDir()
+	stateDir := filepath.Join(tmp, "a", "b", "state")
+	addr, token := runPortalCommand(t, bin, stateDir)
+	send := func(method, path, contentType string, body io.Reader, header map[string]string) (int, string) {
+		t.Helper()
+		req, err := http.NewRequest(method, addr+path, body)
+		require.NoError(t, err)
+		if contentType != "" {
+			req.Header.Set("Content-Type", contentType)
+		}
+		for k, v := range header {
+			req.Header.Set(k, v)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer func() { _ = resp.Body.Close() }()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+	bearer := map[string]string{"Authorization": "Bearer " + token}
+	cookie := "minimax-m3-portal=" + token
+
+	// Cross-site: a page served from another port of this host posts destroy with the cookie the
+	// browser attaches (SameSite ignores ports), as a text/plain "simple request" needing no
+	// preflight. The browser says where the request comes from; both headers are refused alone.
+	for name, h := range map[string]map[string]string{
+		"Sec-Fetch-Site": {"Cookie": cookie, "Sec-Fetch-Site": "same-site", "Origin": "http://127.0.0.1:1"},
+		"Origin":         {"Cookie": cookie, "Origin": "http://127.0.0.1:1"},
+	} {
+		status, body := send(http.MethodPost, "/api/stacks/agg/destroy", "text/plain", strings.NewReader("{}"), h)
+		assert.Equal(t, http.StatusForbidden, status, "%s: %s", name, body)
+	}
+	// Same origin, but not JSON: refused.
+	status, body := send(http.MethodPost, "/api/stacks/agg/preview", "text/plain", strings.NewReader(`{"base":"agg"}`), bearer)
+	assert.Equal(t, http.StatusUnsupportedMediaType, status, body)
+
+	// A stack name that is a path: refused, and nothing written outside the state folder, nor a
+	// workspace for a stack that does not exist.
+	for _, path := range []string{"/api/stacks/..%2F..%2F..%2Fx", "/api/stacks/..%2F..%2F..%2Fx/history", "/api/stacks/..%2F..%2F..%2Fx/events"} {
+		status, body = send(http.MethodGet, path, "", nil, bearer)
+		assert.Equal(t, http.StatusBadRequest, status, "%s: %s", path, body)
+		assert.Contains(t, body, `"key":"stack"`, path)
+	}
+	status, body = send(http.MethodPost, "/api/stacks/..%2F..%2F..%2Fx/destroy", "", nil, bearer)
+	assert.Equal(t, http.StatusBadRequest, status, body)
+	assert.NoDirExists(t, filepath.Join(tmp, "a", "x"))
+	status, body = send(http.MethodGet, "/api/stacks/nobody/history", "", nil, bearer)
+	assert.Equal(t, http.StatusNotFound, status, body)
+	assert.NoDirExists(t, filepath.Join(stateDir, "workspaces", "nobody"), "an unknown stack leaves nothing behind")
+
+	// Strict bodies: every unknown field is a problem at its key.
+	status, body = send(http.MethodPost, "/api/stacks/agg/preview", "application/json",
+		strings.NewReader(`{"base":"agg","config":{"worker":{"replicaz":2},"modelCache":{"storageClass":"rwx"}}}`), bearer)
+	assert.Equal(t, http.StatusBadRequest, status, body)
+	assert.Contains(t, body, `"key":"worker.replicaz"`)
+	status, body = send(http.MethodPost, "/api/stacks/agg/preview", "application/json", strings.NewReader(`{"base":"agg","hf_token":"hf_x"}`), bearer)
+	assert.Equal(t, http.StatusBadRequest, status, body)
+	assert.Contains(t, body, `"key":"hf_token"`)
+	assert.NotContains(t, body, "hf_x")
+	status, body = send(http.MethodPost, "/api/stacks/agg/up", "application/json", strings.NewReader(`{"base":"agg","plan":true}`), bearer)
+	assert.Equal(t, http.StatusBadRequest, status, body)
+	assert.Contains(t, body, `"key":"plan"`)
+
+	// A body past the cap: 413, without reading it all.
+	big := io.MultiReader(strings.NewReader(`{"base":"agg","config":{"graphName":"`), io.LimitReader(zeros{}, 64<<20), strings.NewReader(`"}}`))
+	status, body = send(http.MethodPost, "/api/stacks/agg/preview", "application/json", big, bearer)
+	assert.Equal(t, http.StatusRequestEntityTooLarge, status, body)
+
+	entries, err := os.ReadDir(filepath.Join(stateDir, "workspaces"))
+	require.NoError(t, err)
+	for _, e := range entries {
+		assert.True(t, strings.HasPrefix(e.Name(), "."), "no workspace was created for a refused request: %s", e.Name())
+	}
+}
+
+// zeros is an endless reader of '0'.
+type zeros struct{}
+
+func (zeros) Read(p []byte) (int, error) {
+	for i := range p {
+		p[i] = '0'
+	}
+	return len(p), nil
 }
