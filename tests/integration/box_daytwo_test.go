@@ -1,0 +1,212 @@
+package integration
+
+import (
+	"context"
+	"maps"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pulumi/pulumi/sdk/v3/go/auto"
+	"github.com/pulumi/pulumi/sdk/v3/go/auto/optpreview"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/kubernetes"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"minimax-m3/benchmark"
+	"minimax-m3/tests/rackbox"
+)
+
+// Day-two changes in the rack box (see box_test.go for what runs for real and what is played).
+
+// boxKubectl runs the real kubectl against the box, as a user would.
+func boxKubectl(t *testing.T, stdin string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command("kubectl", append([]string{"--kubeconfig", box.Kubeconfig}, args...)...)
+	cmd.Stdin = strings.NewReader(stdin)
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, string(out))
+	return string(out)
+}
+
+// boxGraph reads a graph in the box.
+func boxGraph(t *testing.T, ns, name string) *unstructured.Unstructured {
+	t.Helper()
+	g := &unstructured.Unstructured{}
+	g.SetGroupVersionKind(graphGVK)
+	require.NoError(t, box.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, g))
+	return g
+}
+
+// readyAtGeneration reports whether the operator says the graph is Ready at its generation.
+func readyAtGeneration(g *unstructured.Unstructured) bool {
+	status, _, _, gen := readyCondition(g)
+	return status == "True" && gen == g.GetGeneration()
+}
+
+// The recipe deployed the recipe's way (the README's `kubectl apply`, client-side, so every field
+// is owned by kubectl-client-side-apply) and brought to Ready by the real operator; then adopted
+// (adopt=true with the recipe's rollout, worker.rollout.strategy OperatorDefault: the adopted spec
+// is the recipe's, so no new generation and no restart; the program's default one-at-a-time
+// rollout is part of the workers' template and would roll them once), then changed: the image, a vLLM flag and the
+// speculative ConfigMap in one update, the worker count in the next. Each change of a field kubectl
+// wrote applies (the adopted objects take kubectl's fields over instead of failing with a
+// conflict), rolls through the real operator and ends Ready at the new generation.
+func TestBoxAdoptingAKubectlAppliedRecipeThenChangingIt(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	// The recipe's pods tolerate no arm64 taint: a GB200 pool without it, with a spare tray for
+	// the operator's default 25% surge, which the recipe-exact rollout keeps.
+	r := rackbox.NVL72("adopt").WithGPUs(16)
+	r.Taints = slices.DeleteFunc(slices.Clone(r.Taints), func(t corev1.Taint) bool { return t.Key == corev1.LabelArchStable })
+	addRack(t, r)
+	ns := "box-adopt"
+
+	boxKubectl(t, "", "create", "namespace", ns)
+	boxKubectl(t, "", "-n", ns, "create", "secret", "generic", "hf-token-secret", "--from-literal=HF_TOKEN=hf_brought_by_the_user")
+	cache, err := os.ReadFile(filepath.Join(recipeDir(t), "model-cache", "model-cache.yaml"))
+	require.NoError(t, err)
+	boxKubectl(t, strings.ReplaceAll(string(cache), "your-storage-class-name", rackbox.StorageClass), "-n", ns, "apply", "-f", "-")
+	boxKubectl(t, "", "-n", ns, "apply", "-f", filepath.Join(recipeDir(t), "vllm", "agg-gb200-agentic", "deploy.yaml"))
+	eventually(t, func() bool { return readyAtGeneration(boxGraph(t, ns, aggGraph)) }, 3*time.Minute, "the operator brings the recipe's graph to Ready")
+	live := boxGraph(t, ns, aggGraph)
+	generation, uid := live.GetGeneration(), live.GetUID()
+	var managers []string
+	for _, m := range live.GetManagedFields() {
+		managers = append(managers, m.Manager)
+	}
+	require.Contains(t, managers, "kubectl-client-side-apply", "the recipe's way of applying")
+
+	s := makeStack(t, box.Kubeconfig, "agg", ns, auto.ConfigMap{
+		"minimax-m3:namespace.create":           {Value: "false"},
+		"minimax-m3:huggingFace.existingSecret": {Value: "true"},
+		"minimax-m3:modelDownload.enabled":      {Value: "false"},
+		"minimax-m3:modelCache.storageClass":    {Value: rackbox.StorageClass},
+		"minimax-m3:worker.rollout.strategy":    {Value: "OperatorDefault"},
+		"minimax-m3:adopt":                      {Value: "true"},
+	}, false)
+	require.NoError(t, s.stack.RemoveConfig(ctx, "minimax-m3:hfToken"))
+	_, _, err = s.up(ctx)
+	require.NoError(t, err, s.log.String())
+	live = boxGraph(t, ns, aggGraph)
+	assert.Equal(t, uid, live.GetUID(), "the same graph")
+	assert.Equal(t, generation, live.GetGeneration(), "adoption restarts nothing")
+	_, err = s.preview(ctx, optpreview.ExpectNoChanges())
+	require.NoError(t, err, "after adoption, preview shows no diff\n%s", s.log.String())
+
+	const image = "nvcr.io/nvidia/ai-dynamo/vllm-runtime:1.6.0-minimax-m3-dev.2"
+	s.set(ctx, "minimax-m3:image", image)
+	s.set(ctx, "minimax-m3:worker.vllm.maxNumSeqs", "48")
+	s.set(ctx, "minimax-m3:speculativeDecoding.numSpeculativeTokens", "2")
+	_, _, err = s.up(ctx)
+	require.NoError(t, err, "a change of fields kubectl applied\n%s", s.log.String())
+	live = boxGraph(t, ns, aggGraph)
+	assert.Greater(t, live.GetGeneration(), generation)
+	assert.True(t, readyAtGeneration(live), "up returned once the operator was Ready at the new generation")
+	workers := client.MatchingLabels{graphLabelKey: aggGraph, "nvidia.com/dynamo-component": "Worker"}
+	pods := podsOf(t, ns, workers)
+	require.Len(t, pods, 3)
+	for _, p := range pods {
+		assert.Equal(t, image, p.Spec.Containers[0].Image)
+		assert.Contains(t, strings.Join(p.Spec.Containers[0].Args, " "), "--max-num-seqs 48")
+	}
+	cm := &corev1.ConfigMap{}
+	require.NoError(t, box.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: aggGraph + "-config"}, cm))
+	assert.Contains(t, strings.Join(slices.Collect(maps.Values(cm.Data)), "\n"), `"num_speculative_tokens": 2`, "the adopted ConfigMap changed")
+
+	s.set(ctx, "minimax-m3:worker.replicas", "2")
+	_, _, err = s.up(ctx)
+	require.NoError(t, err, "a change of the replicas kubectl applied\n%s", s.log.String())
+	eventually(t, func() bool { return len(podsOf(t, ns, workers)) == 2 }, time.Minute, "two workers")
+}
+
+// `pulumi stack rename` keeps the stack's state and outputs; the objects carry the old name's
+// identity. The next update reads the identity its last update exported, knows the objects as its
+// own, and moves them to the new identity with a metadata-only update: no new graph generation, no
+// worker restarted.
+func TestBoxARenamedStackKeepsItsObjects(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	r := addRack(t, rackbox.NVL72("rename").WithGPUs(12))
+	ns := "box-rename"
+	s := newBoxStack(t, "agg", ns, r, nil)
+	_, _, err := s.up(ctx)
+	require.NoError(t, err, s.log.String())
+	before := boxGraph(t, ns, aggGraph)
+	assert.Equal(t, "organization/minimax-m3/agg", before.GetAnnotations()["minimax-m3.io/stack"])
+	workers := client.MatchingLabels{graphLabelKey: aggGraph, "nvidia.com/dynamo-component": "Worker"}
+	var uids []string
+	for _, p := range podsOf(t, ns, workers) {
+		uids = append(uids, string(p.UID))
+	}
+
+	out, err := s.cli("stack", "rename", "agg-renamed")
+	require.NoError(t, err, out)
+	s.name = "agg-renamed"
+	t.Cleanup(func() { _, _ = s.cli("destroy", "--yes") })
+	out, err = s.cli("up", "--yes", "--skip-preview")
+	require.NoError(t, err, "the renamed stack still owns its objects\n%s", out)
+	after := boxGraph(t, ns, aggGraph)
+	assert.Equal(t, "organization/minimax-m3/agg-renamed", after.GetAnnotations()["minimax-m3.io/stack"])
+	assert.Equal(t, before.GetGeneration(), after.GetGeneration(), "metadata only")
+	var now []string
+	for _, p := range podsOf(t, ns, workers) {
+		now = append(now, string(p.UID))
+	}
+	assert.ElementsMatch(t, uids, now, "no worker restarted")
+	out, err = s.cli("preview", "--expect-no-changes")
+	require.NoError(t, err, out)
+}
+
+// The benchmark's restart between points, the recipe's way (`kubectl delete pods -l
+// nvidia.com/dynamo-graph-deployment-name=<graph>`), on a full rack: every pod of the graph is
+// deleted at once and its ReplicaSet starts every replacement together, with no new pod template
+// (no rollout, no spare GPU, one round of cold starts); the restart returns once as many pods are
+// Ready again and the operator reports the graph Ready.
+func TestBoxBenchmarkRestartDeletesEveryPodAtOnce(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	r := addRack(t, rackbox.NVL72("bench-restart").WithGPUs(12))
+	ns := "box-bench-restart"
+	s := newBoxStack(t, "agg", ns, r, auto.ConfigMap{"minimax-m3:benchmark.enabled": {Value: "true"}})
+	_, _, err := s.up(ctx)
+	require.NoError(t, err, s.log.String())
+	c, err := s.stack.Config(ctx)
+	require.NoError(t, err)
+	graphPods := client.MatchingLabels{graphLabelKey: aggGraph}
+	before := map[string]string{}
+	for _, p := range podsOf(t, ns, graphPods) {
+		before[string(p.UID)] = p.Labels["pod-template-hash"]
+	}
+	require.Len(t, before, 4, "the frontend and three workers")
+	generation := boxGraph(t, ns, aggGraph).GetGeneration()
+
+	kube, err := kubernetes.NewForConfig(box.Config)
+	require.NoError(t, err)
+	dyn, err := dynamic.NewForConfig(box.Config)
+	require.NoError(t, err)
+	sweep := &benchmark.Sweep{Config: &c, Namespace: ns, Kube: kube, Dynamic: dyn}
+	var beats []string
+	require.NoError(t, sweep.RestartPods(ctx, func(m string) { beats = append(beats, m) }))
+	assert.Equal(t, []string{"deleted the graph's 4 pods; waiting for their replacements to be Ready"}, beats)
+
+	after := podsOf(t, ns, graphPods)
+	require.Len(t, after, 4)
+	hashes := slices.Collect(maps.Values(before))
+	for _, p := range after {
+		assert.NotContains(t, before, string(p.UID), "every pod replaced")
+		assert.Contains(t, hashes, p.Labels["pod-template-hash"], "by its own ReplicaSet: no rollout")
+		assert.True(t, podCondition(&p, corev1.PodReady) != nil && podCondition(&p, corev1.PodReady).Status == corev1.ConditionTrue, p.Name)
+	}
+	g := boxGraph(t, ns, aggGraph)
+	assert.Equal(t, generation, g.GetGeneration(), "the graph's spec untouched")
+	assert.True(t, readyAtGeneration(g))
+}
