@@ -102,6 +102,11 @@ func NewGraph(ctx *pulumi.Context, name string, args *GraphArgs, opts ...pulumi.
 		}
 	}
 	annotations, timeouts := readiness(c.Readiness, c.Restart.ID, c.RolloutWaves())
+	digests := templateDigests(spec)
+	for k, v := range digests {
+		annotations[k] = pulumi.String(v)
+	}
+	warnSurgingRolls(ctx, c, args.Meta.liveGraph, digests)
 	dgd, err := newObject(ctx, name, objectArgs{
 		APIVersion: GraphAPIVersion, Kind: "DynamoGraphDeployment",
 		Name: c.GraphName, Namespace: args.Namespace, Labels: labels,

@@ -46,6 +46,8 @@ type StackMeta struct {
 	Previous string
 	// adopted are the objects (objectKey) the stack took over with adopt=true.
 	adopted map[string]bool
+	// liveGraph holds the live graph's annotations (nil when there is no graph yet).
+	liveGraph map[string]string
 }
 
 func objectKey(kind, name string) string { return kind + "/" + name }

@@ -118,6 +118,12 @@ func checkOwnership(ctx *pulumi.Context, reader ObjectReader, c *config.Config, 
 		if !found {
 			continue
 		}
+		if obj.kind == "DynamoGraphDeployment" {
+			meta.liveGraph = live.Annotations
+			if meta.liveGraph == nil {
+				meta.liveGraph = map[string]string{}
+			}
+		}
 		if ownedBy(live, ctx.Stack(), StackIdentity(ctx), meta.Previous) {
 			if live.Annotations[adoptedAnnotation] == "true" {
 				meta.adopted[objectKey(obj.kind, obj.name)] = true

@@ -169,6 +169,8 @@ func TestBoxFullRackRecipeRolloutWaitsForAGPU(t *testing.T) {
 	assert.Contains(t, scheduled.Message, "Insufficient nvidia.com/gpu", "the scheduler's own reason")
 	assert.Contains(t, s.log.String(), "cannot be scheduled: Unschedulable: 0/", "up shows the scheduler's reason while it waits")
 	assert.Contains(t, s.log.String(), "Insufficient nvidia.com/gpu")
+	assert.Contains(t, s.log.String(), "minimax-m3:worker.rollout: this update replaces Worker's pods, and its rollout starts 1 pod(s) (4 GPUs) beside its 3",
+		"up warned before it started")
 	running := 0
 	for _, p := range podsOf(t, ns, workers) {
 		if p.Status.Phase == corev1.PodRunning {

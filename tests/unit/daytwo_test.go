@@ -11,6 +11,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 
 	"minimax-m3/components"
+	"minimax-m3/config"
 )
 
 // Day-two changes: what a change reaches, what it leaves alone, and what a stack may take over.
@@ -358,4 +359,45 @@ func TestASecondStackUsesTheFirstStacksCache(t *testing.T) {
 		assert.Empty(t, r.byType(typ), "%s belongs to the first stack", typ)
 	}
 	assert.Equal(t, "shared-model-cache", graphSpec(t, r).Components[1].PodTemplate.Spec.Volumes[0].PersistentVolumeClaim.ClaimName)
+}
+
+// Preview warns when an update rolls a worker role whose rollout surges: the roll needs more GPUs
+// than the stack has. A digest per component on the graph tells what rolls; scaling rolls nothing.
+func TestPreviewWarnsOfRollsThatNeedASpareGPU(t *testing.T) {
+	parse := func(overrides map[string]string) config.Config {
+		raw := config.Raw{Values: map[string]string{"profile": "agg", "namespace": `{"name":"inference"}`, "modelCache": `{"storageClass":"rwx"}`,
+			"huggingFace": `{"existingSecret":true}`}, Secrets: map[string]bool{}}
+		for k, v := range overrides {
+			raw.Values[k] = v
+		}
+		c, err := config.Parse(raw)
+		require.NoError(t, err)
+		return c
+	}
+	digests := func(c config.Config) map[string]string {
+		d, err := components.TemplateDigests(&c)
+		require.NoError(t, err)
+		return d
+	}
+	recipeRollout := `{"rollout": {"strategy": "OperatorDefault"}`
+	before := parse(map[string]string{"worker": recipeRollout + `}`})
+	live := digests(before)
+
+	flag := parse(map[string]string{"worker": recipeRollout + `, "vllm": {"maxNumSeqs": 48}}`})
+	warnings := components.SurgingRolls(&flag, live, digests(flag))
+	require.Len(t, warnings, 1)
+	assert.Equal(t, "minimax-m3:worker.rollout: this update replaces Worker's pods, and its rollout starts 1 pod(s) (4 GPUs) beside its 3 before it stops one: "+
+		"16 GPUs while it rolls, the stack has 12. On a full rack the new pod stays Pending for a GPU that never frees; "+
+		"set minimax-m3:worker.rollout.strategy to RollingUpdate with maxSurge 0 (the default) to roll without a spare GPU", warnings[0])
+
+	restart := parse(map[string]string{"worker": recipeRollout + `}`, "restart": `{"id": "r1"}`})
+	assert.Len(t, components.SurgingRolls(&restart, live, digests(restart)), 1, "a restart rolls too")
+
+	scaled := parse(map[string]string{"worker": recipeRollout + `, "replicas": 2}`})
+	assert.Empty(t, components.SurgingRolls(&scaled, live, digests(scaled)), "scaling rolls nothing")
+	assert.Empty(t, components.SurgingRolls(&before, live, digests(before)), "no change")
+	assert.Empty(t, components.SurgingRolls(&flag, nil, digests(flag)), "no graph yet: a create")
+
+	def := parse(map[string]string{"worker": `{"vllm": {"maxNumSeqs": 48}}`})
+	assert.Empty(t, components.SurgingRolls(&def, live, digests(def)), "the default rollout needs no spare GPU")
 }
