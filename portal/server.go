@@ -2,7 +2,10 @@ package portal
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/subtle"
+	"encoding/base64"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -37,6 +40,9 @@ type Server struct {
 	token string
 	mu    sync.Mutex
 	ops   map[string]*opLog
+	// sessions are the page's cookie values, each issued at a login with the token and valid
+	// until its time: the cookie never holds the token itself.
+	sessions map[string]time.Time
 	// Context bounds every operation the server starts (cancelled: they stop).
 	ctx context.Context
 }
@@ -46,7 +52,7 @@ func NewServer(ctx context.Context, m *Manager, token string) (*Server, error) {
 	if len(token) < 16 {
 		return nil, errors.New("the bearer token must have at least 16 characters")
 	}
-	return &Server{m: m, token: token, ops: map[string]*opLog{}, ctx: ctx}, nil
+	return &Server{m: m, token: token, ops: map[string]*opLog{}, sessions: map[string]time.Time{}, ctx: ctx}, nil
 }
 
 // opLog is one operation's events, kept for the page and for late subscribers.
@@ -103,7 +109,20 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /api/stacks/{stack}/history", withStack(s.history))
 	mux.HandleFunc("GET /api/stacks/{stack}/events", withStack(s.events))
 	mux.HandleFunc("POST /api/stacks/{stack}/{op}", withStack(s.operation))
-	return http.NewCrossOriginProtection().Handler(s.auth(mux))
+	return securityHeaders(http.NewCrossOriginProtection().Handler(s.auth(mux)))
+}
+
+// securityHeaders are on every response: nothing is cached or sniffed, no referrer leaves the
+// page, and no other site may frame it.
+func securityHeaders(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := w.Header()
+		h.Set("X-Content-Type-Options", "nosniff")
+		h.Set("Referrer-Policy", "no-referrer")
+		h.Set("Cache-Control", "no-store")
+		h.Set("X-Frame-Options", "DENY")
+		next.ServeHTTP(w, r)
+	})
 }
 
 // withStack refuses a request whose {stack} is not a stack name (400, the problem at "stack").
@@ -117,7 +136,37 @@ func withStack(h http.HandlerFunc) http.HandlerFunc {
 	}
 }
 
-const cookieName = "minimax-m3-portal"
+const (
+	cookieName = "minimax-m3-portal"
+	sessionTTL = 12 * time.Hour
+)
+
+// newSession issues a session value for the page's cookie.
+func (s *Server) newSession() (string, error) {
+	b := make([]byte, 32)
+	if _, err := rand.Read(b); err != nil {
+		return "", err
+	}
+	id := hex.EncodeToString(b)
+	now := time.Now()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for k, until := range s.sessions {
+		if now.After(until) {
+			delete(s.sessions, k)
+		}
+	}
+	s.sessions[id] = now.Add(sessionTTL)
+	return id, nil
+}
+
+// session reports whether a cookie value is a live session.
+func (s *Server) session(id string) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	until, ok := s.sessions[id]
+	return ok && time.Now().Before(until)
+}
 
 func (s *Server) auth(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -126,17 +175,23 @@ func (s *Server) auth(next http.Handler) http.Handler {
 				writeError(w, http.StatusUnauthorized, errors.New("wrong token"))
 				return
 			}
-			http.SetCookie(w, &http.Cookie{Name: cookieName, Value: t, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode})
+			id, err := s.newSession()
+			if err != nil {
+				writeError(w, http.StatusInternalServerError, err)
+				return
+			}
+			http.SetCookie(w, &http.Cookie{Name: cookieName, Value: id, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode,
+				Secure: r.TLS != nil, MaxAge: int(sessionTTL.Seconds())})
 			http.Redirect(w, r, "/", http.StatusSeeOther)
 			return
 		}
-		got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer ")
-		if !ok {
-			if c, err := r.Cookie(cookieName); err == nil {
-				got = c.Value
-			}
+		authorized := false
+		if got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok {
+			authorized = s.valid(got)
+		} else if c, err := r.Cookie(cookieName); err == nil {
+			authorized = s.session(c.Value)
 		}
-		if !s.valid(got) {
+		if !authorized {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="minimax-m3"`)
 			writeError(w, http.StatusUnauthorized, errors.New("a bearer token is required"))
 			return
@@ -302,11 +357,13 @@ type operationBody struct {
 func (s *Server) operation(w http.ResponseWriter, r *http.Request) {
 	stack, op := r.PathValue("stack"), r.PathValue("op")
 	if op == "cancel" {
-		if err := s.m.Cancel(stack); err != nil {
-			writeError(w, http.StatusConflict, err)
+		// Answer at once: the operation's event stream says when it has stopped.
+		if s.m.Running(stack) == "" {
+			writeError(w, http.StatusConflict, fmt.Errorf("stack %s runs no operation here", stack))
 			return
 		}
-		writeJSON(w, http.StatusOK, map[string]string{"cancelled": stack})
+		go func() { _ = s.m.Cancel(stack) }()
+		writeJSON(w, http.StatusAccepted, map[string]string{"cancelling": stack, "events": "/api/stacks/" + stack + "/events"})
 		return
 	}
 	body, status, err := readBody(w, r)
@@ -405,7 +462,7 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	w.Header().Set("Content-Type", "text/event-stream")
-	w.Header().Set("Cache-Control", "no-cache")
+	w.Header().Set("X-Accel-Buffering", "no") // a proxy in front must not hold events back
 	w.WriteHeader(http.StatusOK)
 	next := 0
 	for {
@@ -435,6 +492,8 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 // pageData is what the page shows.
 type pageData struct {
 	Stacks []pageStack
+	// Nonce admits the page's own script and style under its Content-Security-Policy.
+	Nonce string
 }
 
 type pageStack struct {
@@ -446,7 +505,7 @@ type pageStack struct {
 
 var pageTemplate = template.Must(template.New("page").Parse(`<!doctype html>
 <html lang="en"><head><meta charset="utf-8"><title>minimax-m3 stacks</title>
-<style>
+<style nonce="{{.Nonce}}">
 body{font-family:system-ui,sans-serif;margin:2rem;color:#222}
 table{border-collapse:collapse;margin:.5rem 0}td,th{border:1px solid #ccc;padding:.2rem .5rem;text-align:left}
 .running{color:#b60}.failed{color:#b00}.done{color:#060}pre{background:#f6f6f6;padding:.5rem;max-height:20rem;overflow:auto}
@@ -470,7 +529,7 @@ table{border-collapse:collapse;margin:.5rem 0}td,th{border:1px solid #ccc;paddin
 <table class="resources"><thead><tr><th>resource</th><th>step</th><th>status</th><th>waited</th><th>last message</th></tr></thead><tbody></tbody></table>
 </section>
 {{end}}
-<script>
+<script nonce="{{.Nonce}}">
 for (const section of document.querySelectorAll("section.stack")) {
   const stack = section.dataset.stack, rows = {}, body = section.querySelector(".resources tbody"), now = section.querySelector(".now");
   const source = new EventSource("/api/stacks/" + encodeURIComponent(stack) + "/events");
@@ -509,7 +568,12 @@ func (s *Server) page(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), http.StatusInternalServerError)
 		return
 	}
-	var data pageData
+	nonce := make([]byte, 16)
+	if _, err := rand.Read(nonce); err != nil {
+		http.Error(w, err.Error(), http.StatusInternalServerError)
+		return
+	}
+	data := pageData{Nonce: base64.StdEncoding.EncodeToString(nonce)}
 	for _, n := range names {
 		ps := pageStack{Name: n, Running: s.m.Running(n)}
 		if out, err := s.m.Outputs(r.Context(), n); err == nil {
@@ -520,5 +584,7 @@ func (s *Server) page(w http.ResponseWriter, r *http.Request) {
 		data.Stacks = append(data.Stacks, ps)
 	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("Content-Security-Policy", fmt.Sprintf("default-src 'none'; script-src 'nonce-%[1]s'; style-src 'nonce-%[1]s'; "+
+		"connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'", data.Nonce))
 	_ = pageTemplate.Execute(w, data)
 }

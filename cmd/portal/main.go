@@ -49,6 +49,8 @@ func run() error {
 		return fmt.Errorf("-addr: %w", err)
 	}
 	token := os.Getenv("MINIMAX_M3_PORTAL_TOKEN")
+	// The Pulumi CLI and the provider run as children: they never need the portal's token.
+	_ = os.Unsetenv("MINIMAX_M3_PORTAL_TOKEN")
 	if token == "" {
 		ip := net.ParseIP(host)
 		if host != "localhost" && (ip == nil || !ip.IsLoopback()) {

@@ -326,6 +326,43 @@ func TestPortalCommandRefusesWhatASecurityReviewFound(t *testing.T) {
 	status, body = send(http.MethodPost, "/api/stacks/agg/preview", "application/json", big, bearer)
 	assert.Equal(t, http.StatusRequestEntityTooLarge, status, body)
 
+	// The page's cookie is a session issued at login, never the token; the page carries a
+	// Content-Security-Policy admitting only its own script, and no response is cached or sniffed.
+	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := noRedirect.Get(addr + "/?token=" + token)
+	require.NoError(t, err)
+	_ = resp.Body.Close()
+	require.Equal(t, http.StatusSeeOther, resp.StatusCode)
+	cookies := resp.Cookies()
+	require.Len(t, cookies, 1)
+	assert.NotEqual(t, token, cookies[0].Value, "the cookie holds a session, not the token")
+	assert.True(t, cookies[0].HttpOnly)
+	assert.Equal(t, http.SameSiteStrictMode, cookies[0].SameSite)
+	status, body = send(http.MethodGet, "/api/stacks", "", nil, map[string]string{"Cookie": "minimax-m3-portal=" + cookies[0].Value})
+	assert.Equal(t, http.StatusOK, status, body)
+	status, _ = send(http.MethodGet, "/api/stacks", "", nil, map[string]string{"Cookie": cookie})
+	assert.Equal(t, http.StatusUnauthorized, status, "the token is no cookie value")
+	req, err := http.NewRequest(http.MethodGet, addr+"/", nil)
+	require.NoError(t, err)
+	req.Header.Set("Cookie", "minimax-m3-portal="+cookies[0].Value)
+	resp, err = http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	page, _ := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	csp := resp.Header.Get("Content-Security-Policy")
+	assert.Contains(t, csp, "default-src 'none'")
+	nonce := csp[strings.Index(csp, "'nonce-")+len("'nonce-"):]
+	nonce = nonce[:strings.Index(nonce, "'")]
+	assert.Contains(t, string(page), `<script nonce="`+nonce+`">`)
+	assert.Equal(t, "nosniff", resp.Header.Get("X-Content-Type-Options"))
+	assert.Equal(t, "no-store", resp.Header.Get("Cache-Control"))
+	assert.Equal(t, "no-referrer", resp.Header.Get("Referrer-Policy"))
+
+	// Cancel answers at once; with nothing running it says so.
+	status, body = send(http.MethodPost, "/api/stacks/agg/cancel", "", nil, bearer)
+	assert.Equal(t, http.StatusConflict, status, body)
+
 	entries, err := os.ReadDir(filepath.Join(stateDir, "workspaces"))
 	require.NoError(t, err)
 	for _, e := range entries {
