@@ -419,9 +419,6 @@ func (s *Server) operation(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusConflict, &BusyError{Stack: stack, Operation: running})
 		return
 	}
-	s.mu.Lock()
-	s.ops[stack] = log
-	s.mu.Unlock()
 	started := make(chan error, 1)
 	var once sync.Once
 	opts.Progress = func(e Event) {
@@ -439,9 +436,14 @@ func (s *Server) operation(w http.ResponseWriter, r *http.Request) {
 		log.finish(err)
 	}()
 	if err := <-started; err != nil {
+		// Refused (invalid, or busy after all): the stack's running or last operation keeps its log.
 		writeError(w, statusOf(err), err)
 		return
 	}
+	// Published only once the operation holds the stack and has started.
+	s.mu.Lock()
+	s.ops[stack] = log
+	s.mu.Unlock()
 	writeJSON(w, http.StatusAccepted, map[string]string{"stack": stack, "operation": op, "events": "/api/stacks/" + stack + "/events"})
 }
 
