@@ -89,7 +89,7 @@ func frontendComponent(c *config.Config) (GraphComponent, error) {
 		return GraphComponent{}, err
 	}
 	return GraphComponent{
-		Name:                   "Frontend",
+		Name:                   frontendName,
 		Type:                   "frontend",
 		RuntimeVersionOverride: c.RuntimeVersion,
 		Replicas:               f.Replicas,

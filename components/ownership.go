@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
@@ -143,10 +144,40 @@ func checkOwnership(ctx *pulumi.Context, reader ObjectReader, c *config.Config, 
 		ps.Add(obj.key, "%s already exists and was not created by this stack: %s; or set adopt=true to take it over (a kustomize deployment of the recipe, for one)",
 			obj, obj.useInstead)
 	}
+	ps = append(ps, sameComponents(c, meta.liveGraph)...)
 	if len(ps) > 0 {
 		return meta, ps
 	}
 	return meta, nil
+}
+
+// sameComponents refuses a change of the live graph's set of components (another profile under
+// the same graphName): the Dynamo operator's webhook refuses to add or remove components of a
+// graph. The live set is the one the stack's digests name (templateDigests).
+func sameComponents(c *config.Config, live map[string]string) config.Problems {
+	var was []string
+	for k := range live {
+		if name, ok := strings.CutPrefix(k, templateAnnotationPrefix); ok {
+			was = append(was, name)
+		}
+	}
+	if len(was) == 0 {
+		return nil
+	}
+	planned := []string{frontendName}
+	for _, r := range c.Workers() {
+		planned = append(planned, r.Name)
+	}
+	slices.Sort(was)
+	slices.Sort(planned)
+	if slices.Equal(was, planned) {
+		return nil
+	}
+	var ps config.Problems
+	ps.Add("profile", "the live DynamoGraphDeployment %s/%s has the components %s, profile %q has %s: the Dynamo operator refuses to add or remove a graph's components; "+
+		"choose another graphName (a new graph beside this one) or destroy the stack first", c.Namespace.Name, c.GraphName,
+		strings.Join(was, ", "), c.Profile, strings.Join(planned, ", "))
+	return ps
 }
 
 // ownedBy reports whether a live object is this stack's. Objects carry the stack's identity

@@ -83,3 +83,6 @@ func SurgingRolls(c *config.Config, live, planned map[string]string) []string {
 	}
 	return out
 }
+
+// frontendName is the graph's frontend component.
+const frontendName = "Frontend"

@@ -40,6 +40,7 @@ func (f FrontendConfig) validate(v validator, key string) {
 	f.Resources.validate(v, key+".resources")
 	f.Scheduling.validate(v, key+".scheduling")
 	v.annotations(key+".podAnnotations", f.PodAnnotations)
+	operatorAnnotations(v, key+".podAnnotations", f.PodAnnotations, false)
 	f.Rollout.validate(v, key+".rollout", f.Replicas, f.PodAnnotations)
 	v.env(key, nil, f.Env, f.ExtraEnv)
 	f.PodTemplatePatch.validate(v, key+".podTemplatePatch")

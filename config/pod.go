@@ -164,9 +164,14 @@ func (p PodTemplatePatch) validate(v validator, key string) {
 	if len(p) == 0 {
 		return
 	}
-	if _, err := p.Apply(corev1.PodTemplateSpec{}); err != nil {
+	// The program's template has the operator's main container with an image; what the patch
+	// leaves of it must still pass the operator's rules.
+	patched, err := p.Apply(corev1.PodTemplateSpec{Spec: corev1.PodSpec{Containers: []corev1.Container{{Name: MainContainer, Image: "image"}}}})
+	if err != nil {
 		v.add(key, "%v", err)
+		return
 	}
+	operatorTemplate(v, key, patched)
 }
 
 // Apply patches a pod template.

@@ -63,6 +63,7 @@ func (w WorkerConfig) validate(v validator, k string, c *Config, r Role) {
 		v.add(k+".terminationGracePeriodSeconds", "must not be negative")
 	}
 	v.annotations(k+".podAnnotations", w.PodAnnotations)
+	operatorAnnotations(v, k+".podAnnotations", w.PodAnnotations, true)
 	w.Rollout.validate(v, k+".rollout", w.Replicas, w.PodAnnotations)
 	w.Scheduling.validate(v, k+".scheduling")
 	w.Network.validate(v, k+".network")
