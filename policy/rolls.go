@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"reflect"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -158,6 +159,22 @@ func Compact(paths []string) []string {
 			out[i] = p + "[1 item]"
 		} else if n > 1 {
 			out[i] = fmt.Sprintf("%s[%d items]", p, n)
+		}
+	}
+	return out
+}
+
+// UnexpectedRolls are the rolling components that allowed does not name: a comma-separated list
+// of components, or "all".
+func UnexpectedRolls(rolls []Roll, allowed string) []Roll {
+	if allowed == "all" {
+		return nil
+	}
+	meant := strings.Split(allowed, ",")
+	var out []Roll
+	for _, r := range rolls {
+		if r.Rolls && !slices.Contains(meant, r.Component) {
+			out = append(out, r)
 		}
 	}
 	return out

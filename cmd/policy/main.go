@@ -39,6 +39,7 @@ func main() {
 	var names stacks
 	flag.Var(&names, "stack", "stack to render and check (repeatable; default agg and disagg)")
 	eventLog := flag.String("events", "", "check the steps of this `pulumi preview --event-log` file instead")
+	allowRoll := flag.String("allow-roll", "", "with -events: graph components the change may restart (Frontend,Worker,PrefillWorker,DecodeWorker; all); any other that rolls fails the check")
 	adopted := flag.Bool("adopted", false, "with -events: the stack has adopt=true, which protects every object from replacement (default: read from Pulumi.<stack>.yaml when -stack is given)")
 	project := flag.String("project", ".", "the project directory")
 	list := flag.Bool("list", false, "list the rules and exit")
@@ -58,7 +59,7 @@ func main() {
 		}
 		return
 	}
-	failed, err := run(names, *eventLog, *adopted, *project, set, os.Stdout)
+	failed, err := run(names, *eventLog, *adopted, *allowRoll, *project, set, os.Stdout)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "policy:", err)
 		os.Exit(2)
@@ -68,7 +69,7 @@ func main() {
 	}
 }
 
-func run(names stacks, eventLog string, adopted bool, project string, set auto.ConfigMap, out io.Writer) (bool, error) {
+func run(names stacks, eventLog string, adopted bool, allowRoll, project string, set auto.ConfigMap, out io.Writer) (bool, error) {
 	if eventLog != "" {
 		f, err := os.Open(eventLog)
 		if err != nil {
@@ -85,10 +86,17 @@ func run(names stacks, eventLog string, adopted bool, project string, set auto.C
 			}
 		}
 		p := policy.Plan{Steps: steps, Adopted: adopted}
-		for _, line := range policy.Summary(policy.Rolls(p)) {
+		rolls := policy.Rolls(p)
+		for _, line := range policy.Summary(rolls) {
 			_, _ = fmt.Fprintln(out, line)
 		}
-		return report(out, eventLog, p), nil
+		failed := report(out, eventLog, p)
+		for _, r := range policy.UnexpectedRolls(rolls, allowRoll) {
+			failed = true
+			_, _ = fmt.Fprintf(out, "FAIL: %s rolls (%s), and -allow-roll does not name it (a pull request allows it with the label allow-worker-roll)\n",
+				r.Component, strings.Join(policy.Compact(r.Why), ", "))
+		}
+		return failed, nil
 	}
 	if len(names) == 0 {
 		names = stacks{"agg", "disagg"}

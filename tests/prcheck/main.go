@@ -18,7 +18,6 @@ import (
 	"io"
 	"os"
 	"path/filepath"
-	"slices"
 	"strings"
 
 	"minimax-m3/policy"
@@ -168,12 +167,9 @@ func report(out io.Writer, stack string, p policy.Plan, roll string) bool {
 	for _, line := range policy.Summary(rolls) {
 		_, _ = fmt.Fprintln(out, "  "+line)
 	}
-	meant := strings.Split(roll, ",")
-	for _, r := range rolls {
-		if r.Rolls && roll != "all" && !slices.Contains(meant, r.Component) {
-			ok = false
-			_, _ = fmt.Fprintf(out, "  FAIL: %s rolls (%s), and -roll does not name it\n", r.Component, strings.Join(policy.Compact(r.Why), ", "))
-		}
+	for _, r := range policy.UnexpectedRolls(rolls, roll) {
+		ok = false
+		_, _ = fmt.Fprintf(out, "  FAIL: %s rolls (%s), and -roll does not name it\n", r.Component, strings.Join(policy.Compact(r.Why), ", "))
 	}
 	vs := policy.Check(p)
 	for _, v := range vs {

@@ -198,6 +198,12 @@ func TestRolls(t *testing.T) {
 	assert.Equal(t, []string{"DynamoGraphDeployment inference/minimax-m3-disagg-gb200-agentic: workers roll: DecodeWorker=yes Frontend=no PrefillWorker=no"}, policy.Summary(rolls))
 	assert.Equal(t, []string{"podTemplate.spec.containers[0].args[18]"}, rolls[0].Why, "the flag's value; replicas do not roll")
 
+	// The PR check fails on a roll its label does not allow.
+	assert.Equal(t, []string{"DecodeWorker"}, rolledComponents(policy.UnexpectedRolls(rolls, "")))
+	assert.Equal(t, []string{"DecodeWorker"}, rolledComponents(policy.UnexpectedRolls(rolls, "PrefillWorker")))
+	assert.Empty(t, policy.UnexpectedRolls(rolls, "DecodeWorker,PrefillWorker"))
+	assert.Empty(t, policy.UnexpectedRolls(rolls, "all"))
+
 	// A scale alone rolls nothing.
 	scaled := plan(t, "disagg", map[string]string{"minimax-m3:decodeWorker": `{"replicas": 4}`})
 	update.Steps[0].New = step(t, scaled, "DynamoGraphDeployment").New
@@ -231,4 +237,12 @@ func TestStackFileAdopts(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, want, got, body)
 	}
+}
+
+func rolledComponents(rolls []policy.Roll) []string {
+	var out []string
+	for _, r := range rolls {
+		out = append(out, r.Component)
+	}
+	return out
 }
