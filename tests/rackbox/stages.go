@@ -1,12 +1,18 @@
 package rackbox
 
+import (
+	"fmt"
+	"strings"
+)
+
 // FailingImage is an image whose containers exit 1 in the box: a test that wants a Job's pod to
 // fail (a broken download, a smoke test that gets no answer) gives the Job this image. Every
 // other Job pod succeeds, every other pod runs and is Ready.
 const FailingImage = "registry.rackbox.invalid/exit-1:latest"
 
-// stages is kwok's configuration: how the box's simulated kubelets move nodes and pods through
-// their lives. Written for the box after kwok's own stage library (kustomize/stage: node-initialize,
+// lifeStages, with the stages that end pods (podEnd) and deleteStages, are kwok's configuration
+// (stages): how the box's simulated kubelets move nodes and pods through their lives. Written for
+// the box after kwok's own stage library (kustomize/stage: node-initialize,
 // node-heartbeat-with-lease, pod-ready, pod-complete, pod-delete, pod-container-running-failed):
 //   - a node becomes Ready with the capacity it registered;
 //   - a pod bound to a node starts and is Ready about a second later (no image is pulled and no
@@ -15,7 +21,7 @@ const FailingImage = "registry.rackbox.invalid/exit-1:latest"
 //     app.kubernetes.io/component=smoke-test) leaves the result its script would write in its
 //     termination message: passed, or HTTP 503 with FailingImage (no model runs here);
 //   - a deleted pod is gone a second later, once its finalizers are.
-const stages = `
+const lifeStages = `
 apiVersion: kwok.x-k8s.io/v1alpha1
 kind: Stage
 metadata:
@@ -137,199 +143,10 @@ spec:
       podIP: {{ PodIPWith .spec.nodeName ( or .spec.hostNetwork false ) ( or .metadata.uid "" ) ( or .metadata.name "" ) ( or .metadata.namespace "" ) | Quote }}
       phase: Running
       startTime: {{ $now | Quote }}
----
-apiVersion: kwok.x-k8s.io/v1alpha1
-kind: Stage
-metadata:
-  name: job-pod-succeed
-spec:
-  resourceRef:
-    apiGroup: v1
-    kind: Pod
-  selector:
-    matchExpressions:
-    - key: '.metadata.deletionTimestamp'
-      operator: 'DoesNotExist'
-    - key: '.status.phase'
-      operator: 'In'
-      values: ['Running']
-    - key: '.metadata.ownerReferences.[].kind'
-      operator: 'In'
-      values: ['Job']
-    - key: '.metadata.labels["app.kubernetes.io/component"]'
-      operator: 'NotIn'
-      values: ['smoke-test']
-    - key: '.spec.containers.[0].image'
-      operator: 'NotIn'
-      values: ['` + FailingImage + `']
-  delay:
-    durationMilliseconds: 1000
-  next:
-    statusTemplate: |
-      {{ $now := Now }}
-      conditions:
-      - lastTransitionTime: {{ $now | Quote }}
-        status: "False"
-        reason: PodCompleted
-        type: Ready
-      - lastTransitionTime: {{ $now | Quote }}
-        status: "False"
-        reason: PodCompleted
-        type: ContainersReady
-      containerStatuses:
-      {{ range .spec.containers }}
-      - image: {{ .image | Quote }}
-        name: {{ .name | Quote }}
-        ready: false
-        restartCount: 0
-        started: false
-        state:
-          terminated:
-            exitCode: 0
-            finishedAt: {{ $now | Quote }}
-            reason: Completed
-            startedAt: {{ $now | Quote }}
-      {{ end }}
-      phase: Succeeded
----
-apiVersion: kwok.x-k8s.io/v1alpha1
-kind: Stage
-metadata:
-  name: job-pod-fail
-spec:
-  resourceRef:
-    apiGroup: v1
-    kind: Pod
-  selector:
-    matchExpressions:
-    - key: '.metadata.deletionTimestamp'
-      operator: 'DoesNotExist'
-    - key: '.status.phase'
-      operator: 'In'
-      values: ['Running']
-    - key: '.metadata.labels["app.kubernetes.io/component"]'
-      operator: 'NotIn'
-      values: ['smoke-test']
-    - key: '.spec.containers.[0].image'
-      operator: 'In'
-      values: ['` + FailingImage + `']
-  delay:
-    durationMilliseconds: 1000
-  next:
-    statusTemplate: |
-      {{ $now := Now }}
-      conditions:
-      - lastTransitionTime: {{ $now | Quote }}
-        status: "False"
-        reason: PodFailed
-        type: Ready
-      - lastTransitionTime: {{ $now | Quote }}
-        status: "False"
-        reason: PodFailed
-        type: ContainersReady
-      containerStatuses:
-      {{ range .spec.containers }}
-      - image: {{ .image | Quote }}
-        name: {{ .name | Quote }}
-        ready: false
-        restartCount: 0
-        started: false
-        state:
-          terminated:
-            exitCode: 1
-            finishedAt: {{ $now | Quote }}
-            reason: Error
-            message: "exit status 1 (the box's FailingImage)"
-            startedAt: {{ $now | Quote }}
-      {{ end }}
-      phase: Failed
----
-apiVersion: kwok.x-k8s.io/v1alpha1
-kind: Stage
-metadata:
-  name: smoke-test-pass
-spec:
-  resourceRef:
-    apiGroup: v1
-    kind: Pod
-  selector:
-    matchExpressions:
-    - key: '.metadata.deletionTimestamp'
-      operator: 'DoesNotExist'
-    - key: '.status.phase'
-      operator: 'In'
-      values: ['Running']
-    - key: '.metadata.labels["app.kubernetes.io/component"]'
-      operator: 'In'
-      values: ['smoke-test']
-    - key: '.spec.containers.[0].image'
-      operator: 'NotIn'
-      values: ['` + FailingImage + `']
-  delay:
-    durationMilliseconds: 1000
-  next:
-    statusTemplate: |
-      {{ $now := Now }}
-      containerStatuses:
-      {{ range .spec.containers }}
-      - image: {{ .image | Quote }}
-        name: {{ .name | Quote }}
-        ready: false
-        restartCount: 0
-        started: false
-        state:
-          terminated:
-            exitCode: 0
-            finishedAt: {{ $now | Quote }}
-            reason: Completed
-            message: '{"passed": true, "status": 200, "latencyMs": 1, "reply": "(rackbox: no model runs here; this result is set by a kwok stage)"}'
-            startedAt: {{ $now | Quote }}
-      {{ end }}
-      phase: Succeeded
----
-apiVersion: kwok.x-k8s.io/v1alpha1
-kind: Stage
-metadata:
-  name: smoke-test-fail
-spec:
-  resourceRef:
-    apiGroup: v1
-    kind: Pod
-  selector:
-    matchExpressions:
-    - key: '.metadata.deletionTimestamp'
-      operator: 'DoesNotExist'
-    - key: '.status.phase'
-      operator: 'In'
-      values: ['Running']
-    - key: '.metadata.labels["app.kubernetes.io/component"]'
-      operator: 'In'
-      values: ['smoke-test']
-    - key: '.spec.containers.[0].image'
-      operator: 'In'
-      values: ['` + FailingImage + `']
-  delay:
-    durationMilliseconds: 1000
-  next:
-    statusTemplate: |
-      {{ $now := Now }}
-      containerStatuses:
-      {{ range .spec.containers }}
-      - image: {{ .image | Quote }}
-        name: {{ .name | Quote }}
-        ready: false
-        restartCount: 0
-        started: false
-        state:
-          terminated:
-            exitCode: 1
-            finishedAt: {{ $now | Quote }}
-            reason: Error
-            message: '{"passed": false, "request": "POST /v1/chat/completions", "status": 503, "body": "(rackbox: no model runs here; this result is set by a kwok stage)"}'
-            startedAt: {{ $now | Quote }}
-      {{ end }}
-      phase: Failed
----
+`
+
+// deleteStages remove a deleted pod once its finalizers are gone (see lifeStages).
+const deleteStages = `
 apiVersion: kwok.x-k8s.io/v1alpha1
 kind: Stage
 metadata:
@@ -349,3 +166,89 @@ spec:
   next:
     delete: true
 `
+
+// stages is kwok's configuration: lifeStages, the stages that end Job and smoke-test pods, and
+// deleteStages.
+var stages = lifeStages + strings.Join([]string{
+	podEnd("job-pod-succeed", []string{
+		match(".metadata.ownerReferences.[].kind", "In", "Job"),
+		match(`.metadata.labels["app.kubernetes.io/component"]`, "NotIn", "smoke-test"),
+		match(".spec.containers.[0].image", "NotIn", FailingImage),
+	}, 0, "Completed", "", "Succeeded"),
+	podEnd("job-pod-fail", []string{
+		match(`.metadata.labels["app.kubernetes.io/component"]`, "NotIn", "smoke-test"),
+		match(".spec.containers.[0].image", "In", FailingImage),
+	}, 1, "Error", "exit status 1 (the box's FailingImage)", "Failed"),
+	podEnd("smoke-test-pass", []string{
+		match(`.metadata.labels["app.kubernetes.io/component"]`, "In", "smoke-test"),
+		match(".spec.containers.[0].image", "NotIn", FailingImage),
+	}, 0, "Completed", `{"passed": true, "status": 200, "latencyMs": 1, "reply": "(rackbox: no model runs here; this result is set by a kwok stage)"}`, "Succeeded"),
+	podEnd("smoke-test-fail", []string{
+		match(`.metadata.labels["app.kubernetes.io/component"]`, "In", "smoke-test"),
+		match(".spec.containers.[0].image", "In", FailingImage),
+	}, 1, "Error", `{"passed": false, "request": "POST /v1/chat/completions", "status": 503, "body": "(rackbox: no model runs here; this result is set by a kwok stage)"}`, "Failed"),
+}, "") + "---" + deleteStages
+
+// match is one of a stage selector's matchExpressions.
+func match(key, operator, value string) string {
+	return fmt.Sprintf("    - key: %s\n      operator: '%s'\n      values: [%s]\n", yamlQuote(key), operator, yamlQuote(value))
+}
+
+// yamlQuote is a YAML single-quoted scalar.
+func yamlQuote(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
+
+// podEnd is a stage that ends a running pod the selector picks a second after it runs: every
+// container terminates with exitCode, reason and a termination message (none when empty), the pod
+// is no longer Ready, and its phase becomes phase.
+func podEnd(name string, selector []string, exitCode int, reason, message, phase string) string {
+	msg := ""
+	if message != "" {
+		msg = "\n            message: " + yamlQuote(message)
+	}
+	return fmt.Sprintf(`---
+apiVersion: kwok.x-k8s.io/v1alpha1
+kind: Stage
+metadata:
+  name: %[1]s
+spec:
+  resourceRef:
+    apiGroup: v1
+    kind: Pod
+  selector:
+    matchExpressions:
+    - key: '.metadata.deletionTimestamp'
+      operator: 'DoesNotExist'
+    - key: '.status.phase'
+      operator: 'In'
+      values: ['Running']
+%[2]s  delay:
+    durationMilliseconds: 1000
+  next:
+    statusTemplate: |
+      {{ $now := Now }}
+      conditions:
+      - lastTransitionTime: {{ $now | Quote }}
+        status: "False"
+        reason: Pod%[3]s
+        type: Ready
+      - lastTransitionTime: {{ $now | Quote }}
+        status: "False"
+        reason: Pod%[3]s
+        type: ContainersReady
+      containerStatuses:
+      {{ range .spec.containers }}
+      - image: {{ .image | Quote }}
+        name: {{ .name | Quote }}
+        ready: false
+        restartCount: 0
+        started: false
+        state:
+          terminated:
+            exitCode: %[4]d
+            finishedAt: {{ $now | Quote }}
+            reason: %[5]s%[6]s
+            startedAt: {{ $now | Quote }}
+      {{ end }}
+      phase: %[7]s
+`, name, strings.Join(selector, ""), map[string]string{"Succeeded": "Completed", "Failed": "Failed"}[phase], exitCode, reason, msg, phase)
+}
