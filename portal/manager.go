@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -171,6 +172,34 @@ func (m *Manager) Running(stack string) string {
 		return r.op
 	}
 	return ""
+}
+
+// Wait returns once no operation runs in this process, or with ctx's error.
+func (m *Manager) Wait(ctx context.Context) error {
+	for {
+		m.mu.Lock()
+		var done <-chan struct{}
+		for _, r := range m.running {
+			done = r.done
+			break
+		}
+		m.mu.Unlock()
+		if done == nil {
+			return nil
+		}
+		select {
+		case <-done:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// RunningStacks are the stacks running an operation in this process.
+func (m *Manager) RunningStacks() []string {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return slices.Sorted(maps.Keys(m.running))
 }
 
 // Cancel stops the operation a stack runs in this process, and returns once it ended; the stack is

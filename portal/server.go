@@ -103,12 +103,12 @@ func (l *opLog) since(i int) ([]Event, bool, string, <-chan struct{}) {
 // name is refused before any handler reads it.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
-	mux.HandleFunc("GET /{$}", s.page)
-	mux.HandleFunc("GET /api/stacks", s.listStacks)
-	mux.HandleFunc("GET /api/stacks/{stack}", withStack(s.outputs))
-	mux.HandleFunc("GET /api/stacks/{stack}/history", withStack(s.history))
+	mux.HandleFunc("GET /{$}", bounded(s.page))
+	mux.HandleFunc("GET /api/stacks", bounded(s.listStacks))
+	mux.HandleFunc("GET /api/stacks/{stack}", bounded(withStack(s.outputs)))
+	mux.HandleFunc("GET /api/stacks/{stack}/history", bounded(withStack(s.history)))
 	mux.HandleFunc("GET /api/stacks/{stack}/events", withStack(s.events))
-	mux.HandleFunc("POST /api/stacks/{stack}/{op}", withStack(s.operation))
+	mux.HandleFunc("POST /api/stacks/{stack}/{op}", bounded(withStack(s.operation)))
 	return securityHeaders(http.NewCrossOriginProtection().Handler(s.auth(mux)))
 }
 
@@ -123,6 +123,18 @@ func securityHeaders(next http.Handler) http.Handler {
 		h.Set("X-Frame-Options", "DENY")
 		next.ServeHTTP(w, r)
 	})
+}
+
+// handlerDeadline bounds writing a response, except the event stream's (which lives as long as
+// the operation it follows).
+const handlerDeadline = 2 * time.Minute
+
+// bounded sets the response's write deadline.
+func bounded(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(handlerDeadline))
+		h(w, r)
+	}
 }
 
 // withStack refuses a request whose {stack} is not a stack name (400, the problem at "stack").
@@ -463,6 +475,10 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusInternalServerError, errors.New("streaming unsupported"))
 		return
 	}
+	// The stream outlives the server's read and write limits.
+	rc := http.NewResponseController(w)
+	_ = rc.SetReadDeadline(time.Time{})
+	_ = rc.SetWriteDeadline(time.Time{})
 	w.Header().Set("Content-Type", "text/event-stream")
 	w.Header().Set("X-Accel-Buffering", "no") // a proxy in front must not hold events back
 	w.WriteHeader(http.StatusOK)

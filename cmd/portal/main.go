@@ -5,7 +5,9 @@
 //
 // It binds to 127.0.0.1:8080 unless -addr says otherwise. Every request needs the bearer token from
 // MINIMAX_M3_PORTAL_TOKEN; on a loopback address without one it makes a random token and prints
-// the page's address with it, on any other address it refuses to start.
+// the page's address with it, on any other address it refuses to start. Beyond loopback it serves
+// TLS (-tls-cert, -tls-key), or plain HTTP only with -insecure-http (behind a TLS proxy). SIGTERM
+// stops taking requests, cancels the running operations and waits for them to clean up.
 package main
 
 import (
@@ -19,6 +21,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"strings"
 	"syscall"
 	"time"
 
@@ -33,8 +36,14 @@ func main() {
 }
 
 func run() error {
-	var addr, projectDir, stateDir, backend, secretsProvider string
+	var addr, projectDir, stateDir, backend, secretsProvider, tlsCert, tlsKey string
+	var insecureHTTP bool
+	var drain time.Duration
 	flag.StringVar(&addr, "addr", "127.0.0.1:8080", "listen address")
+	flag.StringVar(&tlsCert, "tls-cert", "", "serve TLS with this certificate (PEM; with -tls-key)")
+	flag.StringVar(&tlsKey, "tls-key", "", "the certificate's private key (PEM)")
+	flag.BoolVar(&insecureHTTP, "insecure-http", false, "serve plain HTTP on a non-loopback address (behind a TLS-terminating proxy only)")
+	flag.DurationVar(&drain, "drain", 2*time.Minute, "on SIGTERM, how long to wait for cancelled operations to clean up")
 	flag.StringVar(&projectDir, "project-dir", ".", "the directory holding Pulumi.yaml and the base stack files")
 	flag.StringVar(&stateDir, "state-dir", "", "the portal's durable directory: stack workspaces, plans, and the default backend (required)")
 	flag.StringVar(&backend, "backend", "", "Pulumi backend URL (default: file://<state-dir>/state)")
@@ -48,12 +57,21 @@ func run() error {
 	if err != nil {
 		return fmt.Errorf("-addr: %w", err)
 	}
+	if (tlsCert == "") != (tlsKey == "") {
+		return errors.New("-tls-cert and -tls-key go together")
+	}
+	loopback := host == "localhost"
+	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
+		loopback = true
+	}
+	if !loopback && tlsCert == "" && !insecureHTTP {
+		return fmt.Errorf("refusing to serve plain HTTP on %s: the token crosses the network; give -tls-cert and -tls-key, or -insecure-http behind a TLS proxy", addr)
+	}
 	token := os.Getenv("MINIMAX_M3_PORTAL_TOKEN")
 	// The Pulumi CLI and the provider run as children: they never need the portal's token.
 	_ = os.Unsetenv("MINIMAX_M3_PORTAL_TOKEN")
 	if token == "" {
-		ip := net.ParseIP(host)
-		if host != "localhost" && (ip == nil || !ip.IsLoopback()) {
+		if !loopback {
 			return fmt.Errorf("refusing to listen on %s without MINIMAX_M3_PORTAL_TOKEN", addr)
 		}
 		b := make([]byte, 24)
@@ -77,16 +95,35 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second}
-	go func() {
-		<-ctx.Done()
-		shutdown, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
-		_ = hs.Shutdown(shutdown)
-	}()
-	fmt.Fprintf(os.Stderr, "serving on http://%s\n", ln.Addr())
-	if err := hs.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
-		return err
+	// Read limits for every request; write deadlines per handler (the event stream has none).
+	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second, ReadTimeout: time.Minute, IdleTimeout: 2 * time.Minute}
+	served := make(chan error, 1)
+	scheme := "http"
+	if tlsCert != "" {
+		scheme = "https"
 	}
+	fmt.Fprintf(os.Stderr, "serving on %s://%s\n", scheme, ln.Addr())
+	go func() {
+		if tlsCert != "" {
+			served <- hs.ServeTLS(ln, tlsCert, tlsKey)
+		} else {
+			served <- hs.Serve(ln)
+		}
+	}()
+	select {
+	case err := <-served:
+		return err
+	case <-ctx.Done():
+	}
+	// SIGTERM: no new requests; the operations were cancelled with ctx (the CLI interrupted as
+	// Ctrl-C does); wait for each to clear what it left pending, within -drain.
+	fmt.Fprintln(os.Stderr, "stopping: cancelling the running operations")
+	shutdown, cancel := context.WithTimeout(context.Background(), drain)
+	defer cancel()
+	_ = hs.Shutdown(shutdown)
+	if err := m.Wait(shutdown); err != nil {
+		return fmt.Errorf("operations still running after -drain %s: %s", drain, strings.Join(m.RunningStacks(), ", "))
+	}
+	fmt.Fprintln(os.Stderr, "stopped")
 	return nil
 }

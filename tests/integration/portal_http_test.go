@@ -4,15 +4,26 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
 	"encoding/json"
+	"encoding/pem"
 	"io"
+	"math/big"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -191,6 +202,80 @@ func TestPortalService(t *testing.T) {
 
 // The command: it refuses a non-loopback address without a token, and on loopback without one it
 // makes a random token, prints the page's address with it, and requires it.
+// Served with -tls-cert/-tls-key, the portal speaks TLS and marks the session cookie Secure; on
+// SIGTERM it stops taking requests, waits for its operations and exits cleanly.
+func TestPortalCommandServesTLSAndStopsOnSIGTERM(t *testing.T) {
+	bin := portalCommand(t)
+	dir := t.TempDir()
+	certFile, keyFile, pool := selfSignedCert(t, dir)
+	cmd := exec.Command(bin, "-addr", "127.0.0.1:0", "-state-dir", filepath.Join(dir, "state"), "-project-dir", cluster.root,
+		"-tls-cert", certFile, "-tls-key", keyFile)
+	cmd.Env = append(os.Environ(), "MINIMAX_M3_PORTAL_TOKEN="+portalBearer)
+	stderr, err := cmd.StderrPipe()
+	require.NoError(t, err)
+	require.NoError(t, cmd.Start())
+	t.Cleanup(func() { _ = cmd.Process.Kill() })
+	lines := make(chan string, 16)
+	go func() {
+		sc := bufio.NewScanner(stderr)
+		for sc.Scan() {
+			lines <- sc.Text()
+		}
+		close(lines)
+	}()
+	addr := ""
+	for l := range lines {
+		if after, ok := strings.CutPrefix(l, "serving on "); ok {
+			addr = after
+			break
+		}
+	}
+	require.True(t, strings.HasPrefix(addr, "https://"), addr)
+	client := &http.Client{
+		Transport:     &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}},
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
+	resp, err := client.Get(addr + "/?token=" + portalBearer)
+	require.NoError(t, err)
+	_ = resp.Body.Close()
+	require.Equal(t, http.StatusSeeOther, resp.StatusCode)
+	require.Len(t, resp.Cookies(), 1)
+	assert.True(t, resp.Cookies()[0].Secure, "over TLS the session cookie is Secure")
+
+	require.NoError(t, cmd.Process.Signal(syscall.SIGTERM))
+	var rest []string
+	for l := range lines {
+		rest = append(rest, l)
+	}
+	require.NoError(t, cmd.Wait(), strings.Join(rest, "\n"))
+	assert.Contains(t, rest, "stopped")
+}
+
+// selfSignedCert writes a certificate for 127.0.0.1 and its key, and returns a pool trusting it.
+func selfSignedCert(t *testing.T, dir string) (certFile, keyFile string, pool *x509.CertPool) {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	require.NoError(t, err)
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "portal"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IPAddresses: []net.IP{net.ParseIP("127.0.0.1")}, KeyUsage: x509.KeyUsageDigitalSignature,
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	require.NoError(t, err)
+	keyDER, err := x509.MarshalECPrivateKey(key)
+	require.NoError(t, err)
+	certFile, keyFile = filepath.Join(dir, "cert.pem"), filepath.Join(dir, "key.pem")
+	require.NoError(t, os.WriteFile(certFile, pem.EncodeToMemory(&pem.Block{Type: "CERTIFICATE", Bytes: der}), 0o600))
+	require.NoError(t, os.WriteFile(keyFile, pem.EncodeToMemory(&pem.Block{Type: "EC PRIVATE KEY", Bytes: keyDER}), 0o600))
+	cert, err := x509.ParseCertificate(der)
+	require.NoError(t, err)
+	pool = x509.NewCertPool()
+	pool.AddCert(cert)
+	return certFile, keyFile, pool
+}
+
 // portalCommand is cmd/portal, built.
 func portalCommand(t *testing.T) string {
 	t.Helper()
@@ -235,6 +320,13 @@ func TestPortalCommandGuardsItsAddress(t *testing.T) {
 	out, err := cmd.CombinedOutput()
 	require.Error(t, err)
 	assert.Contains(t, string(out), "portal: refusing to listen on 0.0.0.0:0 without MINIMAX_M3_PORTAL_TOKEN")
+
+	// Beyond loopback the token would cross the network in plain text: TLS, or an explicit flag.
+	cmd = exec.Command(bin, "-addr", "0.0.0.0:0", "-state-dir", t.TempDir(), "-project-dir", cluster.root)
+	cmd.Env = append(env, "MINIMAX_M3_PORTAL_TOKEN="+portalBearer)
+	out, err = cmd.CombinedOutput()
+	require.Error(t, err)
+	assert.Contains(t, string(out), "refusing to serve plain HTTP on 0.0.0.0:0")
 
 	addr, token := runPortalCommand(t, bin, t.TempDir())
 	require.Len(t, token, 48, "a random token of 24 bytes")
