@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"crypto/subtle"
-	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -591,7 +590,7 @@ func (s *Server) page(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), http.StatusInternalServerError)
 		return
 	}
-	data := pageData{Nonce: base64.StdEncoding.EncodeToString(nonce)}
+	data := pageData{Nonce: hex.EncodeToString(nonce)}
 	for _, n := range names {
 		ps := pageStack{Name: n, Running: s.m.Running(n)}
 		if out, err := s.m.Outputs(r.Context(), n); err == nil {

@@ -64,9 +64,6 @@ func run() error {
 	if ip := net.ParseIP(host); ip != nil && ip.IsLoopback() {
 		loopback = true
 	}
-	if !loopback && tlsCert == "" && !insecureHTTP {
-		return fmt.Errorf("refusing to serve plain HTTP on %s: the token crosses the network; give -tls-cert and -tls-key, or -insecure-http behind a TLS proxy", addr)
-	}
 	token := os.Getenv("MINIMAX_M3_PORTAL_TOKEN")
 	// The Pulumi CLI and the provider run as children: they never need the portal's token.
 	_ = os.Unsetenv("MINIMAX_M3_PORTAL_TOKEN")
@@ -80,6 +77,9 @@ func run() error {
 		}
 		token = hex.EncodeToString(b)
 		fmt.Fprintf(os.Stderr, "no MINIMAX_M3_PORTAL_TOKEN: using a random token for this run; page: http://%s/?token=%s\n", addr, token)
+	}
+	if !loopback && tlsCert == "" && !insecureHTTP {
+		return fmt.Errorf("refusing to serve plain HTTP on %s: the token crosses the network; give -tls-cert and -tls-key, or -insecure-http behind a TLS proxy", addr)
 	}
 	m, err := portal.New(portal.Options{ProjectDir: projectDir, StateDir: stateDir, BackendURL: backend, SecretsProvider: secretsProvider})
 	if err != nil {
