@@ -44,7 +44,7 @@ integration: toolchain browser ## the real engine, provider and API server with 
 
 test: check unit integration ## every test: what CI runs
 
-local: toolchain ## the main job on an embedded default: the rack box (real control plane, one simulated NVL72 rack, the real Dynamo operator), both stacks to Ready
+local: toolchain ## the main job on an embedded default: the rack box (real control plane, one simulated NVL72 rack, the real Dynamo operator), both stacks to Ready (PORTAL=1: then the portal page until Ctrl-C)
 	cd tests && go run ./localrun
 
 render: ## render STACK's manifests into OUT without a cluster (make render STACK=agg OUT=/tmp/agg NAMESPACE=inference)

@@ -2,27 +2,40 @@
 // the rack box (package rackbox: a real control plane, kwok simulating one GB200 NVL72 rack, the
 // real Dynamo operator), then previews and applies both stacks to it through the Automation API,
 // each to Ready with its download Job and smoke test, printing each plan and the stack outputs, and
-// stops everything.
+// stops everything. With PORTAL=1 it then serves the portal's page on both stacks (PORTAL_ADDR,
+// default 127.0.0.1:8080) until Ctrl-C.
 package main
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
+	"net"
+	"net/http"
 	"os"
+	"os/signal"
 	"path/filepath"
 	"sort"
+	"syscall"
+	"time"
 
 	"github.com/pulumi/pulumi/sdk/v3/go/auto"
 	"github.com/pulumi/pulumi/sdk/v3/go/auto/optpreview"
 	"github.com/pulumi/pulumi/sdk/v3/go/auto/optup"
 
 	"minimax-m3/automation"
+	"minimax-m3/portal"
 	"minimax-m3/tests/dynamooperator"
 	"minimax-m3/tests/rackbox"
 )
 
 func main() {
-	if err := run(context.Background()); err != nil {
+	// Ctrl-C cancels what runs (an up is interrupted as Ctrl-C on pulumi up does) and everything
+	// started is stopped on the way out.
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	if err := run(ctx); err != nil {
 		fmt.Fprintln(os.Stderr, "local run:", err)
 		os.Exit(1)
 	}
@@ -43,7 +56,6 @@ func run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	box.StopOnSignal()
 	defer func() {
 		fmt.Println("== stopping the rack box")
 		_ = box.Stop()
@@ -73,16 +85,61 @@ func run(ctx context.Context) error {
 	}
 	defer func() { _ = os.RemoveAll(work) }()
 
+	// One backend for both stacks, as a team's would be: the portal lists them both.
+	env := map[string]string{
+		"PULUMI_BACKEND_URL":       "file://" + filepath.Join(work, "state"),
+		"PULUMI_CONFIG_PASSPHRASE": "local-run",
+		"PULUMI_HOME":              filepath.Join(root, ".toolchain", "pulumi-home"),
+		"PULUMI_SKIP_UPDATE_CHECK": "true",
+		"KUBECONFIG":               box.Kubeconfig,
+		"PATH":                     os.Getenv("PATH"),
+	}
+	if err := os.MkdirAll(filepath.Join(work, "state"), 0o755); err != nil {
+		return err
+	}
 	for _, stack := range []string{"agg", "disagg"} {
-		if err := runStack(ctx, root, filepath.Join(work, stack), stack, box.Kubeconfig); err != nil {
+		if err := runStack(ctx, root, filepath.Join(work, stack), stack, env); err != nil {
 			return fmt.Errorf("stack %s: %w", stack, err)
 		}
 	}
-	return nil
+	if os.Getenv("PORTAL") == "" {
+		return nil
+	}
+	return servePortal(ctx, root, filepath.Join(work, "portal"), env)
 }
 
-func runStack(ctx context.Context, root, dir, stack, kubeconfig string) error {
-	if err := os.MkdirAll(filepath.Join(dir, "state"), 0o755); err != nil {
+// servePortal serves the portal's page on the stacks until ctx ends.
+func servePortal(ctx context.Context, root, stateDir string, env map[string]string) error {
+	m, err := portal.New(portal.Options{ProjectDir: root, StateDir: stateDir, BackendURL: env["PULUMI_BACKEND_URL"], EnvVars: env})
+	if err != nil {
+		return err
+	}
+	b := make([]byte, 24)
+	if _, err := rand.Read(b); err != nil {
+		return err
+	}
+	token := hex.EncodeToString(b)
+	srv, err := portal.NewServer(ctx, m, token)
+	if err != nil {
+		return err
+	}
+	addr := os.Getenv("PORTAL_ADDR")
+	if addr == "" {
+		addr = "127.0.0.1:8080"
+	}
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = hs.Serve(ln) }()
+	fmt.Printf("\n== the portal's page on both stacks: http://%s/?token=%s (Ctrl-C stops everything)\n", ln.Addr(), token)
+	<-ctx.Done()
+	return hs.Close()
+}
+
+func runStack(ctx context.Context, root, dir, stack string, env map[string]string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
 	if err := automation.CopyProject(root, dir); err != nil {
@@ -108,14 +165,7 @@ func runStack(ctx context.Context, root, dir, stack, kubeconfig string) error {
 		ProjectDir: dir,
 		Stack:      stack,
 		Config:     cfg,
-		EnvVars: map[string]string{
-			"PULUMI_BACKEND_URL":       "file://" + filepath.Join(dir, "state"),
-			"PULUMI_CONFIG_PASSPHRASE": "local-run",
-			"PULUMI_HOME":              filepath.Join(root, ".toolchain", "pulumi-home"),
-			"PULUMI_SKIP_UPDATE_CHECK": "true",
-			"KUBECONFIG":               kubeconfig,
-			"PATH":                     os.Getenv("PATH"),
-		},
+		EnvVars:    env,
 	})
 	if err != nil {
 		return err
