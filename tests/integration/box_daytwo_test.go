@@ -217,3 +217,96 @@ func TestBoxBenchmarkRestartDeletesEveryPodAtOnce(t *testing.T) {
 	assert.Equal(t, generation, g.GetGeneration(), "the graph's spec untouched")
 	assert.True(t, readyAtGeneration(g))
 }
+
+// One stack owns the namespace, the cache, the token Secret and the download; a second stack in the
+// namespace (on another rack) uses them, cannot take or delete them, and is told which keys to set
+// when it tries to create them. Destroying it leaves the owner's stack intact and Ready.
+func TestBoxTwoStacksShareANamespaceAndOneCache(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	ns := "box-shared"
+	owner := newBoxStack(t, "agg", ns, addRack(t, rackbox.NVL72("shared-agg").WithGPUs(12)), nil)
+	_, _, err := owner.up(ctx)
+	require.NoError(t, err, owner.log.String())
+
+	user := newBoxStack(t, "disagg", ns, addRack(t, rackbox.NVL72("shared-disagg").WithGPUs(24)), nil)
+	_, err = user.preview(ctx)
+	require.Error(t, err, "the second stack may not take over the first one's objects")
+	msg := err.Error() + user.log.String()
+	for _, want := range []string{
+		`minimax-m3:namespace.create: Namespace box-shared already exists and belongs to stack "organization/minimax-m3/agg"`,
+		`minimax-m3:huggingFace.existingSecret: Secret box-shared/hf-token-secret already exists and belongs to stack "organization/minimax-m3/agg"`,
+		`minimax-m3:modelCache.create: PersistentVolumeClaim box-shared/shared-model-cache already exists and belongs to stack "organization/minimax-m3/agg"`,
+		`minimax-m3:modelDownload.enabled: Job box-shared/minimax-m3-model-download already exists and belongs to stack "organization/minimax-m3/agg"`,
+	} {
+		assert.Contains(t, msg, want)
+	}
+
+	// The README's second-stack settings.
+	for k, v := range map[string]string{"minimax-m3:namespace.create": "false", "minimax-m3:modelCache.create": "false", "minimax-m3:modelDownload.enabled": "false"} {
+		user.set(ctx, k, v)
+	}
+	require.NoError(t, user.stack.RemoveConfig(ctx, "minimax-m3:hfToken"))
+	_, ops, err := user.up(ctx)
+	require.NoError(t, err, user.log.String())
+	for k := range opsOf(ops) {
+		assert.NotRegexp(t, "^kubernetes:.*(Namespace|Secret|PersistentVolumeClaim|Job) (namespace|hf-token|model-cache|model-download)$", k, "the second stack creates none of the owner's objects")
+	}
+	assert.True(t, readyAtGeneration(boxGraph(t, ns, disaggGraph)), "the second graph is Ready on the shared cache")
+
+	// kubectl get -l app.kubernetes.io/instance=<stack> tells the stacks apart.
+	for stack, graph := range map[string]string{"agg": aggGraph, "disagg": disaggGraph} {
+		var graphs unstructured.UnstructuredList
+		graphs.SetGroupVersionKind(graphGVK.GroupVersion().WithKind("DynamoGraphDeploymentList"))
+		require.NoError(t, box.Client.List(ctx, &graphs, client.InNamespace(ns), client.MatchingLabels{"app.kubernetes.io/instance": stack}))
+		require.Len(t, graphs.Items, 1)
+		assert.Equal(t, graph, graphs.Items[0].GetName())
+	}
+
+	_, err = user.stack.Destroy(ctx)
+	require.NoError(t, err, user.log.String())
+	eventually(t, func() bool {
+		g := &unstructured.Unstructured{}
+		g.SetGroupVersionKind(graphGVK)
+		return box.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: disaggGraph}, g) != nil
+	}, time.Minute, "the second graph is gone")
+	require.NoError(t, box.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "hf-token-secret"}, &corev1.Secret{}), "the owner's Secret is kept")
+	require.NoError(t, box.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "shared-model-cache"}, &corev1.PersistentVolumeClaim{}), "the owner's claim is kept")
+	assert.True(t, readyAtGeneration(boxGraph(t, ns, aggGraph)), "the owner's graph is still Ready")
+	_, err = owner.preview(ctx, optpreview.ExpectNoChanges())
+	require.NoError(t, err, "the owner's stack is intact\n%s", owner.log.String())
+}
+
+// Renaming the graph on a full rack replaces what its name names (the graph, its ConfigMap and
+// ComputeDomain) and nothing else: the old graph goes first (its GPUs free), so the new one becomes
+// Ready on the same rack; the cache, its download, the Secret and the namespace are untouched.
+func TestBoxRenamingTheGraphOnAFullRack(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	ns := "box-graph-rename"
+	s := newBoxStack(t, "agg", ns, addRack(t, rackbox.NVL72("graph-rename").WithGPUs(12)), nil)
+	_, _, err := s.up(ctx)
+	require.NoError(t, err, s.log.String())
+	pvc := &corev1.PersistentVolumeClaim{}
+	require.NoError(t, box.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "shared-model-cache"}, pvc))
+
+	s.set(ctx, "minimax-m3:graphName", "mm3-renamed")
+	ops, err := s.preview(ctx)
+	require.NoError(t, err, s.log.String())
+	changed := opsOf(ops)
+	for _, k := range []string{"kubernetes:nvidia.com/v1beta1:DynamoGraphDeployment graph", "kubernetes:core/v1:ConfigMap speculative-config", "kubernetes:resource.nvidia.com/v1beta1:ComputeDomain compute-domain"} {
+		assert.Contains(t, changed[k], "replace", k)
+	}
+	for k := range changed {
+		assert.NotRegexp(t, "^kubernetes:.*(Namespace|Secret|PersistentVolumeClaim|Job) (namespace|hf-token|model-cache|model-download)$", k, "only what the graph name names changes")
+	}
+	_, _, err = s.up(ctx)
+	require.NoError(t, err, "the renamed graph fits the full rack once the old one is gone\n%s", s.log.String())
+	old := &unstructured.Unstructured{}
+	old.SetGroupVersionKind(graphGVK)
+	assert.Error(t, box.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: aggGraph}, old), "the old graph is gone")
+	assert.True(t, readyAtGeneration(boxGraph(t, ns, "mm3-renamed")))
+	after := &corev1.PersistentVolumeClaim{}
+	require.NoError(t, box.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "shared-model-cache"}, after))
+	assert.Equal(t, pvc.UID, after.UID, "the same cache claim")
+}

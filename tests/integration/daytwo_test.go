@@ -13,7 +13,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -56,93 +55,6 @@ func TestADraftRevisionChangeRollsTheWorkers(t *testing.T) {
 	assert.Greater(t, after.GetGeneration(), before.GetGeneration(), "a new generation: the operator rolls the workers")
 	w := liveGraphSpec(t, s.ns, aggGraph).Components[1]
 	assert.Len(t, w.PodTemplate.Annotations[components.SpeculativeConfigChecksum], 64)
-}
-
-// One stack owns the namespace, the cache, the token Secret and the download; a second stack in the
-// namespace uses them, cannot delete them, and is told which keys to set when it tries to create
-// them.
-func TestTwoStacksShareANamespaceAndOneCache(t *testing.T) {
-	ctx := context.Background()
-	ns := "shared"
-	owner := newStack(t, "agg", ns, nil)
-	upReady(t, owner, controllers{})
-
-	user := newStack(t, "disagg", ns, nil)
-	_, err := user.preview(ctx)
-	require.Error(t, err, "the second stack may not take over the first one's objects")
-	msg := err.Error() + user.log.String()
-	for _, want := range []string{
-		`minimax-m3:namespace.create: Namespace shared already exists and belongs to stack "agg"`,
-		`minimax-m3:huggingFace.existingSecret: Secret shared/hf-token-secret already exists and belongs to stack "agg"`,
-		`minimax-m3:modelCache.create: PersistentVolumeClaim shared/shared-model-cache already exists and belongs to stack "agg"`,
-		`minimax-m3:modelDownload.enabled: Job shared/minimax-m3-model-download already exists and belongs to stack "agg"`,
-	} {
-		assert.Contains(t, msg, want)
-	}
-
-	// The README's second-stack settings.
-	for k, v := range map[string]string{"minimax-m3:namespace.create": "false", "minimax-m3:modelCache.create": "false", "minimax-m3:modelDownload.enabled": "false"} {
-		user.set(ctx, k, v)
-	}
-	require.NoError(t, user.stack.RemoveConfig(ctx, "minimax-m3:hfToken"))
-	ops := upReady(t, user, controllers{})
-	for k := range opsOf(ops) {
-		assert.NotRegexp(t, "^kubernetes:.*(Namespace|Secret|PersistentVolumeClaim|Job) ", k, "the second stack creates none of the owner's objects")
-	}
-
-	// kubectl get -l app.kubernetes.io/instance=<stack> tells the stacks apart.
-	for stack, graph := range map[string]string{"agg": aggGraph, "disagg": "minimax-m3-disagg-gb200-agentic"} {
-		var graphs unstructured.UnstructuredList
-		graphs.SetGroupVersionKind(graphGVK.GroupVersion().WithKind("DynamoGraphDeploymentList"))
-		require.NoError(t, cluster.client.List(ctx, &graphs, client.InNamespace(ns), client.MatchingLabels{"app.kubernetes.io/instance": stack}))
-		require.Len(t, graphs.Items, 1)
-		assert.Equal(t, graph, graphs.Items[0].GetName())
-	}
-
-	stop := playControllers(t, ns, controllers{})
-	_, err = user.stack.Destroy(ctx)
-	stop()
-	require.NoError(t, err, user.log.String())
-	_, exists := get(t, graphGVK, ns, "minimax-m3-disagg-gb200-agentic")
-	assert.False(t, exists)
-	for _, o := range []struct {
-		gvk  schema.GroupVersionKind
-		name string
-	}{{secretGVK, "hf-token-secret"}, {pvcGVK, "shared-model-cache"}, {jobGVK, "minimax-m3-model-download"}, {graphGVK, aggGraph}} {
-		_, kept := get(t, o.gvk, ns, o.name)
-		assert.True(t, kept, "destroying the second stack keeps the owner's %s %s", o.gvk.Kind, o.name)
-	}
-	g, _ := get(t, graphGVK, ns, aggGraph)
-	assert.GreaterOrEqual(t, readyGeneration(g), g.GetGeneration(), "the owner's graph is still Ready")
-	_, err = owner.preview(ctx, optpreview.ExpectNoChanges())
-	require.NoError(t, err, "the owner's stack is intact")
-}
-
-// Renaming the graph replaces what its name names (the graph, its ConfigMap and ComputeDomain) and
-// nothing else: the cache, its download, the Secret and the namespace are untouched.
-func TestRenamingTheGraphMovesOnlyWhatItNames(t *testing.T) {
-	ctx := context.Background()
-	s := newStack(t, "agg", "rename", nil)
-	upReady(t, s, controllers{})
-	pvc, _ := get(t, pvcGVK, s.ns, "shared-model-cache")
-
-	s.set(ctx, "minimax-m3:graphName", "mm3-renamed")
-	ops, err := s.preview(ctx)
-	require.NoError(t, err, s.log.String())
-	changed := opsOf(ops)
-	for _, k := range []string{"kubernetes:nvidia.com/v1beta1:DynamoGraphDeployment graph", "kubernetes:core/v1:ConfigMap speculative-config", "kubernetes:resource.nvidia.com/v1beta1:ComputeDomain compute-domain"} {
-		assert.Contains(t, changed[k], "replace", k)
-	}
-	for k := range changed {
-		assert.NotRegexp(t, "^kubernetes:.*(Namespace|Secret|PersistentVolumeClaim|Job) ", k, "only what the graph name names changes")
-	}
-	upReady(t, s, controllers{})
-	_, exists := get(t, graphGVK, s.ns, aggGraph)
-	assert.False(t, exists, "the old graph is gone")
-	_, exists = get(t, graphGVK, s.ns, "mm3-renamed")
-	assert.True(t, exists)
-	after, _ := get(t, pvcGVK, s.ns, "shared-model-cache")
-	assert.Equal(t, pvc.GetUID(), after.GetUID(), "the same cache claim")
 }
 
 // A second kubeconfig context for the same cluster (its own cluster entry, the same server): with
