@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"regexp"
 	"slices"
 	"time"
 
@@ -35,11 +36,17 @@ type OperatorRunner struct {
 	Dynamic dynamic.Interface
 	// Namespace holds the Stack objects, their Secrets and the workspace pods.
 	Namespace string
-	// ProjectRepo, Commit (or Branch) and RepoDir: the project's git repository, the revision to
-	// deploy and the directory of Pulumi.yaml. With Image, the workspace runs that image instead,
-	// whose LocalDir holds the project with the program prebuilt (the operator's local source).
-	ProjectRepo, Commit, Branch, RepoDir string
-	Image, LocalDir                      string
+	// ProjectRepo, Commit and RepoDir: the project's git repository, the reviewed commit to
+	// deploy (40 hex) and the directory of Pulumi.yaml. With Image, the workspace runs that image
+	// instead, whose LocalDir holds the project with the program prebuilt (the operator's local
+	// source).
+	ProjectRepo, Commit, RepoDir string
+	Image, LocalDir              string
+	// TrackBranch deploys Branch's newest commit instead of Commit: the operator then redeploys
+	// every commit pushed to it, with no preview and no approval. An explicit choice, never a
+	// fallback.
+	TrackBranch bool
+	Branch      string
 	// Backend and SecretsProvider are the stack's; EnvRefs the workspace's environment from
 	// Secrets (PULUMI_CONFIG_PASSPHRASE, PULUMI_ACCESS_TOKEN, cloud credentials).
 	Backend, SecretsProvider string
@@ -54,6 +61,8 @@ type SecretKey struct{ Name, Key string }
 func (k SecretKey) ref(ns string) map[string]any {
 	return map[string]any{"type": "Secret", "secret": map[string]any{"name": k.Name, "key": k.Key, "namespace": ns}}
 }
+
+var commitPattern = regexp.MustCompile(`^[0-9a-f]{40}$`)
 
 // TokenSecretName is the Secret that holds a stack's Hugging Face token for the operator.
 func TokenSecretName(stack string) string { return stack + "-hf-token" }
@@ -101,10 +110,14 @@ func (o *OperatorRunner) StackObject(r Request) (*unstructured.Unstructured, err
 		workspace["local"] = map[string]any{"dir": o.LocalDir}
 	case o.ProjectRepo != "":
 		spec["projectRepo"] = o.ProjectRepo
-		if o.Commit != "" {
-			spec["commit"] = o.Commit
-		} else {
+		switch {
+		case o.TrackBranch && o.Commit == "" && o.Branch != "":
 			spec["branch"] = o.Branch
+		case !o.TrackBranch && commitPattern.MatchString(o.Commit) && o.Branch == "":
+			spec["commit"] = o.Commit
+		default:
+			return nil, fmt.Errorf("the operator runner deploys a reviewed commit: set Commit to its 40-hex id (got %q), "+
+				"or TrackBranch with Branch (and no Commit) to redeploy every commit pushed to the branch unreviewed", o.Commit)
 		}
 		if o.RepoDir != "" {
 			spec["repoDir"] = o.RepoDir
@@ -172,6 +185,18 @@ type OperatorResult struct {
 	Outputs Outputs
 }
 
+// UpdateFailedError is the operator's failed update of a Stack's current generation: it keeps
+// retrying (Reconciling) and stalls only after several failures; the failure is already the
+// answer.
+type UpdateFailedError struct {
+	Stack, Message string
+	Failures       int64
+}
+
+func (e *UpdateFailedError) Error() string {
+	return fmt.Sprintf("stack %s: the operator's update failed (%d failure(s) at this generation): %s", e.Stack, e.Failures, e.Message)
+}
+
 // StalledError is a Stack the operator gave up on until its spec changes.
 type StalledError struct{ Stack, Reason, Message string }
 
@@ -180,7 +205,8 @@ func (e *StalledError) Error() string {
 }
 
 // Wait follows a Stack's status conditions until the operator reports it Ready for its current
-// generation (the result) or Stalled (a StalledError), reporting each change as progress.
+// generation (the result), a failed update of that generation (an UpdateFailedError) or Stalled
+// (a StalledError), reporting each change as progress.
 func (o *OperatorRunner) Wait(ctx context.Context, stack string, progress func(Event)) (OperatorResult, error) {
 	stacks := o.Dynamic.Resource(StackResource).Namespace(o.Namespace)
 	lw := objwatch.ByName(stack, stacks.List, stacks.Watch)
@@ -206,6 +232,13 @@ func (o *OperatorRunner) Wait(ctx context.Context, stack string, progress func(E
 						Status: typ, Message: c.Reason + ": " + c.Message, Elapsed: time.Since(start).Round(time.Second)})
 				}
 			}
+		}
+		state, _, _ := unstructured.NestedString(u.Object, "status", "lastUpdate", "state")
+		updated, _, _ := unstructured.NestedInt64(u.Object, "status", "lastUpdate", "generation")
+		if state == "failed" && updated == u.GetGeneration() {
+			msg, _, _ := unstructured.NestedString(u.Object, "status", "lastUpdate", "message")
+			failures, _, _ := unstructured.NestedInt64(u.Object, "status", "lastUpdate", "failures")
+			return false, &UpdateFailedError{Stack: stack, Message: msg, Failures: failures}
 		}
 		if observed < u.GetGeneration() {
 			return false, nil

@@ -75,6 +75,26 @@ func playStackOperator(ctx context.Context, t *testing.T, dyn dynamic.Interface,
 		}})
 }
 
+// playFailedUpdate plays the operator failing the Stack's current generation once: the last update
+// failed at that generation, and it is still Reconciling (it retries before it stalls).
+func playFailedUpdate(ctx context.Context, t *testing.T, dyn dynamic.Interface, ns, name string) {
+	stacks := dyn.Resource(portal.StackResource).Namespace(ns)
+	u, err := stacks.Get(ctx, name, metav1.GetOptions{})
+	require.NoError(t, err)
+	gen := u.GetGeneration()
+	now := time.Now().UTC().Format(time.RFC3339)
+	b, err := json.Marshal(map[string]any{"status": map[string]any{"observedGeneration": gen,
+		"lastUpdate": map[string]any{"state": "failed", "generation": gen, "failures": 1, "type": "up", "name": name + "-up-2",
+			"message": "set by the test playing the operator: update failed: 1 error occurred"},
+		"conditions": []any{
+			map[string]any{"type": "Ready", "status": "False", "reason": "NotReady", "message": "retrying", "lastTransitionTime": now, "observedGeneration": gen},
+			map[string]any{"type": "Reconciling", "status": "True", "reason": "Retrying", "message": "the update failed; retrying", "lastTransitionTime": now, "observedGeneration": gen},
+		}}})
+	require.NoError(t, err)
+	_, err = stacks.Patch(ctx, name, types.MergePatchType, b, metav1.PatchOptions{}, "status")
+	require.NoError(t, err)
+}
+
 // The operator runner: its Stack passes a server-side dry run against the operator's CRD, is
 // written with the token only in a Secret it references, and its progress and result are the
 // operator's status conditions (the test plays the operator: Reconciling, then Ready with
@@ -165,6 +185,37 @@ func TestOperatorRunner(t *testing.T) {
 	require.ErrorAs(t, err, &stalled)
 	assert.Equal(t, "SourceUnavailable", stalled.Reason)
 	assert.Equal(t, fmt.Sprintf("stack disagg-eu stalled: SourceUnavailable: %s", stalled.Message), err.Error())
+
+	// A failed update of the current generation: the operator keeps retrying (Reconciling) and
+	// stalls only after several failures; Wait returns the failure at once.
+	r.Config.DecodeWorker.Replicas = 5
+	_, err = runner.Apply(ctx, r, false)
+	require.NoError(t, err)
+	go playFailedUpdate(ctx, t, dyn, "pko", "disagg-eu")
+	_, err = runner.Wait(ctx, "disagg-eu", nil)
+	var failed *portal.UpdateFailedError
+	require.ErrorAs(t, err, &failed)
+	assert.Equal(t, "set by the test playing the operator: update failed: 1 error occurred", failed.Message)
+
+	// A commit is pinned unless branch tracking is asked for by name.
+	for name, change := range map[string]func(*portal.OperatorRunner){
+		"neither":                      func(o *portal.OperatorRunner) { o.Commit = "" },
+		"a branch without TrackBranch": func(o *portal.OperatorRunner) { o.Commit, o.Branch = "", "main" },
+		"a short commit":               func(o *portal.OperatorRunner) { o.Commit = "0123456" },
+		"TrackBranch without a branch": func(o *portal.OperatorRunner) { o.Commit, o.TrackBranch = "", true },
+	} {
+		o := *runner
+		change(&o)
+		_, err := o.StackObject(r)
+		require.Error(t, err, name)
+		assert.Contains(t, err.Error(), "deploys a reviewed commit", name)
+	}
+	tracking := *runner
+	tracking.Commit, tracking.TrackBranch, tracking.Branch = "", true, "main"
+	tracked, err := tracking.StackObject(r)
+	require.NoError(t, err)
+	assert.Equal(t, "main", tracked.Object["spec"].(map[string]any)["branch"])
+	assert.NotContains(t, tracked.Object["spec"], "commit")
 
 	require.NoError(t, runner.Delete(ctx, "disagg-eu"))
 	_, err = kube.CoreV1().Secrets("pko").Get(ctx, "disagg-eu-hf-token", metav1.GetOptions{})
