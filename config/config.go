@@ -189,7 +189,7 @@ type ReadinessConfig struct {
 	DeleteTimeout string `json:"deleteTimeout"`
 }
 
-var restartIDPattern = regexp.MustCompile(`^[A-Za-z0-9._-]{1,63}$`)
+var restartIDPattern = regexp.MustCompile(`^[A-Za-z0-9._:+-]{1,63}$`)
 
 // RestartConfig is the graph's spec.restart: changing ID makes the Dynamo operator restart the
 // graph's pods (a rolling restart, without any other change). Empty ID leaves spec.restart out, as
@@ -212,7 +212,7 @@ func (r RestartConfig) validate(v validator, key string, c *Config) {
 	if !restartIDPattern.MatchString(r.ID) {
 		// `up` waits for the operator's status.restart.observedID to equal it, in the provider's
 		// JSONPath syntax, where "=" separates the path from the value and quotes end a string.
-		v.add(key+".id", "%q: use letters, digits, dots, dashes or underscores (at most 63)", r.ID)
+		v.add(key+".id", "%q: use letters, digits and . _ : + - (at most 63; a date such as 2026-12-02T18:00 is fine)", r.ID)
 	}
 	if r.Strategy != "" {
 		v.oneOf(key+".strategy", r.Strategy, "Sequential", "Parallel")

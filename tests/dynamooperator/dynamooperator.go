@@ -38,6 +38,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/retry"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/controller/controllerutil"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
@@ -220,16 +221,20 @@ func (op *Operator) serveConversions(ctx context.Context, o Options, port int, c
 	}
 	url := fmt.Sprintf("https://127.0.0.1:%d/convert", port)
 	for _, before := range op.restore {
-		live := &apiextensionsv1.CustomResourceDefinition{}
-		if err := c.Get(ctx, client.ObjectKey{Name: before.Name}, live); err != nil {
-			return err
-		}
-		if live.Spec.Conversion == nil || live.Spec.Conversion.Webhook == nil {
-			return fmt.Errorf("CRD %s has no conversion webhook after the operator started", live.Name)
-		}
-		live.Spec.Conversion.Webhook.ClientConfig = &apiextensionsv1.WebhookClientConfig{URL: &url, CABundle: ca}
-		if err := c.Update(ctx, live); err != nil {
-			return fmt.Errorf("pointing the conversion webhook of CRD %s at the operator: %w", live.Name, err)
+		// The operator writes the same CRDs (its CA injection) while it starts: retry on a conflict.
+		err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+			live := &apiextensionsv1.CustomResourceDefinition{}
+			if err := c.Get(ctx, client.ObjectKey{Name: before.Name}, live); err != nil {
+				return err
+			}
+			if live.Spec.Conversion == nil || live.Spec.Conversion.Webhook == nil {
+				return fmt.Errorf("CRD %s has no conversion webhook after the operator started", live.Name)
+			}
+			live.Spec.Conversion.Webhook.ClientConfig = &apiextensionsv1.WebhookClientConfig{URL: &url, CABundle: ca}
+			return c.Update(ctx, live)
+		})
+		if err != nil {
+			return fmt.Errorf("pointing the conversion webhook of CRD %s at the operator: %w", before.Name, err)
 		}
 	}
 	return nil

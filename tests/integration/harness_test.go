@@ -129,7 +129,8 @@ func collect(ch <-chan events.EngineEvent, out *[]operation, done *sync.WaitGrou
 			continue
 		}
 		m := e.ResourcePreEvent.Metadata
-		if string(m.Op) == "same" || m.Type == "pulumi:pulumi:Stack" || m.Type == "pulumi:providers:kubernetes" {
+		// The program's read of its own stack's outputs (its identity) changes nothing.
+		if string(m.Op) == "same" || m.Type == "pulumi:pulumi:Stack" || m.Type == "pulumi:providers:kubernetes" || m.Type == "pulumi:pulumi:StackReference" {
 			continue
 		}
 		*out = append(*out, operation{Type: m.Type, Name: m.URN[strings.LastIndex(m.URN, "::")+2:], Op: string(m.Op)})
