@@ -136,11 +136,9 @@ func TestBoxAdoptingAKubectlAppliedRecipeThenChangingIt(t *testing.T) {
 func TestBoxARenamedStackKeepsItsObjects(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	r := addRack(t, rackbox.NVL72("rename").WithGPUs(12))
 	ns := "box-rename"
-	s := newBoxStack(t, "agg", ns, r, nil)
-	_, _, err := s.up(ctx)
-	require.NoError(t, err, s.log.String())
+	s := readyBoxStack(t, "agg", ns, rackbox.NVL72("rename").WithGPUs(12), nil)
+	var err error
 	before := boxGraph(t, ns, aggGraph)
 	assert.Equal(t, "organization/minimax-m3/agg", before.GetAnnotations()["minimax-m3.io/stack"])
 	workers := client.MatchingLabels{graphLabelKey: aggGraph, "nvidia.com/dynamo-component": "Worker"}
@@ -181,11 +179,8 @@ func TestBoxARenamedStackKeepsItsObjects(t *testing.T) {
 func TestBoxBenchmarkRestartDeletesEveryPodAtOnce(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	r := addRack(t, rackbox.NVL72("bench-restart").WithGPUs(12))
 	ns := "box-bench-restart"
-	s := newBoxStack(t, "agg", ns, r, auto.ConfigMap{"minimax-m3:benchmark.enabled": {Value: "true"}})
-	_, _, err := s.up(ctx)
-	require.NoError(t, err, s.log.String())
+	s := readyBoxStack(t, "agg", ns, rackbox.NVL72("bench-restart").WithGPUs(12), auto.ConfigMap{"minimax-m3:benchmark.enabled": {Value: "true"}})
 	c, err := s.stack.Config(ctx)
 	require.NoError(t, err)
 	graphPods := client.MatchingLabels{graphLabelKey: aggGraph}
@@ -284,9 +279,8 @@ func TestBoxRenamingTheGraphOnAFullRack(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	ns := "box-graph-rename"
-	s := newBoxStack(t, "agg", ns, addRack(t, rackbox.NVL72("graph-rename").WithGPUs(12)), nil)
-	_, _, err := s.up(ctx)
-	require.NoError(t, err, s.log.String())
+	s := readyBoxStack(t, "agg", ns, rackbox.NVL72("graph-rename").WithGPUs(12), nil)
+	var err error
 	pvc := &corev1.PersistentVolumeClaim{}
 	require.NoError(t, box.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "shared-model-cache"}, pvc))
 

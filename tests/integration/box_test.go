@@ -143,11 +143,9 @@ func jobCondition(j *batchv1.Job, typ batchv1.JobConditionType) bool {
 func TestBoxFullRackRecipeRolloutWaitsForAGPU(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	r := addRack(t, rackbox.NVL72("full-recipe").WithGPUs(12))
 	ns := "box-full-recipe"
-	s := newBoxStack(t, "agg", ns, r, auto.ConfigMap{"minimax-m3:worker.rollout.strategy": {Value: "OperatorDefault"}})
-	_, _, err := s.up(ctx)
-	require.NoError(t, err, s.log.String())
+	s := readyBoxStack(t, "agg", ns, rackbox.NVL72("full-recipe").WithGPUs(12), auto.ConfigMap{"minimax-m3:worker.rollout.strategy": {Value: "OperatorDefault"}})
+	var err error
 	workers := client.MatchingLabels{graphLabelKey: aggGraph, "nvidia.com/dynamo-component": "Worker"}
 	require.Len(t, podsOf(t, ns, workers), 3)
 
@@ -187,11 +185,9 @@ func TestBoxFullRackRecipeRolloutWaitsForAGPU(t *testing.T) {
 func TestBoxFullRackFlagChangeRollsWithoutASpareGPU(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	r := addRack(t, rackbox.NVL72("full-default").WithGPUs(12))
 	ns := "box-full-default"
-	s := newBoxStack(t, "agg", ns, r, nil)
-	_, _, err := s.up(ctx)
-	require.NoError(t, err, s.log.String())
+	s := readyBoxStack(t, "agg", ns, rackbox.NVL72("full-default").WithGPUs(12), nil)
+	var err error
 	workers := client.MatchingLabels{graphLabelKey: aggGraph, "nvidia.com/dynamo-component": "Worker"}
 	before := podsOf(t, ns, workers)
 	require.Len(t, before, 3)

@@ -121,6 +121,15 @@ func newBoxStack(t *testing.T, stack, ns string, r rackbox.Rack, extra auto.Conf
 	return makeStack(t, b.Kubeconfig, stack, ns, cfg, false)
 }
 
+// readyBoxStack is newBoxStack on a rack of its own, brought up to Ready.
+func readyBoxStack(t *testing.T, stack, ns string, r rackbox.Rack, extra auto.ConfigMap) *testStack {
+	t.Helper()
+	s := newBoxStack(t, stack, ns, addRack(t, r), extra)
+	_, _, err := s.up(context.Background())
+	require.NoError(t, err, s.log.String())
+	return s
+}
+
 // podsOf lists the pods in ns that match labels.
 func podsOf(t *testing.T, ns string, labels client.MatchingLabels) []corev1.Pod {
 	t.Helper()
