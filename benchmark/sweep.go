@@ -13,7 +13,6 @@ import (
 	"os"
 	"path"
 	"path/filepath"
-	"slices"
 	"strings"
 	"time"
 
@@ -723,9 +722,7 @@ func (s *Sweep) waitPodReady(ctx context.Context, name string) error {
 		if p.Status.Phase == corev1.PodFailed || p.Status.Phase == corev1.PodSucceeded {
 			return false, fmt.Errorf("pod %s stopped: %s %s", name, p.Status.Reason, p.Status.Message)
 		}
-		return slices.ContainsFunc(p.Status.Conditions, func(c corev1.PodCondition) bool {
-			return c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue
-		}), nil
+		return podReady(*p), nil
 	})
 	return err
 }
