@@ -46,6 +46,7 @@ func (s *Sweep) cleanup(phase Phase, point, concurrency int, kind, name string) 
 func (s *Sweep) startHelper(ctx context.Context, name string) error {
 	return s.step(ctx, 0, 0, PhaseHelper, "starting pod "+name+" with the model cache claim", nil, func(ctx context.Context, beat func(string)) error {
 		pod := components.BenchmarkHelperPod(s.Config, s.Namespace, name)
+		pod.Labels[RunLabel] = s.RunID
 		if err := s.Kube.CoreV1().Pods(s.Namespace).Delete(ctx, name, metav1.DeleteOptions{}); err == nil {
 			beat("deleted a helper pod left by an earlier sweep")
 			if err := s.waitGone(ctx, "pods", name); err != nil {
@@ -61,8 +62,8 @@ func (s *Sweep) startHelper(ctx context.Context, name string) error {
 }
 
 // runJob creates a Job (replacing one of the sweep's own left by an interrupted run) and waits
-// until it completes or fails.
-func (s *Sweep) runJob(ctx context.Context, job *batchv1.Job, beat func(string)) error {
+// until it completes or fails; onPod then sees each of its pods.
+func (s *Sweep) runJob(ctx context.Context, job *batchv1.Job, beat func(string), onPod ...func(pod string)) error {
 	jobs := s.Kube.BatchV1().Jobs(s.Namespace)
 	if old, err := jobs.Get(ctx, job.Name, metav1.GetOptions{}); err == nil {
 		if old.Labels["app.kubernetes.io/component"] != "benchmark" || old.Labels["minimax-m3.io/graph"] != s.Config.GraphName {
@@ -107,6 +108,15 @@ func (s *Sweep) runJob(ctx context.Context, job *batchv1.Job, beat func(string))
 	})
 	if err != nil {
 		return err
+	}
+	if len(onPod) > 0 {
+		if pods, err := s.Kube.CoreV1().Pods(s.Namespace).List(ctx, metav1.ListOptions{LabelSelector: "batch.kubernetes.io/job-name=" + job.Name}); err == nil {
+			for _, p := range pods.Items {
+				for _, f := range onPod {
+					f(p.Name)
+				}
+			}
+		}
 	}
 	if failed != nil {
 		msg := fmt.Sprintf("Job %s failed: %s: %s", job.Name, failed.Reason, failed.Message)

@@ -60,6 +60,9 @@ type aiperfBenchmark struct {
 		Summary []string `yaml:"summary"`
 		Records []string `yaml:"records"`
 	} `yaml:"artifacts"`
+	// SLOs are AIPerf's goodput SLOs (BenchmarkConfig.slos in its config module: metric name to
+	// threshold in the metric's display unit), from benchmark.goodput.
+	SLOs map[string]float64 `yaml:"slos,omitempty"`
 }
 
 type aiperfLoad struct {
@@ -96,6 +99,9 @@ func AIPerfConfig(c *config.Config) (string, error) {
 	b.Artifacts.Dir = "${ARTIFACT_DIR}"
 	b.Artifacts.Summary = []string{"json"}
 	b.Artifacts.Records = []string{"jsonl"}
+	if slos := c.Benchmark.Goodput.AIPerf(); len(slos) > 0 {
+		b.SLOs = slos
+	}
 	out, err := yaml.Marshal(a)
 	return string(out), err
 }

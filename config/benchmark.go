@@ -29,6 +29,32 @@ type BenchmarkConfig struct {
 	ArtifactDirectory string `json:"artifactDirectory"`
 	// Tolerations let the benchmark pod follow the frontend onto tainted nodes.
 	Tolerations []Toleration `json:"tolerations"`
+	// Goodput sets the SLOs AIPerf counts good requests against (its `slos`, what its `--goodput`
+	// option sets): a request is good when it meets every SLO set. Unset: no goodput is measured.
+	Goodput GoodputSLOs `json:"goodput"`
+}
+
+// GoodputSLOs are per-request SLOs in milliseconds, each AIPerf's metric of that name; 0 leaves
+// one out.
+type GoodputSLOs struct {
+	// TimeToFirstTokenMs bounds AIPerf's time_to_first_token.
+	TimeToFirstTokenMs float64 `json:"timeToFirstTokenMs,omitempty"`
+	// InterTokenLatencyMs bounds AIPerf's inter_token_latency: a request's time per output token
+	// after the first (TPOT).
+	InterTokenLatencyMs float64 `json:"interTokenLatencyMs,omitempty"`
+	// RequestLatencyMs bounds AIPerf's request_latency: end to end.
+	RequestLatencyMs float64 `json:"requestLatencyMs,omitempty"`
+}
+
+// AIPerf is the SLOs as AIPerf's `slos` names them; empty when none is set.
+func (g GoodputSLOs) AIPerf() map[string]float64 {
+	out := map[string]float64{}
+	for tag, v := range map[string]float64{"time_to_first_token": g.TimeToFirstTokenMs, "inter_token_latency": g.InterTokenLatencyMs, "request_latency": g.RequestLatencyMs} {
+		if v > 0 {
+			out[tag] = v
+		}
+	}
+	return out
 }
 
 // BenchmarkMountPath is where the benchmark Job mounts the model cache claim, as the recipe does.
@@ -51,4 +77,9 @@ func (b BenchmarkConfig) validate(v validator, key string) {
 	v.atLeast(key+".requestTimeout", b.RequestTimeout, 1)
 	v.duration(key+".timeout", b.Timeout)
 	v.nonEmpty(key+".artifactDirectory", b.ArtifactDirectory)
+	for name, ms := range map[string]float64{"timeToFirstTokenMs": b.Goodput.TimeToFirstTokenMs, "interTokenLatencyMs": b.Goodput.InterTokenLatencyMs, "requestLatencyMs": b.Goodput.RequestLatencyMs} {
+		if ms < 0 {
+			v.add(key+".goodput."+name, "%g: an SLO is a positive number of milliseconds (0 or unset leaves it out)", ms)
+		}
+	}
 }

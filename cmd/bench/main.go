@@ -1,9 +1,11 @@
 // Command bench runs the recipe's benchmark sweep on a deployed stack: for each concurrency point
-// it restarts the graph's pods through spec.restart (restart.id in the stack's config, then `up`),
-// runs one AIPerf Job with its own ARTIFACT_DIR, copies the artifacts out, and finally merges the
-// points into one table and plot.
+// it restarts the graph's pods (every pod deleted at once, as the recipe does; or through
+// spec.restart), runs one AIPerf Job with its own ARTIFACT_DIR, copies the artifacts out, and
+// merges the points so far into one table and plot. It compares finished sweeps too.
 //
 //	go run ./cmd/bench -stack disagg -concurrency 16,32,64 [-trace ./trace.jsonl] [-out dir]
+//	go run ./cmd/bench -stack disagg -resume -out dir
+//	go run ./cmd/bench -compare dirA,dirB[,...] -out dir
 //
 // It uses the stack as `pulumi up` does: run it from the project directory (or -project-dir), with
 // the stack's backend logged in (or PULUMI_BACKEND_URL) and its passphrase or secrets provider in
@@ -11,11 +13,13 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"flag"
 	"fmt"
 	"os"
+	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"strconv"
@@ -42,21 +46,53 @@ func main() {
 
 func run() error {
 	var (
-		stack, points, out, trace, runID, projectDir, kubeconfig, restartBy string
-		noRestart                                                           bool
-		heartbeat                                                           time.Duration
+		stack, points, out, trace, runID, projectDir, kubeconfig, restartBy, compare string
+		noRestart, resume, pruneClaim                                                bool
+		heartbeat                                                                    time.Duration
+		errorBudget                                                                  float64
 	)
 	flag.StringVar(&stack, "stack", "", "the deployed stack to benchmark (its config must set benchmark.enabled)")
 	flag.StringVar(&points, "concurrency", "", "concurrency points, run in this order (16,32,64)")
 	flag.StringVar(&out, "out", "", "local directory for the artifacts and results (default bench-results/<stack>-<run>)")
 	flag.StringVar(&trace, "trace", "", "stage this local trace file onto the claim first (its SHA-256 must match benchmark.traceSHA256)")
-	flag.StringVar(&runID, "run", time.Now().UTC().Format("20060102-150405"), "run ID: restart IDs bench-<run>-c<N>, artifact directories <benchmark.artifactDirectory>/<run>/c<N>")
+	flag.StringVar(&runID, "run", "", "run ID (default: the time, or with -resume the interrupted run's): its Lease and labels, restart IDs bench-<run>-c<N>, artifact directories <benchmark.artifactDirectory>/<run>/c<N>")
 	flag.StringVar(&projectDir, "project-dir", ".", "the directory holding Pulumi.yaml and the stack files")
 	flag.StringVar(&kubeconfig, "kubeconfig", "", "kubeconfig file (default: KUBECONFIG, then ~/.kube/config); the stack's kubernetes.context selects the context")
 	flag.BoolVar(&noRestart, "no-restart", false, "do not restart the graph's pods between points (sweep.json records it)")
 	flag.StringVar(&restartBy, "restart-by", benchmark.RestartPods, "how the graph restarts between points: pods (the recipe's: delete every pod of the graph at once, wait for the replacements to be Ready) or spec (restart.id with restart.strategy Parallel, then up: the operator rolls each component within its rollout's bounds)")
 	flag.DurationVar(&heartbeat, "heartbeat", 30*time.Second, "how often a long wait reports progress")
+	flag.Float64Var(&errorBudget, "error-budget", 0.01, "the share of a point's requests (0 to 1) that may fail; a point over it, or cancelled, fails and stops the sweep")
+	flag.BoolVar(&resume, "resume", false, "continue the sweep whose results are in -out: points already fetched are kept, the rest run (same stack, run and conditions)")
+	flag.BoolVar(&pruneClaim, "prune-claim", false, "once every point's artifacts are copied out, delete the run's artifact directory on the claim")
+	flag.StringVar(&compare, "compare", "", "compare finished sweeps: their output directories, comma-separated; writes compare.csv, compare.md and compare.svg into -out")
 	flag.Parse()
+	if compare != "" {
+		if out == "" {
+			return errors.New("-compare needs -out")
+		}
+		files, err := benchmark.Compare(strings.Split(compare, ","), out)
+		if err != nil {
+			return err
+		}
+		fmt.Println("wrote", strings.Join(files, ", "))
+		return nil
+	}
+	if resume && runID == "" && out != "" {
+		m, err := benchmark.LoadMetadata(out)
+		if err != nil {
+			return fmt.Errorf("-resume: %w", err)
+		}
+		runID = m.RunID
+		if points == "" {
+			points = strings.Trim(strings.Join(strings.Fields(fmt.Sprint(m.Concurrency)), ","), "[]")
+		}
+	}
+	if resume && out == "" {
+		return errors.New("-resume needs -out: the directory of the sweep to continue")
+	}
+	if runID == "" {
+		runID = time.Now().UTC().Format("20060102-150405")
+	}
 	if stack == "" || points == "" {
 		flag.Usage()
 		return errors.New("-stack and -concurrency are required")
@@ -126,6 +162,7 @@ func run() error {
 			return s.Restart(ctx, id, "Parallel", optup.ProgressStreams(upLog), optup.ErrorProgressStreams(upLog))
 		},
 		Concurrency: concurrency, RunID: runID, OutDir: out, StageTrace: trace, NoRestart: noRestart, RestartBy: restartBy,
+		ErrorBudget: errorBudget, Resume: resume, PruneClaim: pruneClaim, Stack: stack, ProgramCommit: programCommit(projectDir),
 		Heartbeat: heartbeat,
 		Progress: func(e benchmark.Event) {
 			fmt.Printf("%8s %s\n", time.Since(start).Round(time.Second), e)
@@ -134,14 +171,30 @@ func run() error {
 	fmt.Printf("benchmark sweep of %s (graph %s/%s, %d GPUs, speculative decoding %s): concurrency %s, run %s, results in %s; pulumi up's output in %s\n",
 		stack, namespace, c.GraphName, c.GPUs(), c.Speculative.Mode, points, runID, out, upLog.Name())
 	res, err := sweep.Run(ctx)
+	if len(res.Points) > 0 {
+		fmt.Println()
+		if werr := benchmark.WriteMarkdown(os.Stdout, benchmark.Series{GPUs: c.GPUs(), Points: res.Points}); werr != nil {
+			return werr
+		}
+	}
 	if ctx.Err() != nil {
-		return fmt.Errorf("interrupted after %d of %d points (the running Job and the helper pod are deleted): %w", len(res.Points), len(concurrency), err)
+		return fmt.Errorf("interrupted after %d of %d points (the running Job and the helper pod are deleted; -resume -out %s continues): %w", len(res.Points), len(concurrency), out, err)
 	}
+	return err
+}
+
+// programCommit is the project's git commit, with "+dirty" when its working tree has changes;
+// empty outside a git checkout.
+func programCommit(dir string) string {
+	rev, err := exec.Command("git", "-C", dir, "rev-parse", "HEAD").Output()
 	if err != nil {
-		return err
+		return ""
 	}
-	fmt.Println()
-	return benchmark.WriteMarkdown(os.Stdout, res.Points, c.GPUs())
+	commit := strings.TrimSpace(string(rev))
+	if st, err := exec.Command("git", "-C", dir, "status", "--porcelain").Output(); err == nil && len(bytes.TrimSpace(st)) > 0 {
+		commit += "+dirty"
+	}
+	return commit
 }
 
 func parsePoints(s string) ([]int, error) {

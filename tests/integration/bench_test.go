@@ -37,16 +37,20 @@ import (
 
 	"minimax-m3/benchmark"
 	"minimax-m3/config"
+	"minimax-m3/tests/aiperfexport"
 )
 
 const disaggGraph = "minimax-m3-disagg-gb200-agentic"
 
-// benchWorld is what the benchmark sweep's test plays around the real API server and the real
-// stack: the Dynamo operator (Ready and the restart status, harness_test.go), the Job controller
-// and AIPerf (a point's Job writes an AIPerf-shaped summary into its ARTIFACT_DIR, then
+// benchWorld is what the benchmark sweep's tests play around the real API server, the real stack
+// and the real Dynamo operator (its restarts through spec.restart): the Deployment controller and
+// the garbage collector (the operator's Deployments ready), the Job controller and AIPerf (a
+// point's Job writes what AIPerf 0.12 leaves in its ARTIFACT_DIR, package aiperfexport, then
 // completes), the scheduler and the kubelet (the helper pod is bound to a Node whose kubelet
-// endpoint is served here, kubelet_test.go, and becomes Ready; exec, through the API server, runs the
-// command on this machine with the claim as a local directory).
+// endpoint is served here, kubelet_test.go, and becomes Ready; exec, through the API server, runs
+// the command on this machine with the claim as a local directory). The rack box runs the sweep
+// with the real controllers, scheduler and restarts the recipe's way (box_bench_test.go); here the
+// exec goes through the API server, as cmd/bench's does.
 type benchWorld struct {
 	t       *testing.T
 	ns      string
@@ -58,10 +62,7 @@ type benchWorld struct {
 	log []string // what happened, in order
 	// hold leaves benchmark Jobs running (for the interrupt test); failWriteCheck fails the check.
 	hold, failWriteCheck bool
-	// realOperator: the Dynamo operator runs (operator_test.go); the world plays the Deployment
-	// controller and the garbage collector instead of the operator.
-	realOperator bool
-	artifactDirs []string
+	artifactDirs         []string
 }
 
 func (w *benchWorld) record(s string) {
@@ -106,13 +107,8 @@ func (w *benchWorld) runInContainer(ctx context.Context, pod, container string, 
 // play runs the controllers until ctx is done.
 func (w *benchWorld) play(ctx context.Context) {
 	for ctx.Err() == nil {
-		if w.realOperator {
-			playDeployments(ctx, w.t, w.ns, nil)
-			playForegroundGC(ctx, w.t, w.ns)
-		} else {
-			playDynamoOperator(ctx, w.t, w.ns, readyLikeTheOperator)
-			playGarbageCollector(ctx, w.t, w.ns)
-		}
+		playDeployments(ctx, w.t, w.ns, nil)
+		playForegroundGC(ctx, w.t, w.ns)
 		w.playHelperPod(ctx)
 		w.playJobs(ctx)
 		time.Sleep(100 * time.Millisecond)
@@ -193,7 +189,7 @@ func (w *benchWorld) playJobs(ctx context.Context) {
 			w.artifactDirs = append(w.artifactDirs, env["ARTIFACT_DIR"])
 			w.mu.Unlock()
 			c, _ := strconv.Atoi(env["CONCURRENCY"])
-			writeAIPerfArtifacts(w.t, w.onClaim(env["ARTIFACT_DIR"]), c)
+			require.NoError(w.t, aiperfexport.Write(w.onClaim(env["ARTIFACT_DIR"]), aiperfexport.Point{Concurrency: c, Requests: 10}))
 		}
 		if err := finishJob(ctx, j, failed); err != nil && ctx.Err() == nil {
 			w.t.Logf("playing the Job controller: %v", err)
@@ -223,24 +219,6 @@ func (w *benchWorld) restartState(ctx context.Context) string {
 	id, _, _ := unstructured.NestedString(g.Object, "status", "restart", "observedID")
 	phase, _, _ := unstructured.NestedString(g.Object, "status", "restart", "phase")
 	return id + "/" + phase
-}
-
-// writeAIPerfArtifacts writes what AIPerf leaves in ARTIFACT_DIR: its JSON summary (the fields the
-// sweep reads, with values that follow the concurrency) and request records.
-func writeAIPerfArtifacts(t *testing.T, dir string, concurrency int) {
-	require.NoError(t, os.MkdirAll(dir, 0o755))
-	c := float64(concurrency)
-	summary := map[string]any{
-		"request_throughput":               map[string]any{"unit": "requests/sec", "avg": c / 10},
-		"output_token_throughput":          map[string]any{"unit": "tokens/sec", "avg": 100 * c},
-		"output_token_throughput_per_user": map[string]any{"unit": "tokens/sec/user", "avg": 1000 / c},
-		"time_to_first_token":              map[string]any{"unit": "ms", "avg": 10 * c, "p50": 9 * c, "p99": 20 * c},
-		"inter_token_latency":              map[string]any{"unit": "ms", "avg": c / 4, "p50": c / 5, "p99": c / 2},
-	}
-	b, err := json.Marshal(summary)
-	require.NoError(t, err)
-	require.NoError(t, os.WriteFile(filepath.Join(dir, benchmark.SummaryFile), b, 0o644))
-	require.NoError(t, os.WriteFile(filepath.Join(dir, "profile_export.jsonl"), []byte(`{"request":1}`+"\n"), 0o644))
 }
 
 // newBenchWorld plays the world around a sweep in a namespace, with a kubelet of its own.
@@ -278,10 +256,19 @@ type benchRun struct {
 	events []benchmark.Event
 }
 
-// newBenchRun deploys the stack in ns and starts playing the world; with realOperator the Dynamo
-// operator is the real one (startOperator), and the test plays the Deployment controller and the
-// garbage collector instead.
-func newBenchRun(t *testing.T, ns string, realOperator bool) *benchRun {
+// upWithRealOperator brings a stack up with the real Dynamo operator (startOperator, running until
+// the test ends), playing what no process here does beside it (playCluster).
+func upWithRealOperator(t *testing.T, s *testStack) {
+	t.Helper()
+	startOperator(t)
+	stop := playCluster(t, s.ns, nil)
+	defer stop()
+	_, _, err := s.up(context.Background())
+	require.NoError(t, err, s.log.String())
+}
+
+// newBenchRun deploys the stack in ns with the real operator and starts playing the world.
+func newBenchRun(t *testing.T, ns string) *benchRun {
 	ctx := context.Background()
 	b := &benchRun{trace: filepath.Join(t.TempDir(), "trace.jsonl"), out: t.TempDir()}
 	line := `{"timestamp":0,"input_length":65536,"output_length":400,"hash_ids":[1,2,3]}` + "\n"
@@ -293,20 +280,12 @@ func newBenchRun(t *testing.T, ns string, realOperator bool) *benchRun {
 		"minimax-m3:benchmark.enabled":     {Value: "true"},
 		"minimax-m3:benchmark.traceSHA256": {Value: b.traceSHA},
 	})
-	if realOperator {
-		stop := playCluster(t, ns, nil)
-		_, _, err := b.stack.up(ctx)
-		stop()
-		require.NoError(t, err, b.stack.log.String())
-	} else {
-		upReady(t, b.stack, controllers{})
-	}
+	upWithRealOperator(t, b.stack)
 	var err error
 	b.config, err = b.stack.stack.Config(ctx)
 	require.NoError(t, err)
 
 	world, restConfig := newBenchWorld(t, ns)
-	world.realOperator = realOperator
 	b.world = world
 	playCtx, stopPlaying := context.WithCancel(ctx)
 	t.Cleanup(stopPlaying)
@@ -319,8 +298,8 @@ func newBenchRun(t *testing.T, ns string, realOperator bool) *benchRun {
 			world.record("restart " + id)
 			return b.stack.stack.Restart(ctx, id, "Parallel", optup.ProgressStreams(b.stack.log))
 		},
-		// The played world plays the operator's restart through spec.restart; the recipe's way
-		// (RestartPods, the default) runs in the rack box (box_bench_test.go).
+		// The operator's restart through spec.restart; the recipe's way (RestartPods, the
+		// default) runs in the rack box (box_bench_test.go).
 		RestartBy: benchmark.RestartSpec,
 		RunID:     "run1", OutDir: b.out, StageTrace: b.trace, Heartbeat: time.Second,
 		Progress: func(e benchmark.Event) {
@@ -355,13 +334,14 @@ func sweepSteps(w *benchWorld) []string {
 	return steps
 }
 
-// The sweep, through the package cmd/bench runs, on a deployed disagg stack: the trace staged
-// after its checksum, the write check, then per point (in the order given) a restart through the
-// stack's restart.id and `up`, one Job with its own ARTIFACT_DIR started only once the restart
-// completed, its artifacts copied out; the merged table and plot parsed back; nothing left behind.
+// The sweep, through the package cmd/bench runs, on a deployed disagg stack with the real
+// operator: the trace staged after its checksum, the write check, then per point (in the order
+// given) the operator's restart through the stack's restart.id and `up`, one Job with its own
+// ARTIFACT_DIR started only once the operator reports that restart Completed, its artifacts
+// copied out; the merged table and plot parsed back; nothing left behind.
 func TestBenchmarkSweep(t *testing.T) {
 	ctx := context.Background()
-	b := newBenchRun(t, "bench", false)
+	b := newBenchRun(t, "bench")
 	traceSHA, c, world, s, sweep, out := b.traceSHA, b.config, b.world, b.stack, b.sweep, b.out
 	sweep.Concurrency = []int{32, 16, 64}
 
@@ -402,11 +382,14 @@ func TestBenchmarkSweep(t *testing.T) {
 	g, _ := get(t, graphGVK, s.ns, disaggGraph)
 	id, _, _ := unstructured.NestedString(g.Object, "spec", "restart", "id")
 	assert.Equal(t, "bench-run1-c64", id)
+	id, _, _ = unstructured.NestedString(g.Object, "status", "restart", "observedID")
+	assert.Equal(t, "bench-run1-c64", id, "the operator's own restart status")
 
 	// Each point's artifacts were copied out, and the merged table has every point by concurrency.
 	for _, c := range []int{16, 32, 64} {
 		assert.FileExists(t, filepath.Join(out, fmt.Sprintf("c%d", c), benchmark.SummaryFile))
-		assert.FileExists(t, filepath.Join(out, fmt.Sprintf("c%d", c), "profile_export.jsonl"))
+		assert.FileExists(t, filepath.Join(out, fmt.Sprintf("c%d", c), benchmark.RecordsFile))
+		assert.FileExists(t, filepath.Join(out, fmt.Sprintf("c%d", c), "logs", "aiperf.log"))
 	}
 	require.Len(t, res.Points, 3)
 	f, err := os.Open(filepath.Join(out, "results.csv"))
@@ -415,14 +398,14 @@ func TestBenchmarkSweep(t *testing.T) {
 	require.NoError(t, err)
 	_ = f.Close()
 	require.Len(t, rows, 4)
-	assert.Equal(t, []string{"concurrency", "speculative_mode", "request_throughput_rps", "output_tokens_per_s", "output_tokens_per_s_per_gpu",
-		"per_user_tokens_per_s", "ttft_p50_ms", "ttft_p99_ms", "itl_p50_ms", "itl_p99_ms"}, rows[0])
-	assert.Equal(t, []string{"16", "real", "1.60", "1600.00", "66.67", "62.50", "144.00", "320.00", "3.20", "8.00"}, rows[1], "24 GPUs")
+	assert.Equal(t, benchmark.Header(false), rows[0])
+	assert.Equal(t, []string{"16", "real", "ok", "10", "0", "0.00", "1.60", "1600.00", "66.67", "16000.00", "17600.00", "125.00",
+		"1440.00", "3200.00", "7.20", "16.00", "14400.00", "32000.00", "", ""}, rows[1], "24 GPUs; no goodput without SLOs")
 	assert.Equal(t, "32", rows[2][0])
 	assert.Equal(t, "64", rows[3][0])
 	md, err := os.ReadFile(filepath.Join(out, "results.md"))
 	require.NoError(t, err)
-	assert.Contains(t, string(md), "| 64 | real |")
+	assert.Contains(t, string(md), "| 64 | real | ok |")
 
 	// The plot, parsed back: one point per concurrency at (per-user tokens/s, output tokens/s per GPU).
 	var plot struct {
@@ -438,7 +421,7 @@ func TestBenchmarkSweep(t *testing.T) {
 	require.NoError(t, xml.Unmarshal(svg, &plot))
 	require.Len(t, plot.Circles, 3, string(svg))
 	assert.Equal(t, 64, plot.Circles[2].Concurrency)
-	assert.InDelta(t, 1000.0/64, plot.Circles[2].PerUser, 0.01)
+	assert.InDelta(t, 2000.0/64, plot.Circles[2].PerUser, 0.01)
 	assert.InDelta(t, 6400.0/24, plot.Circles[2].PerGPU, 0.01)
 	assert.Equal(t, "real", plot.Circles[2].Mode)
 
@@ -451,6 +434,8 @@ func TestBenchmarkSweep(t *testing.T) {
 	assert.Equal(t, "spec", meta.RestartedBy)
 	assert.Equal(t, 24, meta.GPUs)
 	assert.Equal(t, []int{32, 16, 64}, meta.Concurrency)
+	assert.True(t, meta.Complete)
+	assert.Len(t, meta.Points, 3)
 
 	// Progress named every phase, in order, with the points.
 	var phases []string
@@ -459,11 +444,11 @@ func TestBenchmarkSweep(t *testing.T) {
 			phases = append(phases, fmt.Sprintf("%d:%s", e.Concurrency, e.Phase))
 		}
 	}
-	assert.Equal(t, []string{"0:helper", "0:stage", "0:write-check", "0:write-check",
-		"32:restart", "32:benchmark", "32:benchmark", "32:fetch",
-		"16:restart", "16:benchmark", "16:benchmark", "16:fetch",
-		"64:restart", "64:benchmark", "64:benchmark", "64:fetch",
-		"0:results", "0:cleanup"}, phases, "phase ends, and the deletions of the check's and each point's Job and of the helper")
+	assert.Equal(t, []string{"0:lease", "0:helper", "0:stage", "0:write-check", "0:write-check", "0:results",
+		"32:restart", "32:benchmark", "32:benchmark", "32:fetch", "0:results",
+		"16:restart", "16:benchmark", "16:benchmark", "16:fetch", "0:results",
+		"64:restart", "64:benchmark", "64:benchmark", "64:fetch", "0:results",
+		"0:results", "0:cleanup"}, phases, "phase ends, the deletions of the check's and each point's Job and of the helper, and the results after each point and at the end")
 
 	assertNothingLeft(t, sweep.Kube, s.ns)
 }
@@ -473,12 +458,12 @@ func TestBenchmarkSweep(t *testing.T) {
 func TestBenchmarkSweepInterruptAndFailedWriteCheck(t *testing.T) {
 	ctx := context.Background()
 	s := newStack(t, "disagg", "bench-stop", auto.ConfigMap{"minimax-m3:benchmark.enabled": {Value: "true"}})
-	upReady(t, s, controllers{})
+	upWithRealOperator(t, s)
 	c, err := s.stack.Config(ctx)
 	require.NoError(t, err)
 	world, restConfig := newBenchWorld(t, s.ns)
-	world.hold = true                                                                              // before playing starts
-	writeAIPerfArtifacts(t, filepath.Dir(world.onClaim("/model-cache/"+c.Benchmark.TraceFile)), 1) // any file stands for the staged trace
+	world.hold = true // before playing starts
+	require.NoError(t, os.MkdirAll(filepath.Dir(world.onClaim("/model-cache/"+c.Benchmark.TraceFile)), 0o755))
 	require.NoError(t, os.WriteFile(world.onClaim("/model-cache/"+c.Benchmark.TraceFile), []byte("{}\n"), 0o644))
 	playCtx, stopPlaying := context.WithCancel(ctx)
 	defer stopPlaying()
@@ -510,9 +495,14 @@ func TestBenchmarkSweepInterruptAndFailedWriteCheck(t *testing.T) {
 	require.ErrorIs(t, err, context.Canceled)
 	assertNothingLeft(t, kube, s.ns)
 
+	// The interrupted sweep's directory holds its sweep.json: another run is refused there.
+	_, err = sweep.Run(ctx)
+	require.ErrorContains(t, err, "holds sweep stop already: resume it (-resume) or choose another output directory")
+
 	world.mu.Lock()
 	world.failWriteCheck = true
 	world.mu.Unlock()
+	sweep.OutDir = t.TempDir()
 	_, err = sweep.Run(ctx)
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "write-check: Job "+disaggGraph+"-bench-write-check failed: BackoffLimitExceeded")
@@ -544,7 +534,7 @@ func TestBenchCommand(t *testing.T) {
 		"minimax-m3:benchmark.enabled":     {Value: "true"},
 		"minimax-m3:benchmark.traceSHA256": {Value: hex.EncodeToString(sum[:])},
 	})
-	upReady(t, s, controllers{})
+	upWithRealOperator(t, s)
 	world, _ := newBenchWorld(t, s.ns)
 	playCtx, stopPlaying := context.WithCancel(ctx)
 	defer stopPlaying()
@@ -569,11 +559,11 @@ func TestBenchCommand(t *testing.T) {
 		"benchmark sweep of disagg (graph bench-cli/" + disaggGraph + ", 24 GPUs, speculative decoding real): concurrency 4,2, run cli",
 		"[sweep] stage: trace /model-cache/traces/",
 		"[1/2 c=4] restart: spec.restart.id=bench-cli-c4",
-		`[1/2 c=4] restart: still: up with restart.id=bench-cli-c4 (it waits for the operator's restart); operator: restart "bench-cli-c4" Restarting (restarting Frontend, PrefillWorker, DecodeWorker), graph Ready`,
+		"[1/2 c=4] restart: still: up with restart.id=bench-cli-c4 (it waits for the operator's restart); operator: restart",
 		"[1/2 c=4] benchmark: Job " + disaggGraph + "-bench-c4, ARTIFACT_DIR=/model-cache/aiperf-artifacts/cli/c4",
 		"[2/2 c=2] fetch: done",
-		"| 2 | real | 0.20 | 200.00 | 8.33 | 500.00 |",
-		"| 4 | real |",
+		"| 2 | real | ok | 10 | 0 | 0.00 | 0.20 | 200.00 | 8.33 | 2000.00 | 2200.00 | 1000.00 |",
+		"| 4 | real | ok |",
 	} {
 		assert.Contains(t, stdout.String(), want)
 	}
@@ -585,7 +575,8 @@ func TestBenchCommand(t *testing.T) {
 	world.mu.Lock()
 	world.hold = true
 	world.mu.Unlock()
-	cmd = exec.Command(bin, "-stack", "disagg", "-concurrency", "8", "-run", "cli2", "-out", t.TempDir(), "-no-restart")
+	interrupted := t.TempDir()
+	cmd = exec.Command(bin, "-stack", "disagg", "-concurrency", "8", "-run", "cli2", "-out", interrupted, "-no-restart")
 	cmd.Dir, cmd.Env = s.dir, env
 	stdout.Reset()
 	stderr.Reset()
@@ -595,7 +586,27 @@ func TestBenchCommand(t *testing.T) {
 	require.NoError(t, cmd.Process.Signal(os.Interrupt))
 	err = cmd.Wait()
 	require.Error(t, err)
-	assert.Contains(t, stderr.String(), "bench: interrupted after 0 of 1 points (the running Job and the helper pod are deleted)")
+	assert.Contains(t, stderr.String(), "bench: interrupted after 0 of 1 points (the running Job and the helper pod are deleted; -resume -out "+interrupted+" continues)")
 	assert.Contains(t, stdout.String(), "deleted job "+disaggGraph+"-bench-c8")
 	assertNothingLeft(t, world.kube, s.ns)
+
+	// Resumed from its directory alone (run ID and points from its sweep.json), then compared
+	// with the first sweep.
+	world.mu.Lock()
+	world.hold = false
+	world.mu.Unlock()
+	cmd = exec.Command(bin, "-stack", "disagg", "-resume", "-out", interrupted, "-no-restart")
+	cmd.Dir, cmd.Env = s.dir, env
+	out, err = cmd.CombinedOutput()
+	require.NoError(t, err, string(out))
+	assert.Contains(t, string(out), "run cli2")
+	assert.Contains(t, string(out), "| 8 | real | ok |")
+	cmp := t.TempDir()
+	cmd = exec.Command(bin, "-compare", results+","+interrupted, "-out", cmp)
+	out, err = cmd.CombinedOutput()
+	require.NoError(t, err, string(out))
+	md, err := os.ReadFile(filepath.Join(cmp, "compare.md"))
+	require.NoError(t, err)
+	assert.Contains(t, string(md), "| disagg cli (real) | 24 | 2 | real | ok |")
+	assert.Contains(t, string(md), "| disagg cli2 (real) | 24 | 8 | real | ok |")
 }

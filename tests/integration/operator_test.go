@@ -509,25 +509,3 @@ func TestRealOperatorFailureReasonInUpsError(t *testing.T) {
 	assert.True(t, live >= 0 && live < summary, "reported while up waited, before its summary:\n%s", out)
 	assert.Equal(t, 2, strings.Count(out, want), "once while waiting, once in the summary")
 }
-
-// The benchmark sweep with the real operator: each point's restart is the operator's (through
-// restart.id and `up`), and each point's Job starts only once the operator reports that restart
-// Completed.
-func TestRealOperatorBenchmarkSweepWaitsForEachRestart(t *testing.T) {
-	ctx := context.Background()
-	startOperator(t)
-	b := newBenchRun(t, "real-bench", true)
-	b.sweep.Concurrency = []int{16, 8}
-	res, err := b.sweep.Run(ctx)
-	require.NoError(t, err, b.stack.log.String())
-	require.Len(t, res.Points, 2)
-	assert.Equal(t, []string{
-		"write-check /model-cache/aiperf-artifacts/run1",
-		"restart bench-run1-c16", "job c=16 restart=bench-run1-c16/Completed",
-		"restart bench-run1-c8", "job c=8 restart=bench-run1-c8/Completed",
-	}, sweepSteps(b.world))
-	g, _ := get(t, graphGVK, b.stack.ns, disaggGraph)
-	id, _, _ := unstructured.NestedString(g.Object, "status", "restart", "observedID")
-	assert.Equal(t, "bench-run1-c8", id, "the operator's own restart status")
-	assertNothingLeft(t, b.sweep.Kube, b.stack.ns)
-}

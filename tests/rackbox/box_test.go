@@ -88,6 +88,59 @@ func TestBox(t *testing.T) {
 		}
 	})
 
+	// A held pod (a benchmark run's) stays Running whatever its image, until the test sets its
+	// exit code.
+	t.Run("held Job pods end with the exit code the test sets", func(t *testing.T) {
+		for code, want := range map[string]batchv1.JobConditionType{"0": batchv1.JobComplete, "1": batchv1.JobFailed} {
+			job := &batchv1.Job{
+				ObjectMeta: metav1.ObjectMeta{Namespace: "box", GenerateName: "held-"},
+				Spec: batchv1.JobSpec{BackoffLimit: ptr.To[int32](0), Template: corev1.PodTemplateSpec{
+					ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{rackbox.HeldLabel: "run"}},
+					Spec:       corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever, Containers: []corev1.Container{{Name: "main", Image: "busybox:1.36"}}},
+				}},
+			}
+			require.NoError(t, c.Create(ctx, job))
+			var pod corev1.Pod
+			require.Eventually(t, func() bool {
+				var pods corev1.PodList
+				if c.List(ctx, &pods, client.InNamespace("box"), client.MatchingLabels{"batch.kubernetes.io/job-name": job.Name}) != nil || len(pods.Items) == 0 {
+					return false
+				}
+				pod = pods.Items[0]
+				return pod.Status.Phase == corev1.PodRunning
+			}, time.Minute, 200*time.Millisecond)
+			// Still Running once a plain Job started beside it has run through the stage that
+			// ends Job pods.
+			plain := &batchv1.Job{
+				ObjectMeta: metav1.ObjectMeta{Namespace: "box", GenerateName: "plain-"},
+				Spec: batchv1.JobSpec{BackoffLimit: ptr.To[int32](0), Template: corev1.PodTemplateSpec{Spec: corev1.PodSpec{
+					RestartPolicy: corev1.RestartPolicyNever, Containers: []corev1.Container{{Name: "main", Image: "busybox:1.36"}},
+				}}},
+			}
+			require.NoError(t, c.Create(ctx, plain))
+			require.Eventually(t, func() bool {
+				return c.Get(ctx, client.ObjectKeyFromObject(plain), plain) == nil && plain.Status.Succeeded == 1
+			}, time.Minute, 200*time.Millisecond)
+			require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(&pod), &pod))
+			assert.Equal(t, corev1.PodRunning, pod.Status.Phase, "held until its exit code is set")
+
+			patch := client.MergeFrom(pod.DeepCopy())
+			pod.Annotations = map[string]string{rackbox.ExitCodeAnnotation: code}
+			require.NoError(t, c.Patch(ctx, &pod, patch))
+			require.Eventually(t, func() bool {
+				if c.Get(ctx, client.ObjectKeyFromObject(job), job) != nil {
+					return false
+				}
+				for _, cond := range job.Status.Conditions {
+					if cond.Type == want && cond.Status == corev1.ConditionTrue {
+						return true
+					}
+				}
+				return false
+			}, time.Minute, 200*time.Millisecond, "exit code %s: %s", code, want)
+		}
+	})
+
 	t.Run("GPU pods fill the rack and the channel is allocated per tray", func(t *testing.T) {
 		cd := &unstructured.Unstructured{Object: map[string]any{"spec": map[string]any{
 			"channel": map[string]any{"resourceClaimTemplate": map[string]any{"name": "cd-channel"}},

@@ -10,6 +10,14 @@ import (
 // other Job pod succeeds, every other pod runs and is Ready.
 const FailingImage = "registry.rackbox.invalid/exit-1:latest"
 
+// A benchmark run's pods (the AIPerf Jobs' pods, which carry HeldLabel) stay Running until a test
+// that plays AIPerf has written its artifacts and sets ExitCodeAnnotation to "0" or "1": only then
+// does the pod end, with that exit code. AIPerf needs a served model, so it never runs here.
+const (
+	HeldLabel          = "minimax-m3.io/benchmark-run"
+	ExitCodeAnnotation = "rackbox.minimax-m3.io/exit-code"
+)
+
 // lifeStages, with the stages that end pods (podEnd) and deleteStages, are kwok's configuration
 // (stages): how the box's simulated kubelets move nodes and pods through their lives. Written for
 // the box after kwok's own stage library (kustomize/stage: node-initialize,
@@ -17,7 +25,8 @@ const FailingImage = "registry.rackbox.invalid/exit-1:latest"
 //   - a node becomes Ready with the capacity it registered;
 //   - a pod bound to a node starts and is Ready about a second later (no image is pulled and no
 //     process runs: readiness here says the pod would have started, not that a model is loaded);
-//   - a Job's pod then exits 0, or 1 when its image is FailingImage; the smoke test's pod (label
+//   - a Job's pod then exits 0, or 1 when its image is FailingImage (a benchmark run's pod when the
+//     test sets ExitCodeAnnotation); the smoke test's pod (label
 //     app.kubernetes.io/component=smoke-test) leaves the result its script would write in its
 //     termination message: passed, or HTTP 503 with FailingImage (no model runs here);
 //   - a deleted pod is gone a second later, once its finalizers are.
@@ -174,10 +183,20 @@ var stages = lifeStages + strings.Join([]string{
 		match(".metadata.ownerReferences.[].kind", "In", "Job"),
 		match(`.metadata.labels["app.kubernetes.io/component"]`, "NotIn", "smoke-test"),
 		match(".spec.containers.[0].image", "NotIn", FailingImage),
+		absent(`.metadata.labels["` + HeldLabel + `"]`),
 	}, 0, "Completed", "", "Succeeded"),
+	podEnd("held-pod-succeed", []string{
+		present(`.metadata.labels["` + HeldLabel + `"]`),
+		match(`.metadata.annotations["`+ExitCodeAnnotation+`"]`, "In", "0"),
+	}, 0, "Completed", "", "Succeeded"),
+	podEnd("held-pod-fail", []string{
+		present(`.metadata.labels["` + HeldLabel + `"]`),
+		match(`.metadata.annotations["`+ExitCodeAnnotation+`"]`, "In", "1"),
+	}, 1, "Error", "exit status 1 (set by the test)", "Failed"),
 	podEnd("job-pod-fail", []string{
 		match(`.metadata.labels["app.kubernetes.io/component"]`, "NotIn", "smoke-test"),
 		match(".spec.containers.[0].image", "In", FailingImage),
+		absent(`.metadata.labels["` + HeldLabel + `"]`),
 	}, 1, "Error", "exit status 1 (the box's FailingImage)", "Failed"),
 	podEnd("smoke-test-pass", []string{
 		match(`.metadata.labels["app.kubernetes.io/component"]`, "In", "smoke-test"),
@@ -192,6 +211,15 @@ var stages = lifeStages + strings.Join([]string{
 // match is one of a stage selector's matchExpressions.
 func match(key, operator, value string) string {
 	return fmt.Sprintf("    - key: %s\n      operator: '%s'\n      values: [%s]\n", yamlQuote(key), operator, yamlQuote(value))
+}
+
+// absent and present are matchExpressions that hold when key selects nothing, or something.
+func absent(key string) string {
+	return fmt.Sprintf("    - key: %s\n      operator: 'DoesNotExist'\n", yamlQuote(key))
+}
+
+func present(key string) string {
+	return fmt.Sprintf("    - key: %s\n      operator: 'Exists'\n", yamlQuote(key))
 }
 
 // yamlQuote is a YAML single-quoted scalar.
