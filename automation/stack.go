@@ -4,6 +4,7 @@ package automation
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"maps"
@@ -250,4 +251,24 @@ func SetSecret(ctx context.Context, s auto.Stack, key, value string, path bool) 
 		return fmt.Errorf("stack %s: storing %s as a secret: %v: %s", s.Name(), key, err, strings.ReplaceAll(stderr, value, "[secret]"))
 	}
 	return nil
+}
+
+// PlainOutputs are the stack's outputs as `pulumi stack output --json` prints them: secret outputs
+// stay "[secret]", and nothing of the state is decrypted (auto.Stack.Outputs decrypts every secret
+// output with --show-secrets).
+func PlainOutputs(ctx context.Context, s auto.Stack) (map[string]any, error) {
+	ws := s.Workspace()
+	var env []string
+	for k, v := range ws.GetEnvVars() {
+		env = append(env, k+"="+v)
+	}
+	stdout, stderr, _, err := ws.PulumiCommand().Run(ctx, ws.WorkDir(), nil, nil, nil, env, "stack", "output", "--json", "--stack", s.Name())
+	if err != nil {
+		return nil, fmt.Errorf("stack %s: reading outputs: %v: %s", s.Name(), err, stderr)
+	}
+	out := map[string]any{}
+	if err := json.Unmarshal([]byte(stdout), &out); err != nil {
+		return nil, fmt.Errorf("stack %s: reading outputs: %w", s.Name(), err)
+	}
+	return out, nil
 }

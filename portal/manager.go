@@ -18,6 +18,7 @@ import (
 	"github.com/pulumi/pulumi/sdk/v3/go/auto"
 	"github.com/pulumi/pulumi/sdk/v3/go/auto/events"
 	"github.com/pulumi/pulumi/sdk/v3/go/auto/optdestroy"
+	"github.com/pulumi/pulumi/sdk/v3/go/auto/opthistory"
 	"github.com/pulumi/pulumi/sdk/v3/go/auto/optpreview"
 	"github.com/pulumi/pulumi/sdk/v3/go/auto/optrefresh"
 	"github.com/pulumi/pulumi/sdk/v3/go/auto/optup"
@@ -318,7 +319,9 @@ func (m *Manager) configure(ctx context.Context, s automation.Stack, r Request) 
 	var stale []string
 	for full := range have {
 		k, ok := strings.CutPrefix(full, config.Namespace+":")
-		if !ok || k == config.HFTokenKey {
+		if !ok || (k == config.HFTokenKey && !r.Config.HuggingFace.ExistingSecret) {
+			// The stored token stays unless the request switches to an existing Secret, which
+			// takes its place.
 			continue
 		}
 		if _, keep := want[k]; !keep {
@@ -352,9 +355,10 @@ func (m *Manager) configure(ctx context.Context, s automation.Stack, r Request) 
 // prepare validates the request, reserves the stack and writes its config.
 func (m *Manager) prepare(ctx context.Context, r Request, op string, o RunOptions) (context.Context, automation.Stack, func(), error) {
 	stored := false
-	if r.HFToken == "" && r.Validate() != nil {
-		// The stack may hold the token already.
-		stored = m.holdsToken(ctx, r.Name())
+	if r.HFToken == "" && !r.Config.HuggingFace.ExistingSecret && r.Validate() != nil {
+		// The stack may hold the token already. (A request that switches to an existing Secret
+		// needs none: configure removes a stored one.)
+		stored = m.holdsToken(r.Name())
 	}
 	if ps := r.validate(stored); len(ps) > 0 {
 		return nil, automation.Stack{}, nil, &InvalidRequestError{Problems: ps}
@@ -374,17 +378,21 @@ func (m *Manager) prepare(ctx context.Context, r Request, op string, o RunOption
 	return ctx, s, release, nil
 }
 
-// holdsToken says whether an existing stack's config has the token.
-func (m *Manager) holdsToken(ctx context.Context, stack string) bool {
-	if _, err := m.root.Stat(filepath.Join(workspace(stack), "Pulumi."+stack+".yaml")); err != nil {
-		return false
-	}
-	s, err := m.open(ctx, stack, false)
+// holdsToken says whether an existing stack's config has the token, from its stack file (the
+// token is not decrypted to find out).
+func (m *Manager) holdsToken(stack string) bool {
+	b, err := m.root.ReadFile(filepath.Join(workspace(stack), "Pulumi."+stack+".yaml"))
 	if err != nil {
 		return false
 	}
-	v, err := s.GetConfig(ctx, config.Key(config.HFTokenKey))
-	return err == nil && v.Secret
+	var f struct {
+		Config map[string]any `yaml:"config"`
+	}
+	if yaml.Unmarshal(b, &f) != nil {
+		return false
+	}
+	v, ok := f.Config[config.Key(config.HFTokenKey)].(map[string]any)
+	return ok && v["secure"] != nil
 }
 
 // PreviewResult is what a preview would do.
@@ -560,17 +568,19 @@ func (m *Manager) Stacks(ctx context.Context) ([]string, error) {
 	return names, nil
 }
 
-// Outputs reads a stack's outputs.
+// Outputs reads a stack's outputs, decrypting nothing.
 func (m *Manager) Outputs(ctx context.Context, stack string) (Outputs, error) {
 	s, err := m.open(ctx, stack, false)
 	if err != nil {
 		return Outputs{}, err
 	}
-	out, err := s.Outputs(ctx)
+	// Read without --show-secrets: nothing of the state (the token included) is decrypted to show
+	// outputs, which hold no secret.
+	out, err := automation.PlainOutputs(ctx, s.Stack)
 	if err != nil {
 		return Outputs{}, m.opError(stack, err, "")
 	}
-	return outputsOf(out), nil
+	return outputsFromMap(out), nil
 }
 
 // Update is one entry of a stack's history.
@@ -584,13 +594,14 @@ type Update struct {
 	Changes   map[string]int `json:"changes,omitempty"`
 }
 
-// History lists a stack's updates, newest first.
+// History lists a stack's updates, newest first, decrypting nothing.
 func (m *Manager) History(ctx context.Context, stack string, pageSize, page int) ([]Update, error) {
 	s, err := m.open(ctx, stack, false)
 	if err != nil {
 		return nil, err
 	}
-	list, err := s.History(ctx, pageSize, page)
+	// Without --show-secrets: the history's config (the token included) stays encrypted.
+	list, err := s.History(ctx, pageSize, page, opthistory.ShowSecrets(false))
 	if err != nil {
 		return nil, m.opError(stack, err, "")
 	}

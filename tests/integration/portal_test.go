@@ -29,11 +29,16 @@ func newPortal(t *testing.T) *portal.Manager {
 
 func newPortalAt(t *testing.T, stateDir string) *portal.Manager {
 	t.Helper()
+	return newPortalWithPassphrase(t, stateDir, "portal-tests")
+}
+
+func newPortalWithPassphrase(t *testing.T, stateDir, passphrase string) *portal.Manager {
+	t.Helper()
 	m, err := portal.New(portal.Options{
 		ProjectDir: cluster.root,
 		StateDir:   stateDir,
 		EnvVars: map[string]string{
-			"PULUMI_CONFIG_PASSPHRASE": "portal-tests",
+			"PULUMI_CONFIG_PASSPHRASE": passphrase,
 			"PULUMI_HOME":              filepath.Join(cluster.root, ".toolchain", "pulumi-home"),
 			"KUBECONFIG":               cluster.kubeconfig,
 			"PATH":                     os.Getenv("PATH"),
@@ -194,6 +199,20 @@ func TestPortalLifecycle(t *testing.T) {
 	_, err = m.Refresh(ctx, "agg-team-a", portal.RunOptions{})
 	require.NoError(t, err)
 
+	// Outputs and history decrypt nothing (the token stays encrypted): a portal with the wrong
+	// passphrase reads them, while a preview, which needs the token, cannot run with it.
+	wrong := newPortalWithPassphrase(t, stateDir, "not-the-passphrase")
+	out, err = wrong.Outputs(ctx, "agg-team-a")
+	require.NoError(t, err)
+	assert.Equal(t, up.Outputs, out)
+	history, err = wrong.History(ctx, "agg-team-a", 10, 1)
+	require.NoError(t, err)
+	assert.Len(t, history, 2, "the update and the refresh")
+	noToken := r
+	noToken.HFToken = ""
+	_, err = wrong.Preview(ctx, noToken, portal.RunOptions{})
+	require.ErrorContains(t, err, "passphrase")
+
 	// A plan approved before a config change is not what runs after it.
 	_, err = m.Preview(ctx, r, portal.RunOptions{Plan: plan})
 	require.NoError(t, err)
@@ -282,4 +301,37 @@ func TestPortalCancel(t *testing.T) {
 	up, err := m.Up(ctx, r, portal.RunOptions{})
 	require.NoError(t, err)
 	assert.Equal(t, aggGraph, up.Outputs.GraphName)
+}
+
+// A stack that held a token switches to a Secret the site brought (huggingFace.existingSecret):
+// the request needs no token, and the stored one is removed from the stack's config rather than
+// refused as "both".
+func TestPortalSwitchToAnExistingSecretClearsTheStoredToken(t *testing.T) {
+	ctx := context.Background()
+	stateDir := t.TempDir()
+	m := newPortalAt(t, stateDir)
+	r := portalRequest("agg", "agg-own-secret", "portal-own-secret")
+	_, err := m.Preview(ctx, r, portal.RunOptions{})
+	require.NoError(t, err)
+	stackFile := filepath.Join(stateDir, "workspaces", "agg-own-secret", "Pulumi.agg-own-secret.yaml")
+	b, err := os.ReadFile(stackFile)
+	require.NoError(t, err)
+	require.Contains(t, string(b), "minimax-m3:hfToken:\n    secure:")
+
+	r.HFToken = ""
+	r.Config.HuggingFace.ExistingSecret = true
+	pre, err := m.Preview(ctx, r, portal.RunOptions{})
+	require.NoError(t, err)
+	assert.NotEmpty(t, pre.Changes)
+	b, err = os.ReadFile(stackFile)
+	require.NoError(t, err)
+	assert.NotContains(t, string(b), "hfToken", "the stored token removed")
+	assert.Contains(t, string(b), "existingSecret")
+
+	// Back to a token of the stack's own: a request without one is refused, naming the keys.
+	r.Config.HuggingFace.ExistingSecret = false
+	_, err = m.Preview(ctx, r, portal.RunOptions{})
+	var invalid *portal.InvalidRequestError
+	require.ErrorAs(t, err, &invalid)
+	assert.Equal(t, "hfToken", invalid.Problems[0].Key)
 }
