@@ -44,30 +44,59 @@ type Server struct {
 	sessions map[string]time.Time
 	// Context bounds every operation the server starts (cancelled: they stop).
 	ctx context.Context
+	// streams counts the open event streams.
+	streams int
+
+	// MaxEvents is how many events an operation's log keeps (the oldest go first, and a stream
+	// that missed them is told how many); MaxLogs how many stacks' last operations are kept (the
+	// oldest finished one goes first); MaxStreams how many event streams may be open at once (one
+	// more is refused, 429). NewServer sets defaults; change them before serving.
+	MaxEvents, MaxLogs, MaxStreams int
 }
+
+// The limits' defaults.
+const (
+	DefaultMaxEvents  = 10000
+	DefaultMaxLogs    = 500
+	DefaultMaxStreams = 64
+)
 
 // NewServer serves m; token is the bearer token every request must carry.
 func NewServer(ctx context.Context, m *Manager, token string) (*Server, error) {
 	if len(token) < 16 {
 		return nil, errors.New("the bearer token must have at least 16 characters")
 	}
-	return &Server{m: m, token: token, ops: map[string]*opLog{}, sessions: map[string]time.Time{}, ctx: ctx}, nil
+	return &Server{m: m, token: token, ops: map[string]*opLog{}, sessions: map[string]time.Time{}, ctx: ctx,
+		MaxEvents: DefaultMaxEvents, MaxLogs: DefaultMaxLogs, MaxStreams: DefaultMaxStreams}, nil
 }
 
-// opLog is one operation's events, kept for the page and for late subscribers.
+// opLog is one operation's events, kept for the page and for late subscribers: at most max, the
+// oldest dropped first.
 type opLog struct {
 	mu      sync.Mutex
 	Op      string
 	Started time.Time
-	Events  []Event
-	Done    bool
-	Err     string
-	notify  chan struct{}
+	// Events are the kept events; first is the index (counting every event) of Events[0].
+	Events []Event
+	first  int
+	max    int
+	Done   bool
+	Err    string
+	notify chan struct{}
+}
+
+func newOpLog(op string, max int) *opLog {
+	return &opLog{Op: op, Started: time.Now(), max: max, notify: make(chan struct{})}
 }
 
 func (l *opLog) add(e Event) {
 	l.mu.Lock()
 	l.Events = append(l.Events, e)
+	if l.max > 0 && len(l.Events) > l.max {
+		drop := len(l.Events) - l.max
+		l.Events = append(l.Events[:0:0], l.Events[drop:]...)
+		l.first += drop
+	}
 	close(l.notify)
 	l.notify = make(chan struct{})
 	l.mu.Unlock()
@@ -84,16 +113,43 @@ func (l *opLog) finish(err error) {
 	l.mu.Unlock()
 }
 
-// since returns the events from i on, whether the operation is done, and a channel closed at the
-// next change.
-func (l *opLog) since(i int) ([]Event, bool, string, <-chan struct{}) {
+// since returns the events from index i on (an event saying how many were dropped first, when
+// some before them are no longer kept), the index to read from next, whether the operation is
+// done, and a channel closed at the next change.
+func (l *opLog) since(i int) ([]Event, int, bool, string, <-chan struct{}) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	var out []Event
-	if i < len(l.Events) {
-		out = append(out, l.Events[i:]...)
+	if i < l.first {
+		out = append(out, Event{Time: time.Now(), Status: "dropped", Message: fmt.Sprintf("%d earlier events of this operation are no longer kept", l.first-i)})
+		i = l.first
 	}
-	return out, l.Done, l.Err, l.notify
+	if k := i - l.first; k < len(l.Events) {
+		out = append(out, l.Events[k:]...)
+	}
+	return out, l.first + len(l.Events), l.Done, l.Err, l.notify
+}
+
+// publish makes log the stack's last operation, dropping the oldest finished logs beyond MaxLogs.
+func (s *Server) publish(stack string, log *opLog) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.ops[stack] = log
+	for len(s.ops) > s.MaxLogs && s.MaxLogs > 0 {
+		oldest := ""
+		for name, l := range s.ops {
+			l.mu.Lock()
+			done := l.Done
+			l.mu.Unlock()
+			if done && name != stack && (oldest == "" || l.Started.Before(s.ops[oldest].Started)) {
+				oldest = name
+			}
+		}
+		if oldest == "" {
+			return // every kept log is running
+		}
+		delete(s.ops, oldest)
+	}
 }
 
 // Handler is the server's routes. A state-changing request from another origin (a page on another
@@ -392,7 +448,7 @@ func (s *Server) operation(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
-	log := &opLog{Op: op, Started: time.Now(), notify: make(chan struct{})}
+	log := newOpLog(op, s.MaxEvents)
 	opts := RunOptions{Progress: log.add}
 	var run func(ctx context.Context) (any, error)
 	switch op {
@@ -452,9 +508,7 @@ func (s *Server) operation(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// Published only once the operation holds the stack and has started.
-	s.mu.Lock()
-	s.ops[stack] = log
-	s.mu.Unlock()
+	s.publish(stack, log)
 	writeJSON(w, http.StatusAccepted, map[string]string{"stack": stack, "operation": op, "events": "/api/stacks/" + stack + "/events"})
 }
 
@@ -474,6 +528,20 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusInternalServerError, errors.New("streaming unsupported"))
 		return
 	}
+	s.mu.Lock()
+	if s.MaxStreams > 0 && s.streams >= s.MaxStreams {
+		s.mu.Unlock()
+		w.Header().Set("Retry-After", "10")
+		writeError(w, http.StatusTooManyRequests, fmt.Errorf("%d event streams are open, the most this portal serves at once: close one, or try again later", s.MaxStreams))
+		return
+	}
+	s.streams++
+	s.mu.Unlock()
+	defer func() {
+		s.mu.Lock()
+		s.streams--
+		s.mu.Unlock()
+	}()
 	// The stream outlives the server's read and write limits.
 	rc := http.NewResponseController(w)
 	_ = rc.SetReadDeadline(time.Time{})
@@ -483,12 +551,12 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusOK)
 	next := 0
 	for {
-		evs, done, errText, changed := log.since(next)
+		evs, upTo, done, errText, changed := log.since(next)
 		for _, e := range evs {
 			b, _ := json.Marshal(e)
 			_, _ = fmt.Fprintf(w, "event: progress\ndata: %s\n\n", b)
 		}
-		next += len(evs)
+		next = upTo
 		if done {
 			b, _ := json.Marshal(map[string]string{"operation": log.Op, "error": errText})
 			_, _ = fmt.Fprintf(w, "event: done\ndata: %s\n\n", b)

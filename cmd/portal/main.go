@@ -39,6 +39,7 @@ func run() error {
 	var addr, projectDir, stateDir, backend, secretsProvider, tlsCert, tlsKey string
 	var insecureHTTP bool
 	var drain time.Duration
+	var maxStreams, maxEvents int
 	flag.StringVar(&addr, "addr", "127.0.0.1:8080", "listen address")
 	flag.StringVar(&tlsCert, "tls-cert", "", "serve TLS with this certificate (PEM; with -tls-key)")
 	flag.StringVar(&tlsKey, "tls-key", "", "the certificate's private key (PEM)")
@@ -48,6 +49,8 @@ func run() error {
 	flag.StringVar(&stateDir, "state-dir", "", "the portal's durable directory: stack workspaces, plans, and the default backend (required)")
 	flag.StringVar(&backend, "backend", "", "Pulumi backend URL (default: file://<state-dir>/state)")
 	flag.StringVar(&secretsProvider, "secrets-provider", "", "secrets provider of new stacks: passphrase (default), awskms://…, gcpkms://…, hashivault://…")
+	flag.IntVar(&maxStreams, "max-streams", portal.DefaultMaxStreams, "event streams served at once (one more gets 429)")
+	flag.IntVar(&maxEvents, "max-events", portal.DefaultMaxEvents, "events kept per operation for the page and late streams (the oldest go first)")
 	flag.Parse()
 	if stateDir == "" {
 		flag.Usage()
@@ -91,6 +94,7 @@ func run() error {
 	if err != nil {
 		return err
 	}
+	srv.MaxStreams, srv.MaxEvents = maxStreams, maxEvents
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return err

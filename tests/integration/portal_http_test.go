@@ -471,3 +471,72 @@ func (zeros) Read(p []byte) (int, error) {
 	}
 	return len(p), nil
 }
+
+// The service's limits: an operation's log keeps its last MaxEvents events (a stream that missed
+// some is told how many), the portal keeps the last operations of MaxLogs stacks (the oldest
+// finished one goes), and MaxStreams event streams may be open at once (one more is 429).
+func TestPortalServiceLimits(t *testing.T) {
+	m := newPortal(t)
+	srv, err := portal.NewServer(context.Background(), m, portalBearer)
+	require.NoError(t, err)
+	srv.MaxEvents, srv.MaxLogs, srv.MaxStreams = 4, 2, 1
+	ts := httptest.NewServer(srv.Handler())
+	t.Cleanup(ts.Close)
+	c := &httpClient{t: t, base: ts.URL}
+	preview := func(stack string) {
+		code, body := c.do(http.MethodPost, "/api/stacks/"+stack+"/preview", map[string]any{
+			"base": "agg", "hfToken": portalToken, "config": map[string]any{"namespace": map[string]any{"name": "portal-limits"}}})
+		require.Equal(t, http.StatusAccepted, code, string(body))
+	}
+
+	preview("agg-limits-1")
+	events, errText := c.sse("agg-limits-1")
+	require.Empty(t, errText)
+	require.Len(t, events, 5, "the dropped-events notice and the last 4")
+	assert.Equal(t, "dropped", events[0].Status)
+	assert.Regexp(t, `^\d+ earlier events of this operation are no longer kept$`, events[0].Message)
+	assert.Equal(t, "result", events[4].Status, "the last event kept")
+
+	preview("agg-limits-2")
+	_, _ = c.sse("agg-limits-2")
+	preview("agg-limits-3")
+	_, _ = c.sse("agg-limits-3")
+	code, body := c.do(http.MethodGet, "/api/stacks/agg-limits-1/events", nil)
+	assert.Equal(t, http.StatusNotFound, code, "the oldest log dropped: %s", body)
+	code, _ = c.do(http.MethodGet, "/api/stacks/agg-limits-2/events", nil)
+	assert.Equal(t, http.StatusOK, code)
+
+	// A stream held open (an up waiting for a graph no controller makes Ready), and one more.
+	code, body = c.do(http.MethodPost, "/api/stacks/agg-limits-3/up", map[string]any{
+		"base": "agg", "config": map[string]any{"namespace": map[string]any{"name": "portal-limits"}, "modelDownload": map[string]any{"enabled": false},
+			"readiness": map[string]any{"timeout": "3m"}, "smokeTest": map[string]any{"enabled": false}}})
+	require.Equal(t, http.StatusAccepted, code, string(body))
+	t.Cleanup(func() {
+		stop := playControllers(t, "portal-limits", controllers{})
+		defer stop()
+		_ = m.Destroy(context.Background(), "agg-limits-3", true, portal.RunOptions{Wait: true})
+	})
+	req, err := http.NewRequest(http.MethodGet, ts.URL+"/api/stacks/agg-limits-3/events", nil)
+	require.NoError(t, err)
+	req.Header.Set("Authorization", "Bearer "+portalBearer)
+	held, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, held.StatusCode)
+	code, body = c.do(http.MethodGet, "/api/stacks/agg-limits-3/events", nil)
+	assert.Equal(t, http.StatusTooManyRequests, code)
+	assert.Contains(t, string(body), "1 event streams are open, the most this portal serves at once")
+	_ = held.Body.Close()
+	code, _ = c.do(http.MethodPost, "/api/stacks/agg-limits-3/cancel", nil)
+	require.Equal(t, http.StatusAccepted, code)
+	// Once the held stream is closed, a new one is served again (to the end of the cancelled up).
+	require.Eventually(t, func() bool {
+		req, _ := http.NewRequest(http.MethodGet, ts.URL+"/api/stacks/agg-limits-3/events", nil)
+		req.Header.Set("Authorization", "Bearer "+portalBearer)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return false
+		}
+		_ = resp.Body.Close()
+		return resp.StatusCode == http.StatusOK
+	}, time.Minute, 200*time.Millisecond)
+}
