@@ -12,6 +12,8 @@ import (
 	"io"
 	"mime"
 	"net/http"
+	"path"
+	"regexp"
 	"strings"
 	"sync"
 	"time"
@@ -52,7 +54,22 @@ type Server struct {
 	// oldest finished one goes first); MaxStreams how many event streams may be open at once (one
 	// more is refused, 429). NewServer sets defaults; change them before serving.
 	MaxEvents, MaxLogs, MaxStreams int
+	// BasePath serves everything under a path prefix ("/portal": the page at /portal/, the API
+	// at /portal/api/…), for a reverse proxy that forwards that path unchanged; "" serves at /.
+	// Set it before Handler.
+	BasePath string
 }
+
+// CheckBasePath refuses a base path that is not "" or a clean absolute path without a trailing
+// slash, of letters, digits, '.', '_', '-' and '/'.
+func CheckBasePath(p string) error {
+	if p == "" || (basePath.MatchString(p) && path.Clean(p) == p) {
+		return nil
+	}
+	return fmt.Errorf("base path %q: a clean absolute path without a trailing slash (/portal), or empty", p)
+}
+
+var basePath = regexp.MustCompile(`^(/[A-Za-z0-9._-]+)+$`)
 
 // The limits' defaults.
 const (
@@ -164,8 +181,19 @@ func (s *Server) Handler() http.Handler {
 	mux.HandleFunc("GET /api/stacks/{stack}/history", bounded(withStack(s.history)))
 	mux.HandleFunc("GET /api/stacks/{stack}/events", withStack(s.events))
 	mux.HandleFunc("POST /api/stacks/{stack}/{op}", bounded(withStack(s.operation)))
-	return securityHeaders(http.NewCrossOriginProtection().Handler(s.auth(mux)))
+	var h http.Handler = mux
+	if s.BasePath != "" {
+		base := s.BasePath
+		prefixed := http.NewServeMux()
+		prefixed.Handle(base+"/", http.StripPrefix(base, mux))
+		prefixed.Handle(base, http.RedirectHandler(base+"/", http.StatusMovedPermanently))
+		h = prefixed
+	}
+	return securityHeaders(http.NewCrossOriginProtection().Handler(s.auth(h)))
 }
+
+// at is a path of the portal's, under its base path.
+func (s *Server) at(p string) string { return s.BasePath + p }
 
 // securityHeaders are on every response: nothing is cached or sniffed, no referrer leaves the
 // page, and no other site may frame it.
@@ -237,7 +265,7 @@ func (s *Server) session(id string) bool {
 
 func (s *Server) auth(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if t := r.URL.Query().Get("token"); t != "" && r.Method == http.MethodGet && r.URL.Path == "/" {
+		if t := r.URL.Query().Get("token"); t != "" && r.Method == http.MethodGet && r.URL.Path == s.at("/") {
 			if !s.valid(t) {
 				writeError(w, http.StatusUnauthorized, errors.New("wrong token"))
 				return
@@ -247,9 +275,9 @@ func (s *Server) auth(next http.Handler) http.Handler {
 				writeError(w, http.StatusInternalServerError, err)
 				return
 			}
-			http.SetCookie(w, &http.Cookie{Name: cookieName, Value: id, Path: "/", HttpOnly: true, SameSite: http.SameSiteStrictMode,
+			http.SetCookie(w, &http.Cookie{Name: cookieName, Value: id, Path: s.at("/"), HttpOnly: true, SameSite: http.SameSiteStrictMode,
 				Secure: r.TLS != nil, MaxAge: int(sessionTTL.Seconds())})
-			http.Redirect(w, r, "/", http.StatusSeeOther)
+			http.Redirect(w, r, s.at("/"), http.StatusSeeOther)
 			return
 		}
 		authorized := false
@@ -430,7 +458,7 @@ func (s *Server) operation(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		go func() { _ = s.m.Cancel(stack) }()
-		writeJSON(w, http.StatusAccepted, map[string]string{"cancelling": stack, "events": "/api/stacks/" + stack + "/events"})
+		writeJSON(w, http.StatusAccepted, map[string]string{"cancelling": stack, "events": s.at("/api/stacks/" + stack + "/events")})
 		return
 	}
 	body, status, err := readBody(w, r)
@@ -509,7 +537,7 @@ func (s *Server) operation(w http.ResponseWriter, r *http.Request) {
 	}
 	// Published only once the operation holds the stack and has started.
 	s.publish(stack, log)
-	writeJSON(w, http.StatusAccepted, map[string]string{"stack": stack, "operation": op, "events": "/api/stacks/" + stack + "/events"})
+	writeJSON(w, http.StatusAccepted, map[string]string{"stack": stack, "operation": op, "events": s.at("/api/stacks/" + stack + "/events")})
 }
 
 // events streams the stack's running or last operation as server-sent events: "progress" for each
@@ -579,6 +607,8 @@ type pageData struct {
 	Stacks []pageStack
 	// Nonce admits the page's own script and style under its Content-Security-Policy.
 	Nonce string
+	// Base is the portal's base path, which the page's requests start with.
+	Base string
 }
 
 type pageStack struct {
@@ -594,7 +624,7 @@ var pageTemplate = template.Must(template.New("page").Parse(`<!doctype html>
 body{font-family:system-ui,sans-serif;margin:2rem;color:#222}
 table{border-collapse:collapse;margin:.5rem 0}td,th{border:1px solid #ccc;padding:.2rem .5rem;text-align:left}
 .running{color:#b60}.failed{color:#b00}.done{color:#060}pre{background:#f6f6f6;padding:.5rem;max-height:20rem;overflow:auto}
-</style></head><body>
+</style></head><body data-base="{{.Base}}">
 <h1>minimax-m3 stacks</h1>
 {{if not .Stacks}}<p id="empty">No stacks yet.</p>{{end}}
 {{range .Stacks}}
@@ -615,9 +645,10 @@ table{border-collapse:collapse;margin:.5rem 0}td,th{border:1px solid #ccc;paddin
 </section>
 {{end}}
 <script nonce="{{.Nonce}}">
+const base = document.body.dataset.base;
 for (const section of document.querySelectorAll("section.stack")) {
   const stack = section.dataset.stack, rows = {}, body = section.querySelector(".resources tbody"), now = section.querySelector(".now");
-  const source = new EventSource("/api/stacks/" + encodeURIComponent(stack) + "/events");
+  const source = new EventSource(base + "/api/stacks/" + encodeURIComponent(stack) + "/events");
   source.addEventListener("progress", (m) => {
     const e = JSON.parse(m.data);
     if (!e.name) { if (e.message) now.textContent = e.status + ": " + e.message; return; }
@@ -658,7 +689,7 @@ func (s *Server) page(w http.ResponseWriter, r *http.Request) {
 		http.Error(w, err.Error(), http.StatusInternalServerError)
 		return
 	}
-	data := pageData{Nonce: hex.EncodeToString(nonce)}
+	data := pageData{Nonce: hex.EncodeToString(nonce), Base: s.BasePath}
 	for _, n := range names {
 		ps := pageStack{Name: n, Running: s.m.Running(n)}
 		if out, err := s.m.Outputs(r.Context(), n); err == nil {

@@ -40,6 +40,7 @@ func run() error {
 	var insecureHTTP bool
 	var drain time.Duration
 	var maxStreams, maxEvents int
+	var basePath string
 	flag.StringVar(&addr, "addr", "127.0.0.1:8080", "listen address")
 	flag.StringVar(&tlsCert, "tls-cert", "", "serve TLS with this certificate (PEM; with -tls-key)")
 	flag.StringVar(&tlsKey, "tls-key", "", "the certificate's private key (PEM)")
@@ -51,7 +52,11 @@ func run() error {
 	flag.StringVar(&secretsProvider, "secrets-provider", "", "secrets provider of new stacks: passphrase (default), awskms://…, gcpkms://…, hashivault://…")
 	flag.IntVar(&maxStreams, "max-streams", portal.DefaultMaxStreams, "event streams served at once (one more gets 429)")
 	flag.IntVar(&maxEvents, "max-events", portal.DefaultMaxEvents, "events kept per operation for the page and late streams (the oldest go first)")
+	flag.StringVar(&basePath, "base-path", "", "serve under this path prefix, for a reverse proxy forwarding it unchanged (/portal: the page at /portal/)")
 	flag.Parse()
+	if err := portal.CheckBasePath(basePath); err != nil {
+		return fmt.Errorf("-base-path: %w", err)
+	}
 	if stateDir == "" {
 		flag.Usage()
 		return errors.New("-state-dir is required")
@@ -79,7 +84,7 @@ func run() error {
 			return err
 		}
 		token = hex.EncodeToString(b)
-		fmt.Fprintf(os.Stderr, "no MINIMAX_M3_PORTAL_TOKEN: using a random token for this run; page: http://%s/?token=%s\n", addr, token)
+		fmt.Fprintf(os.Stderr, "no MINIMAX_M3_PORTAL_TOKEN: using a random token for this run; page: http://%s%s/?token=%s\n", addr, basePath, token)
 	}
 	if !loopback && tlsCert == "" && !insecureHTTP {
 		return fmt.Errorf("refusing to serve plain HTTP on %s: the token crosses the network; give -tls-cert and -tls-key, or -insecure-http behind a TLS proxy", addr)
@@ -94,7 +99,7 @@ func run() error {
 	if err != nil {
 		return err
 	}
-	srv.MaxStreams, srv.MaxEvents = maxStreams, maxEvents
+	srv.MaxStreams, srv.MaxEvents, srv.BasePath = maxStreams, maxEvents, basePath
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return err

@@ -2,7 +2,11 @@ package integration
 
 import (
 	"context"
+	"minimax-m3/portal"
 	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"os/exec"
 	"testing"
 	"time"
@@ -71,4 +75,58 @@ func TestPortalPageShowsAnUpLive(t *testing.T) {
 
 	do(chromedp.Reload())
 	assert.Equal(t, "portal-page", text(`section[data-stack="agg-page"] table.outputs tr:first-child td`))
+}
+
+// Behind a reverse proxy that serves the portal under /portal (forwarding the path unchanged):
+// the login redirects to /portal/, the session cookie is scoped to it, the API answers under it,
+// and the page's own event stream goes through it, so a finished preview shows on the page.
+func TestPortalPageBehindAProxyAtABasePath(t *testing.T) {
+	browser, err := exec.LookPath("chromium")
+	require.NoError(t, err, "make test installs chromium (Debian's package)")
+	m := newPortal(t)
+	srv, err := portal.NewServer(context.Background(), m, portalBearer)
+	require.NoError(t, err)
+	srv.BasePath = "/portal"
+	backend := httptest.NewServer(srv.Handler())
+	t.Cleanup(backend.Close)
+	target, err := url.Parse(backend.URL)
+	require.NoError(t, err)
+	proxy := httptest.NewServer(httputil.NewSingleHostReverseProxy(target))
+	t.Cleanup(proxy.Close)
+	c := &httpClient{t: t, base: proxy.URL + "/portal"}
+
+	code, body := c.do(http.MethodPost, "/api/stacks/agg-base/preview", map[string]any{"base": "agg", "hfToken": portalToken,
+		"config": map[string]any{"namespace": map[string]any{"name": "portal-base"}}})
+	require.Equal(t, http.StatusAccepted, code, string(body))
+	assert.Contains(t, string(body), `"events":"/portal/api/stacks/agg-base/events"`)
+	_, errText := c.sse("agg-base")
+	require.Empty(t, errText)
+	outside := &httpClient{t: t, base: proxy.URL}
+	code, _ = outside.do(http.MethodGet, "/api/stacks", nil)
+	assert.Equal(t, http.StatusNotFound, code, "nothing outside the base path")
+
+	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
+	resp, err := noRedirect.Get(proxy.URL + "/portal/?token=" + portalBearer)
+	require.NoError(t, err)
+	_ = resp.Body.Close()
+	assert.Equal(t, http.StatusSeeOther, resp.StatusCode)
+	assert.Equal(t, "/portal/", resp.Header.Get("Location"))
+	require.Len(t, resp.Cookies(), 1)
+	assert.Equal(t, "/portal/", resp.Cookies()[0].Path)
+
+	alloc, cancelAlloc := chromedp.NewExecAllocator(context.Background(), append(chromedp.DefaultExecAllocatorOptions[:],
+		chromedp.ExecPath(browser), chromedp.NoSandbox, chromedp.Flag("headless", "new"))...)
+	defer cancelAlloc()
+	page, cancelPage := chromedp.NewContext(alloc)
+	defer cancelPage()
+	page, cancelTimeout := context.WithTimeout(page, 2*time.Minute)
+	defer cancelTimeout()
+	now := `section[data-stack="agg-base"] p.now.done`
+	_, err = chromedp.Run(page, chromedp.Navigate(proxy.URL+"/portal/?token="+portalBearer))
+	require.NoError(t, err)
+	_, err = chromedp.Run(page, chromedp.WaitVisible(now))
+	require.NoError(t, err)
+	text, err := chromedp.Run(page, chromedp.Text(now))
+	require.NoError(t, err)
+	assert.Equal(t, "preview done", text, "the page's event stream, under the base path")
 }
