@@ -26,6 +26,7 @@ import (
 
 	"minimax-m3/automation"
 	"minimax-m3/config"
+	"minimax-m3/policy"
 )
 
 // Options say where the project is and where stacks live.
@@ -133,6 +134,10 @@ type RunOptions struct {
 	// Plan: Preview saves the plan there; Up runs exactly that plan (the engine rejects the update
 	// if the program or the config no longer produce it).
 	Plan string
+	// AllowRoll is the consent an Up needs to restart graph components' pods, as the PR check's
+	// label gives it: the components it may roll (Frontend,Worker,PrefillWorker,DecodeWorker), or
+	// "all". Empty: an up that would roll any is refused.
+	AllowRoll string
 }
 
 // acquire reserves a stack for an operation; release with the returned function.
@@ -403,6 +408,10 @@ type PreviewResult struct {
 	Steps []Step `json:"steps"`
 	// Plan is the saved plan's file, when RunOptions.Plan asked for one.
 	Plan string `json:"plan,omitempty"`
+	// Rolls are the graph components the change restarts: the consent an up of it needs
+	// (RunOptions.AllowRoll). Violations are the policies it breaks: an up of it is refused.
+	Rolls      []string `json:"rolls,omitempty"`
+	Violations []string `json:"violations,omitempty"`
 }
 
 // Step is one resource's planned change.
@@ -422,7 +431,11 @@ func (m *Manager) Preview(ctx context.Context, r Request, o RunOptions) (Preview
 	}
 	defer release()
 	res := PreviewResult{Plan: o.Plan}
+	var steps []policy.Step
 	collect := func(e events.EngineEvent) {
+		if ps, ok := policy.StepFromEvent(e); ok {
+			steps = append(steps, ps)
+		}
 		if e.ResourcePreEvent == nil {
 			return
 		}
@@ -450,6 +463,15 @@ func (m *Manager) Preview(ctx context.Context, r Request, o RunOptions) (Preview
 	for op, n := range out.ChangeSummary {
 		res.Changes[string(op)] = n
 	}
+	p := policy.Plan{Steps: steps, Adopted: r.Config.Adopt}
+	for _, roll := range policy.Rolls(p) {
+		if roll.Rolls {
+			res.Rolls = append(res.Rolls, roll.Component)
+		}
+	}
+	for _, v := range policy.Check(p) {
+		res.Violations = append(res.Violations, v.String())
+	}
 	return res, nil
 }
 
@@ -459,13 +481,18 @@ type UpResult struct {
 	Outputs Outputs        `json:"outputs"`
 }
 
-// Up deploys the request's stack (exactly RunOptions.Plan, when set).
+// Up deploys the request's stack (exactly RunOptions.Plan, when set), once the policies pass on a
+// preview of it: the rules the PR check runs (package policy), and consent (RunOptions.AllowRoll)
+// for every graph component it would restart. Refused, it changes nothing but the stack's config.
 func (m *Manager) Up(ctx context.Context, r Request, o RunOptions) (UpResult, error) {
 	ctx, s, release, err := m.prepare(ctx, r, "up", o)
 	if err != nil {
 		return UpResult{}, err
 	}
 	defer release()
+	if err := m.checkPolicies(ctx, s, r, o); err != nil {
+		return UpResult{}, err
+	}
 	ch, wait := m.stream(r, o.Progress, nil)
 	opts := []optup.Option{optup.EventStreams(ch)}
 	if o.Plan != "" {
@@ -712,4 +739,40 @@ func urnName(urn string) string {
 // planFile is where a preview through the server saves a stack's plan.
 func (m *Manager) planFile(stack string) string {
 	return filepath.Join(m.o.StateDir, "plans", stack+".json")
+}
+
+// checkPolicies previews the stack and checks the plan as the PR check does: every rule of package
+// policy, and consent for each component that rolls. A refusal is an InvalidRequestError: the
+// rules' violations at "policy", each unconsented roll at "allowRoll".
+func (m *Manager) checkPolicies(ctx context.Context, s automation.Stack, r Request, o RunOptions) error {
+	ch := make(chan events.EngineEvent)
+	stepsc := make(chan []policy.Step, 1)
+	go func() { stepsc <- policy.Collect(ch) }()
+	_, err := s.Preview(ctx, optpreview.EventStreams(ch))
+	steps := <-stepsc
+	if err != nil {
+		return m.opError(r.Name(), err, r.HFToken)
+	}
+	p := policy.Plan{Steps: steps, Adopted: r.Config.Adopt}
+	rolls := policy.Rolls(p)
+	var ps config.Problems
+	for _, v := range policy.Check(p) {
+		ps.Add("policy", "%s", v)
+	}
+	for _, roll := range policy.UnexpectedRolls(rolls, o.AllowRoll) {
+		ps.Add("allowRoll", "%s of graph %s restarts (%s): name it in allowRoll (or \"all\") to consent, as a pull request's allow-worker-roll label does",
+			roll.Component, roll.Graph, strings.Join(policy.Compact(roll.Why), ", "))
+	}
+	if len(ps) > 0 {
+		// Before any progress: the service answers the request itself with the problems (400).
+		return &InvalidRequestError{Problems: ps}
+	}
+	if o.Progress != nil {
+		msg := fmt.Sprintf("policies passed on a preview: %d rules, %d resources", len(policy.Rules), len(steps))
+		if summary := policy.Summary(rolls); len(summary) > 0 {
+			msg += "; " + strings.Join(summary, "; ")
+		}
+		o.Progress(Event{Time: time.Now(), Stack: r.Name(), Status: "policy", Message: scrub(msg, r.HFToken)})
+	}
+	return nil
 }

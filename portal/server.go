@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"path"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -190,6 +191,19 @@ func (s *Server) Handler() http.Handler {
 		h = prefixed
 	}
 	return securityHeaders(http.NewCrossOriginProtection().Handler(s.auth(h)))
+}
+
+// checkAllowRoll refuses an allowRoll that names no component.
+func checkAllowRoll(v string) error {
+	if v == "" || v == "all" {
+		return nil
+	}
+	for _, c := range strings.Split(v, ",") {
+		if !slices.Contains([]string{"Frontend", "Worker", "PrefillWorker", "DecodeWorker"}, c) {
+			return invalidAt("allowRoll", fmt.Sprintf("%q is not a component: Frontend, Worker, PrefillWorker, DecodeWorker, comma-separated, or all", c))
+		}
+	}
+	return nil
 }
 
 // at is a path of the portal's, under its base path.
@@ -447,6 +461,8 @@ type operationBody struct {
 	HFToken Secret          `json:"hfToken"`
 	// Plan: for preview, true saves a plan; for up, the plan file a preview returned.
 	Plan json.RawMessage `json:"plan"`
+	// AllowRoll, for up: the graph components it may restart (comma-separated, or "all").
+	AllowRoll string `json:"allowRoll"`
 }
 
 func (s *Server) operation(w http.ResponseWriter, r *http.Request) {
@@ -501,6 +517,11 @@ func (s *Server) operation(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		opts.Plan = plan
+		if err := checkAllowRoll(body.AllowRoll); err != nil {
+			writeError(w, http.StatusBadRequest, err)
+			return
+		}
+		opts.AllowRoll = body.AllowRoll
 		run = func(ctx context.Context) (any, error) { return s.m.Up(ctx, req, opts) }
 	case "refresh":
 		run = func(ctx context.Context) (any, error) { return s.m.Refresh(ctx, stack, opts) }

@@ -143,6 +143,9 @@ func TestPortalService(t *testing.T) {
 	}
 	require.NoError(t, json.Unmarshal(body, &bad))
 	assert.Equal(t, []struct{ Key string }{{"namespace.name"}, {"worker.replicas"}}, bad.Problems)
+	code, body = c.do(http.MethodPost, "/api/stacks/agg-http/up", map[string]any{"base": "agg", "allowRoll": "Workers"})
+	assert.Equal(t, http.StatusBadRequest, code)
+	assert.Contains(t, string(body), `"key":"allowRoll"`)
 
 	code, body = c.do(http.MethodPost, "/api/stacks/agg-http/preview", map[string]any{"base": "agg", "config": site, "hfToken": portalToken, "plan": true})
 	require.Equal(t, http.StatusAccepted, code, string(body))

@@ -335,3 +335,54 @@ func TestPortalSwitchToAnExistingSecretClearsTheStoredToken(t *testing.T) {
 	require.ErrorAs(t, err, &invalid)
 	assert.Equal(t, "hfToken", invalid.Problems[0].Key)
 }
+
+// An up runs the PR check's policies on a preview first: a change that restarts the workers needs
+// the same explicit consent a pull request's label gives (allowRoll), and without it nothing is
+// applied; the preview says what it would roll.
+func TestPortalUpNeedsConsentToRollWorkers(t *testing.T) {
+	ctx := context.Background()
+	m := newPortal(t)
+	r := portalRequest("agg", "agg-consent", "portal-consent")
+	destroyAfter(t, m, r.Name(), "portal-consent")
+	stop := playControllers(t, "portal-consent", controllers{jobOutcome: "complete", graphReady: true})
+	_, err := m.Up(ctx, r, portal.RunOptions{})
+	stop()
+	require.NoError(t, err, "a new stack rolls nothing")
+	g, _ := get(t, graphGVK, "portal-consent", aggGraph)
+	generation := g.GetGeneration()
+
+	r.HFToken = ""
+	r.Config.Worker.TerminationGracePeriodSeconds = 120
+	pre, err := m.Preview(ctx, r, portal.RunOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, []string{"Worker"}, pre.Rolls)
+	assert.Empty(t, pre.Violations)
+
+	_, err = m.Up(ctx, r, portal.RunOptions{})
+	var invalid *portal.InvalidRequestError
+	require.ErrorAs(t, err, &invalid)
+	require.Len(t, invalid.Problems, 1)
+	assert.Equal(t, "allowRoll", invalid.Problems[0].Key)
+	assert.Contains(t, invalid.Problems[0].Message, "Worker of graph "+aggGraph+" restarts (")
+	assert.Contains(t, invalid.Problems[0].Message, "terminationGracePeriodSeconds")
+	g, _ = get(t, graphGVK, "portal-consent", aggGraph)
+	assert.Equal(t, generation, g.GetGeneration(), "nothing applied")
+
+	_, err = m.Up(ctx, r, portal.RunOptions{AllowRoll: "Frontend"})
+	require.ErrorAs(t, err, &invalid, "consent for another component is not consent for the workers")
+
+	stop = playControllers(t, "portal-consent", controllers{jobOutcome: "complete", graphReady: true})
+	var events []portal.Event
+	var mu sync.Mutex
+	_, err = m.Up(ctx, r, portal.RunOptions{AllowRoll: "Worker", Progress: func(e portal.Event) { mu.Lock(); events = append(events, e); mu.Unlock() }})
+	stop()
+	require.NoError(t, err)
+	g, _ = get(t, graphGVK, "portal-consent", aggGraph)
+	assert.Greater(t, g.GetGeneration(), generation, "applied with consent")
+	mu.Lock()
+	defer mu.Unlock()
+	require.NotEmpty(t, events)
+	assert.Equal(t, "policy", events[0].Status)
+	assert.Contains(t, events[0].Message, "policies passed on a preview")
+	assert.Contains(t, events[0].Message, "Worker=yes")
+}
