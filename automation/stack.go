@@ -272,3 +272,35 @@ func PlainOutputs(ctx context.Context, s auto.Stack) (map[string]any, error) {
 	}
 	return out, nil
 }
+
+// PendingOperations are the URNs of the operations an interrupted update left pending in the
+// stack's state, read with `pulumi stack export` without --show-secrets (nothing is decrypted).
+func PendingOperations(ctx context.Context, s auto.Stack) ([]string, error) {
+	ws := s.Workspace()
+	var env []string
+	for k, v := range ws.GetEnvVars() {
+		env = append(env, k+"="+v)
+	}
+	stdout, stderr, _, err := ws.PulumiCommand().Run(ctx, ws.WorkDir(), nil, nil, nil, env, "stack", "export", "--stack", s.Name())
+	if err != nil {
+		return nil, fmt.Errorf("stack %s: reading its state: %v: %s", s.Name(), err, stderr)
+	}
+	var state struct {
+		Deployment struct {
+			Pending []struct {
+				Type     string `json:"type"`
+				Resource struct {
+					URN string `json:"urn"`
+				} `json:"resource"`
+			} `json:"pending_operations"`
+		} `json:"deployment"`
+	}
+	if err := json.Unmarshal([]byte(stdout), &state); err != nil {
+		return nil, fmt.Errorf("stack %s: reading its state: %w", s.Name(), err)
+	}
+	var out []string
+	for _, p := range state.Deployment.Pending {
+		out = append(out, p.Type+" "+p.Resource.URN)
+	}
+	return out, nil
+}

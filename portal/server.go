@@ -33,6 +33,7 @@ import (
 //	POST /api/stacks/{stack}/refresh
 //	POST /api/stacks/{stack}/destroy
 //	POST /api/stacks/{stack}/cancel
+//	POST /api/stacks/{stack}/recover       clear stale locks and pending operations an earlier run left
 //	GET  /api/stacks/{stack}/events        text/event-stream: the running (or last) operation's events
 //
 // Operations run in the background: the POST returns 202 once the operation started, 400 with the
@@ -49,6 +50,9 @@ type Server struct {
 	ctx context.Context
 	// streams counts the open event streams.
 	streams int
+	// interrupted are the stacks an earlier run left locked or with pending operations, until
+	// recovered.
+	interrupted map[string]Interruption
 
 	// MaxEvents is how many events an operation's log keeps (the oldest go first, and a stream
 	// that missed them is told how many); MaxLogs how many stacks' last operations are kept (the
@@ -206,6 +210,26 @@ func checkAllowRoll(v string) error {
 	return nil
 }
 
+// SetInterruptions shows what Manager.Interruptions found (at start) on the page and in the stack
+// list, until each stack is recovered.
+func (s *Server) SetInterruptions(ins []Interruption) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.interrupted = map[string]Interruption{}
+	for _, in := range ins {
+		s.interrupted[in.Stack] = in
+	}
+}
+
+func (s *Server) interruption(stack string) *Interruption {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if in, ok := s.interrupted[stack]; ok {
+		return &in
+	}
+	return nil
+}
+
 // at is a path of the portal's, under its base path.
 func (s *Server) at(p string) string { return s.BasePath + p }
 
@@ -358,6 +382,8 @@ func statusOf(err error) int {
 type StackInfo struct {
 	Name    string `json:"name"`
 	Running string `json:"running,omitempty"`
+	// Interrupted is what an earlier run left on the stack: POST …/recover clears it.
+	Interrupted *Interruption `json:"interrupted,omitempty"`
 }
 
 func (s *Server) listStacks(w http.ResponseWriter, r *http.Request) {
@@ -368,7 +394,7 @@ func (s *Server) listStacks(w http.ResponseWriter, r *http.Request) {
 	}
 	out := []StackInfo{}
 	for _, n := range names {
-		out = append(out, StackInfo{Name: n, Running: s.m.Running(n)})
+		out = append(out, StackInfo{Name: n, Running: s.m.Running(n), Interrupted: s.interruption(n)})
 	}
 	writeJSON(w, http.StatusOK, out)
 }
@@ -527,6 +553,16 @@ func (s *Server) operation(w http.ResponseWriter, r *http.Request) {
 		run = func(ctx context.Context) (any, error) { return s.m.Refresh(ctx, stack, opts) }
 	case "destroy":
 		run = func(ctx context.Context) (any, error) { return nil, s.m.Destroy(ctx, stack, false, opts) }
+	case "recover":
+		run = func(ctx context.Context) (any, error) {
+			in, err := s.m.Recover(ctx, stack, opts)
+			if err == nil {
+				s.mu.Lock()
+				delete(s.interrupted, stack)
+				s.mu.Unlock()
+			}
+			return in, err
+		}
 	default:
 		writeError(w, http.StatusNotFound, fmt.Errorf("no operation %q", op))
 		return
@@ -633,10 +669,11 @@ type pageData struct {
 }
 
 type pageStack struct {
-	Name    string
-	Running string
-	Outputs *Outputs
-	Error   string
+	Name        string
+	Running     string
+	Outputs     *Outputs
+	Error       string
+	Interrupted *Interruption
 }
 
 var pageTemplate = template.Must(template.New("page").Parse(`<!doctype html>
@@ -661,6 +698,10 @@ table{border-collapse:collapse;margin:.5rem 0}td,th{border:1px solid #ccc;paddin
 <tr><th>speculative decoding</th><td>{{.SpeculativeMode}}</td></tr>
 </table>{{end}}
 {{if .Error}}<p class="failed">{{.Error}}</p>{{end}}
+{{with .Interrupted}}<div class="interrupted failed"><p>An earlier run left this stack interrupted{{if .Recoverable}} (recover it: POST api/stacks/{{.Stack}}/recover){{else}}; a lock belongs to an update that may still run{{end}}:</p><ul>
+{{range .Locks}}<li>lock of {{.Username}}@{{.Hostname}}, pid {{.Pid}}, since {{.Since.Format "2006-01-02 15:04:05 MST"}}{{if .Stale}} (its process is gone){{end}}</li>{{end}}
+{{range .Pending}}<li>pending: {{.}}</li>{{end}}
+</ul></div>{{end}}
 <p class="now">—</p>
 <table class="resources"><thead><tr><th>resource</th><th>step</th><th>status</th><th>waited</th><th>last message</th></tr></thead><tbody></tbody></table>
 </section>
@@ -712,7 +753,7 @@ func (s *Server) page(w http.ResponseWriter, r *http.Request) {
 	}
 	data := pageData{Nonce: hex.EncodeToString(nonce), Base: s.BasePath}
 	for _, n := range names {
-		ps := pageStack{Name: n, Running: s.m.Running(n)}
+		ps := pageStack{Name: n, Running: s.m.Running(n), Interrupted: s.interruption(n)}
 		if out, err := s.m.Outputs(r.Context(), n); err == nil {
 			ps.Outputs = &out
 		} else {

@@ -100,6 +100,16 @@ func run() error {
 		return err
 	}
 	srv.MaxStreams, srv.MaxEvents, srv.BasePath = maxStreams, maxEvents, basePath
+	// What an earlier run left behind (killed mid-update): shown on the page, cleared on request.
+	ins, err := m.Interruptions(ctx)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "checking the stacks for interrupted operations:", err)
+	}
+	for _, in := range ins {
+		fmt.Fprintf(os.Stderr, "stack %s was interrupted: %d lock(s), %d pending operation(s); POST /api/stacks/%s/recover clears them\n",
+			in.Stack, len(in.Locks), len(in.Pending), in.Stack)
+	}
+	srv.SetInterruptions(ins)
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return err

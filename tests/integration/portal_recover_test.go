@@ -1,0 +1,258 @@
+package integration
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"minimax-m3/portal"
+)
+
+// portalProcess is cmd/portal running with the tests' cluster and passphrase, its stderr kept.
+type portalProcess struct {
+	cmd         *exec.Cmd
+	addr, token string
+	mu          sync.Mutex
+	stderr      []string
+}
+
+func startPortalProcess(t *testing.T, bin, stateDir string) *portalProcess {
+	t.Helper()
+	p := &portalProcess{cmd: exec.Command(bin, "-addr", "127.0.0.1:0", "-state-dir", stateDir, "-project-dir", cluster.root)}
+	p.cmd.Env = append(os.Environ(), "KUBECONFIG="+cluster.kubeconfig, "PULUMI_CONFIG_PASSPHRASE=portal-tests")
+	stderr, err := p.cmd.StderrPipe()
+	require.NoError(t, err)
+	require.NoError(t, p.cmd.Start())
+	t.Cleanup(func() { _ = p.cmd.Process.Kill(); _ = p.cmd.Wait() })
+	sc := bufio.NewScanner(stderr)
+	for (p.token == "" || p.addr == "") && sc.Scan() {
+		line := sc.Text()
+		p.mu.Lock()
+		p.stderr = append(p.stderr, line)
+		p.mu.Unlock()
+		if _, after, ok := strings.Cut(line, "?token="); ok {
+			p.token = after
+		}
+		if after, ok := strings.CutPrefix(line, "serving on "); ok {
+			p.addr = after
+		}
+	}
+	go func() {
+		for sc.Scan() {
+			p.mu.Lock()
+			p.stderr = append(p.stderr, sc.Text())
+			p.mu.Unlock()
+		}
+	}()
+	require.NotEmpty(t, p.addr, "cmd/portal did not start")
+	return p
+}
+
+func (p *portalProcess) log() string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return strings.Join(p.stderr, "\n")
+}
+
+func (p *portalProcess) client(t *testing.T) *bearerClient {
+	return &bearerClient{t: t, base: p.addr, token: p.token}
+}
+
+// bearerClient calls a portal process with its token.
+type bearerClient struct {
+	t           *testing.T
+	base, token string
+}
+
+func (c *bearerClient) do(method, path string, body any) (int, string) {
+	c.t.Helper()
+	var r *strings.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		require.NoError(c.t, err)
+		r = strings.NewReader(string(b))
+	} else {
+		r = strings.NewReader("")
+	}
+	req, err := http.NewRequest(method, c.base+path, r)
+	require.NoError(c.t, err)
+	req.Header.Set("Authorization", "Bearer "+c.token)
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(c.t, err)
+	defer func() { _ = resp.Body.Close() }()
+	var b strings.Builder
+	_, _ = bufio.NewReader(resp.Body).WriteTo(&b)
+	return resp.StatusCode, b.String()
+}
+
+// doneOf reads a stack's event stream to its end: every event's message, and the done event's
+// error.
+func (c *bearerClient) doneOf(stack string) (messages []string, errText string) {
+	c.t.Helper()
+	req, err := http.NewRequest(http.MethodGet, c.base+"/api/stacks/"+stack+"/events", nil)
+	require.NoError(c.t, err)
+	req.Header.Set("Authorization", "Bearer "+c.token)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(c.t, err)
+	defer func() { _ = resp.Body.Close() }()
+	require.Equal(c.t, http.StatusOK, resp.StatusCode)
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	event := ""
+	for sc.Scan() {
+		line := sc.Text()
+		if after, ok := strings.CutPrefix(line, "event: "); ok {
+			event = after
+		}
+		data, ok := strings.CutPrefix(line, "data: ")
+		if !ok {
+			continue
+		}
+		if event == "done" {
+			var d struct{ Error string }
+			require.NoError(c.t, json.Unmarshal([]byte(data), &d))
+			return messages, d.Error
+		}
+		var e portal.Event
+		require.NoError(c.t, json.Unmarshal([]byte(data), &e))
+		messages = append(messages, e.Message)
+	}
+	c.t.Fatalf("event stream of %s ended without done", stack)
+	return nil, ""
+}
+
+// processesUnder are the processes whose working directory is under dir: the Pulumi CLI, its
+// language host and plugins of a portal's stack workspaces.
+func processesUnder(dir string) []int {
+	entries, _ := os.ReadDir("/proc")
+	var pids []int
+	for _, e := range entries {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		cwd, err := os.Readlink(filepath.Join("/proc", e.Name(), "cwd"))
+		if err == nil && strings.HasPrefix(cwd, dir+string(filepath.Separator)) {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// A portal killed mid-update (SIGKILL to the portal and to the CLI it runs, as an OOM kill or a
+// lost node does) leaves the stack locked (the file backend's lock of a process that is gone) and
+// an operation pending in its state. The next portal finds both at start, says so in its log, its
+// stack list and on its page, and recovers the stack on request (the stale lock removed with
+// `pulumi cancel`, the pending operation cleared); then the stack updates again. A lock of
+// another host's update is not taken: recovery is refused, naming it.
+func TestPortalRecoversWhatAKilledPortalLeft(t *testing.T) {
+	bin := portalCommand(t)
+	stateDir := t.TempDir()
+	const stack, ns = "agg-killed", "portal-killed"
+	first := startPortalProcess(t, bin, stateDir)
+	c := first.client(t)
+	site := map[string]any{"namespace": map[string]any{"name": ns}, "modelDownload": map[string]any{"enabled": false},
+		"readiness": map[string]any{"timeout": "5m"}, "smokeTest": map[string]any{"enabled": false}}
+	code, body := c.do(http.MethodPost, "/api/stacks/"+stack+"/up", map[string]any{"base": "agg", "config": site, "hfToken": portalToken})
+	require.Equal(t, http.StatusAccepted, code, body)
+
+	// The up waits for a graph no operator makes Ready; then everything is killed at once.
+	require.Eventually(t, func() bool {
+		g := &unstructured.Unstructured{}
+		g.SetGroupVersionKind(graphGVK)
+		return cluster.client.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: aggGraph}, g) == nil
+	}, 2*time.Minute, 200*time.Millisecond, "the up created the graph")
+	workspaces := filepath.Join(stateDir, "workspaces")
+	cli := processesUnder(workspaces)
+	require.NotEmpty(t, cli, "the CLI runs in the stack's workspace")
+	require.NoError(t, first.cmd.Process.Signal(syscall.SIGKILL))
+	for _, pid := range cli {
+		_ = syscall.Kill(pid, syscall.SIGKILL)
+	}
+	_ = first.cmd.Wait()
+	require.Eventually(t, func() bool { return len(processesUnder(workspaces)) == 0 }, 30*time.Second, 100*time.Millisecond)
+
+	second := startPortalProcess(t, bin, stateDir)
+	c = second.client(t)
+	// (A portal without operations: destroy the stack when the test ends.)
+	t.Cleanup(func() {
+		stop := playControllers(t, ns, controllers{})
+		defer stop()
+		m := newPortalAt(t, stateDir)
+		_, _ = m.Recover(t.Context(), stack, portal.RunOptions{Wait: true})
+		_ = m.Destroy(t.Context(), stack, true, portal.RunOptions{Wait: true})
+	})
+	require.Eventually(t, func() bool { return strings.Contains(second.log(), "stack "+stack+" was interrupted") }, time.Minute, 100*time.Millisecond)
+	assert.Regexp(t, "stack "+stack+` was interrupted: 1 lock\(s\), [1-9]\d* pending operation\(s\); POST /api/stacks/`+stack+"/recover clears them", second.log())
+	code, body = c.do(http.MethodGet, "/api/stacks", nil)
+	require.Equal(t, http.StatusOK, code)
+	var list []portal.StackInfo
+	require.NoError(t, json.Unmarshal([]byte(body), &list))
+	require.Len(t, list, 1)
+	in := list[0].Interrupted
+	require.NotNil(t, in, body)
+	require.Len(t, in.Locks, 1)
+	assert.True(t, in.Locks[0].Stale, "the lock's process is gone")
+	assert.Contains(t, cli, in.Locks[0].Pid, "the killed CLI's lock")
+	assert.True(t, slices.ContainsFunc(in.Pending, func(p string) bool {
+		return regexp.MustCompile(`^creating urn:pulumi:agg-killed::minimax-m3::.*DynamoGraphDeployment::graph$`).MatchString(p)
+	}), "the graph's creation pending: %v", in.Pending)
+	code, page := c.do(http.MethodGet, "/", nil)
+	require.Equal(t, http.StatusOK, code)
+	assert.Contains(t, page, "An earlier run left this stack interrupted (recover it: POST api/stacks/"+stack+"/recover)")
+	assert.Contains(t, page, "pending: creating urn:pulumi:agg-killed::")
+
+	code, body = c.do(http.MethodPost, "/api/stacks/"+stack+"/recover", nil)
+	require.Equal(t, http.StatusAccepted, code, body)
+	messages, errText := c.doneOf(stack)
+	require.Empty(t, errText)
+	assert.Contains(t, messages, "removing 1 stale lock(s) (pulumi cancel)")
+	assert.True(t, slices.ContainsFunc(messages, func(m string) bool { return strings.HasPrefix(m, "clearing ") }), "%v", messages)
+	assert.Contains(t, messages, "recovered: the stack is ready for its next update")
+	code, body = c.do(http.MethodGet, "/api/stacks", nil)
+	require.Equal(t, http.StatusOK, code)
+	assert.NotContains(t, body, "interrupted")
+	locks, _ := os.ReadDir(filepath.Join(stateDir, "state", ".pulumi", "locks", "organization", "minimax-m3", stack))
+	assert.Empty(t, locks)
+
+	// Ready for its next update.
+	stop := playControllers(t, ns, controllers{graphReady: true})
+	code, body = c.do(http.MethodPost, "/api/stacks/"+stack+"/up", map[string]any{"base": "agg", "config": site})
+	require.Equal(t, http.StatusAccepted, code, body)
+	_, errText = c.doneOf(stack)
+	stop()
+	require.Empty(t, errText)
+
+	// Another host's lock (this host cannot run another host's CLI: the test writes its lock file
+	// as the file backend does) is an update that may still run: recovery refuses it.
+	lockDir := filepath.Join(stateDir, "state", ".pulumi", "locks", "organization", "minimax-m3", stack)
+	require.NoError(t, os.MkdirAll(lockDir, 0o755))
+	require.NoError(t, os.WriteFile(filepath.Join(lockDir, "other.json"),
+		fmt.Appendf(nil, `{"pid": 4242, "username": "ci", "hostname": "build-host-7", "timestamp": %q}`, time.Now().UTC().Format(time.RFC3339)), 0o644))
+	m := newPortalAt(t, stateDir)
+	_, err := m.Recover(t.Context(), stack, portal.RunOptions{})
+	require.ErrorIs(t, err, portal.ErrBusy)
+	assert.Contains(t, err.Error(), "an update of ci@build-host-7 (pid 4242, since ")
+	require.NoError(t, os.Remove(filepath.Join(lockDir, "other.json")))
+}
