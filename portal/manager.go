@@ -366,7 +366,7 @@ func (m *Manager) prepare(ctx context.Context, r Request, op string, o RunOption
 		stored = m.holdsToken(r.Name())
 	}
 	if ps := r.validate(stored); len(ps) > 0 {
-		return nil, automation.Stack{}, nil, &InvalidRequestError{Problems: ps}
+		return nil, automation.Stack{}, nil, scrubError(&InvalidRequestError{Problems: ps}, r.HFToken)
 	}
 	ctx, release, err := m.acquire(ctx, r.Name(), op, o.Wait)
 	if err != nil {

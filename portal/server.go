@@ -354,6 +354,25 @@ type problem struct {
 	Message string `json:"message"`
 }
 
+// scrubError is err without the request's token in its text, its problems' messages included
+// (a token pasted into another field must not come back in a response or an operation's log).
+// The status is taken from err before.
+func scrubError(err error, secret Secret) error {
+	if err == nil || secret == "" || !strings.Contains(err.Error(), secret.Reveal()) {
+		return err
+	}
+	var invalid *InvalidRequestError
+	if errors.As(err, &invalid) {
+		ps := make(config.Problems, len(invalid.Problems))
+		for i, p := range invalid.Problems {
+			p.Message = scrub(p.Message, secret)
+			ps[i] = p
+		}
+		return &InvalidRequestError{Problems: ps}
+	}
+	return errors.New(scrub(err.Error(), secret))
+}
+
 func writeError(w http.ResponseWriter, status int, err error) {
 	body := errorBody{Error: err.Error()}
 	var invalid *InvalidRequestError
@@ -514,7 +533,7 @@ func (s *Server) operation(w http.ResponseWriter, r *http.Request) {
 		// Over the base profile's defaults: only what the body sets changes; an unknown field is a
 		// problem at its key, never silently dropped.
 		if err := config.Merge(&req.Config, body.Config); err != nil {
-			writeError(w, http.StatusBadRequest, invalid(err))
+			writeError(w, http.StatusBadRequest, scrubError(invalid(err), body.HFToken))
 			return
 		}
 	}
@@ -525,7 +544,7 @@ func (s *Server) operation(w http.ResponseWriter, r *http.Request) {
 	case "preview":
 		var save bool
 		if err := decodePlan(body.Plan, &save, "true to save a plan, or false"); err != nil {
-			writeError(w, http.StatusBadRequest, err)
+			writeError(w, http.StatusBadRequest, scrubError(err, body.HFToken))
 			return
 		}
 		if save {
@@ -535,16 +554,16 @@ func (s *Server) operation(w http.ResponseWriter, r *http.Request) {
 	case "up":
 		var plan string
 		if err := decodePlan(body.Plan, &plan, "the plan file a preview of this stack returned"); err != nil {
-			writeError(w, http.StatusBadRequest, err)
+			writeError(w, http.StatusBadRequest, scrubError(err, body.HFToken))
 			return
 		}
 		if plan != "" && plan != s.m.planFile(stack) {
-			writeError(w, http.StatusBadRequest, invalidAt("plan", "not a plan a preview of this stack saved"))
+			writeError(w, http.StatusBadRequest, scrubError(invalidAt("plan", "not a plan a preview of this stack saved"), body.HFToken))
 			return
 		}
 		opts.Plan = plan
 		if err := checkAllowRoll(body.AllowRoll); err != nil {
-			writeError(w, http.StatusBadRequest, err)
+			writeError(w, http.StatusBadRequest, scrubError(err, body.HFToken))
 			return
 		}
 		opts.AllowRoll = body.AllowRoll
@@ -564,11 +583,11 @@ func (s *Server) operation(w http.ResponseWriter, r *http.Request) {
 			return in, err
 		}
 	default:
-		writeError(w, http.StatusNotFound, fmt.Errorf("no operation %q", op))
+		writeError(w, http.StatusNotFound, scrubError(fmt.Errorf("no operation %q", op), body.HFToken))
 		return
 	}
 	if running := s.m.Running(stack); running != "" {
-		writeError(w, http.StatusConflict, &BusyError{Stack: stack, Operation: running})
+		writeError(w, http.StatusConflict, scrubError(&BusyError{Stack: stack, Operation: running}, body.HFToken))
 		return
 	}
 	started := make(chan error, 1)
@@ -585,11 +604,11 @@ func (s *Server) operation(w http.ResponseWriter, r *http.Request) {
 				log.add(Event{Time: time.Now(), Stack: stack, Status: "result", Message: string(b)})
 			}
 		}
-		log.finish(err)
+		log.finish(scrubError(err, body.HFToken))
 	}()
 	if err := <-started; err != nil {
 		// Refused (invalid, or busy after all): the stack's running or last operation keeps its log.
-		writeError(w, statusOf(err), err)
+		writeError(w, statusOf(err), scrubError(err, body.HFToken))
 		return
 	}
 	// Published only once the operation holds the stack and has started.

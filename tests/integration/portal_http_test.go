@@ -143,6 +143,13 @@ func TestPortalService(t *testing.T) {
 	}
 	require.NoError(t, json.Unmarshal(body, &bad))
 	assert.Equal(t, []struct{ Key string }{{"namespace.name"}, {"worker.replicas"}}, bad.Problems)
+	// A token pasted into another field too: the problem names the field, never echoes the token.
+	code, body = c.do(http.MethodPost, "/api/stacks/agg-http/preview", map[string]any{"base": "agg", "hfToken": portalToken,
+		"config": map[string]any{"namespace": map[string]any{"name": portalToken}}})
+	assert.Equal(t, http.StatusBadRequest, code)
+	assert.Contains(t, string(body), `"key":"namespace.name"`)
+	assert.Contains(t, string(body), "[secret]")
+	assert.NotContains(t, string(body), portalToken)
 	code, body = c.do(http.MethodPost, "/api/stacks/agg-http/up", map[string]any{"base": "agg", "allowRoll": "Workers"})
 	assert.Equal(t, http.StatusBadRequest, code)
 	assert.Contains(t, string(body), `"key":"allowRoll"`)
