@@ -12,6 +12,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -53,6 +54,19 @@ type OperatorRunner struct {
 	EnvRefs                  map[string]SecretKey
 	// ServiceAccountName is the workspace pod's identity (it needs to reach the target cluster).
 	ServiceAccountName string
+	// Resources are the workspace pod's; DefaultWorkspaceResources when unset (the operator's own
+	// default is sized for a prebuilt program, not for compiling this one and running the
+	// Kubernetes provider).
+	Resources *corev1.ResourceRequirements
+}
+
+// DefaultWorkspaceResources fit one update of this program in a workspace pod: the Go build (from
+// a repository; none with a prebuilt image), the engine and the Kubernetes provider.
+func DefaultWorkspaceResources() corev1.ResourceRequirements {
+	return corev1.ResourceRequirements{
+		Requests: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("1"), corev1.ResourceMemory: resource.MustParse("2Gi")},
+		Limits:   corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("4Gi")},
+	}
 }
 
 // SecretKey is one key of a Secret in the runner's namespace.
@@ -128,6 +142,25 @@ func (o *OperatorRunner) StackObject(r Request) (*unstructured.Unstructured, err
 	if o.ServiceAccountName != "" {
 		workspace["serviceAccountName"] = o.ServiceAccountName
 	}
+	res := DefaultWorkspaceResources()
+	if o.Resources != nil {
+		res = *o.Resources
+	}
+	quantities := func(l corev1.ResourceList) map[string]any {
+		m := map[string]any{}
+		for k, v := range l {
+			m[string(k)] = v.String()
+		}
+		return m
+	}
+	resources := map[string]any{}
+	if len(res.Requests) > 0 {
+		resources["requests"] = quantities(res.Requests)
+	}
+	if len(res.Limits) > 0 {
+		resources["limits"] = quantities(res.Limits)
+	}
+	workspace["resources"] = resources
 	if len(workspace) > 0 {
 		spec["workspaceTemplate"] = map[string]any{"spec": workspace}
 	}

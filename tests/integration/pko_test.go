@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
@@ -139,7 +140,15 @@ func TestOperatorRunner(t *testing.T) {
 	imaged, err := image.Apply(ctx, r, true)
 	require.NoError(t, err)
 	ws, _, _ := unstructured.NestedMap(imaged.Object, "spec", "workspaceTemplate", "spec")
-	assert.Equal(t, map[string]any{"image": "registry.example.com/minimax-m3-workspace:1.2.0", "local": map[string]any{"dir": "/share/minimax-m3"}, "serviceAccountName": "pulumi"}, ws)
+	assert.Equal(t, map[string]any{"image": "registry.example.com/minimax-m3-workspace:1.2.0", "local": map[string]any{"dir": "/share/minimax-m3"}, "serviceAccountName": "pulumi",
+		"resources": map[string]any{"requests": map[string]any{"cpu": "1", "memory": "2Gi"}, "limits": map[string]any{"memory": "4Gi"}}}, ws,
+		"the workspace pod sized for this program by default (the CRD accepted it in the dry run)")
+	sized := image
+	sized.Resources = &corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("1Gi")}}
+	small, err := sized.Apply(ctx, r, true)
+	require.NoError(t, err)
+	got, _, _ := unstructured.NestedMap(small.Object, "spec", "workspaceTemplate", "spec", "resources")
+	assert.Equal(t, map[string]any{"requests": map[string]any{"memory": "1Gi"}}, got)
 
 	stack, err := runner.Apply(ctx, r, false)
 	require.NoError(t, err)
