@@ -32,7 +32,13 @@ func (s *Sweep) graphImages(ctx context.Context) ([]ComponentImage, error) {
 		if component == "" || p.DeletionTimestamp != nil || len(p.Spec.Containers) == 0 {
 			continue
 		}
+		// The operator names the component's own container "main".
 		main := p.Spec.Containers[0]
+		for _, c := range p.Spec.Containers {
+			if c.Name == "main" {
+				main = c
+			}
+		}
 		ci := ComponentImage{Component: component, Image: main.Image, ImageID: imageID(p, main.Name)}
 		if old, ok := seen[component]; !ok || old.ImageID == "" {
 			seen[component] = ci
