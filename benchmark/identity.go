@@ -3,10 +3,12 @@ package benchmark
 import (
 	"context"
 	"fmt"
+	"minimax-m3/components"
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 )
 
 // componentLabel is the label the Dynamo operator puts on a graph's pods with their component.
@@ -20,7 +22,8 @@ type ComponentImage struct {
 	ImageID   string `json:"imageID,omitempty"`
 }
 
-// graphImages are the images of the graph's main containers, one per component, from its pods.
+// graphImages are the images of the graph's main containers, one per component, from its pods
+// (else from its spec).
 func (s *Sweep) graphImages(ctx context.Context) ([]ComponentImage, error) {
 	list, err := s.Kube.CoreV1().Pods(s.Namespace).List(ctx, metav1.ListOptions{LabelSelector: graphPodLabel + "=" + s.Config.GraphName})
 	if err != nil {
@@ -42,6 +45,27 @@ func (s *Sweep) graphImages(ctx context.Context) ([]ComponentImage, error) {
 		ci := ComponentImage{Component: component, Image: main.Image, ImageID: imageID(p, main.Name)}
 		if old, ok := seen[component]; !ok || old.ImageID == "" {
 			seen[component] = ci
+		}
+	}
+	// A component with no pod (yet) is named by the graph's spec, without a digest.
+	if s.Dynamic != nil {
+		if g, err := s.Dynamic.Resource(components.GraphResource).Namespace(s.Namespace).Get(ctx, s.Config.GraphName, metav1.GetOptions{}); err == nil {
+			comps, _, _ := unstructured.NestedSlice(g.Object, "spec", "components")
+			for _, c := range comps {
+				m, _ := c.(map[string]any)
+				name, _ := m["name"].(string)
+				if _, ok := seen[name]; ok || name == "" {
+					continue
+				}
+				containers, _, _ := unstructured.NestedSlice(m, "podTemplate", "spec", "containers")
+				for _, ct := range containers {
+					cm, _ := ct.(map[string]any)
+					if cm["name"] == "main" {
+						image, _ := cm["image"].(string)
+						seen[name] = ComponentImage{Component: name, Image: image}
+					}
+				}
+			}
 		}
 	}
 	if len(seen) == 0 {

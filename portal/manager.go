@@ -760,7 +760,7 @@ func (m *Manager) checkPolicies(ctx context.Context, s automation.Stack, r Reque
 		ps.Add("policy", "%s", v)
 	}
 	for _, roll := range policy.UnexpectedRolls(rolls, o.AllowRoll) {
-		ps.Add("allowRoll", "%s of graph %s restarts (%s): name it in allowRoll (or \"all\") to consent, as a pull request's allow-worker-roll label does",
+		ps.Add("allowRoll", "%s of %s restarts (%s): name it in allowRoll (or \"all\") to consent, as a pull request's allow-worker-roll label does",
 			roll.Component, roll.Graph, strings.Join(policy.Compact(roll.Why), ", "))
 	}
 	if len(ps) > 0 {

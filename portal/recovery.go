@@ -130,10 +130,17 @@ func (m *Manager) locks(stack string) ([]Lock, error) {
 	return out, nil
 }
 
-// processRuns says whether a process of this host runs (signal 0 reaches it, or it exists and is
-// another user's).
+// processRuns says whether a process of this host runs: /proc has it and it is not a zombie (a
+// killed CLI whose parent died too may stay one, unreaped); without /proc, signal 0 reaches it.
 func processRuns(pid int) bool {
 	if pid <= 0 {
+		return false
+	}
+	if stat, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err == nil {
+		// "pid (comm) state …": the state follows the last ')'.
+		rest := string(stat[strings.LastIndexByte(string(stat), ')')+1:])
+		return !strings.HasPrefix(strings.TrimSpace(rest), "Z")
+	} else if _, err := os.Stat("/proc/self"); err == nil {
 		return false
 	}
 	err := syscall.Kill(pid, 0)

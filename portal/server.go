@@ -774,7 +774,9 @@ func (s *Server) page(w http.ResponseWriter, r *http.Request) {
 	for _, n := range names {
 		ps := pageStack{Name: n, Running: s.m.Running(n), Interrupted: s.interruption(n)}
 		if out, err := s.m.Outputs(r.Context(), n); err == nil {
-			ps.Outputs = &out
+			if out.GraphName != "" { // a stack whose first update has not completed has none
+				ps.Outputs = &out
+			}
 		} else {
 			ps.Error = err.Error()
 		}

@@ -87,7 +87,10 @@ func (b *boxBench) playAIPerf(ctx context.Context) {
 		if err := box.Client.List(ctx, &pods, client.InNamespace(b.ns), client.HasLabels{rackbox.HeldLabel}); err == nil {
 			for i := range pods.Items {
 				p := &pods.Items[i]
-				if p.Status.Phase != corev1.PodRunning || p.Annotations[rackbox.ExitCodeAnnotation] != "" || p.DeletionTimestamp != nil {
+				// A point's AIPerf pod: its Job's, with a concurrency (the run's helper pod carries the
+				// run's label too).
+				if p.Labels["batch.kubernetes.io/job-name"] == "" || p.Status.Phase != corev1.PodRunning ||
+					p.Annotations[rackbox.ExitCodeAnnotation] != "" || p.DeletionTimestamp != nil {
 					continue
 				}
 				b.run(ctx, p)
@@ -105,7 +108,11 @@ func (b *boxBench) run(ctx context.Context, p *corev1.Pod) {
 	for _, e := range p.Spec.Containers[0].Env {
 		env[e.Name] = e.Value
 	}
-	c, _ := strconv.Atoi(env["CONCURRENCY"])
+	c, err := strconv.Atoi(env["CONCURRENCY"])
+	if err != nil || c < 1 {
+		b.t.Errorf("playing AIPerf: pod %s has no concurrency: %q", p.Name, env["CONCURRENCY"])
+		return
+	}
 	run := p.Labels[rackbox.HeldLabel]
 	b.mu.Lock()
 	point, ok := b.outcome[c]

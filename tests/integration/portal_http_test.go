@@ -500,6 +500,11 @@ func TestPortalServiceLimits(t *testing.T) {
 	}
 
 	preview("agg-limits-1")
+	// A late subscriber (once the preview ended) reads what the log kept.
+	require.Eventually(t, func() bool {
+		code, body := c.do(http.MethodGet, "/api/stacks", nil)
+		return code == http.StatusOK && strings.Contains(string(body), `"name":"agg-limits-1"`) && !strings.Contains(string(body), `"running"`)
+	}, 2*time.Minute, 200*time.Millisecond)
 	events, errText := c.sse("agg-limits-1")
 	require.Empty(t, errText)
 	require.Len(t, events, 5, "the dropped-events notice and the last 4")

@@ -363,7 +363,7 @@ func TestPortalUpNeedsConsentToRollWorkers(t *testing.T) {
 	require.ErrorAs(t, err, &invalid)
 	require.Len(t, invalid.Problems, 1)
 	assert.Equal(t, "allowRoll", invalid.Problems[0].Key)
-	assert.Contains(t, invalid.Problems[0].Message, "Worker of graph "+aggGraph+" restarts (")
+	assert.Contains(t, invalid.Problems[0].Message, "Worker of DynamoGraphDeployment portal-consent/"+aggGraph+" restarts (")
 	assert.Contains(t, invalid.Problems[0].Message, "terminationGracePeriodSeconds")
 	g, _ = get(t, graphGVK, "portal-consent", aggGraph)
 	assert.Equal(t, generation, g.GetGeneration(), "nothing applied")

@@ -10,7 +10,7 @@ import (
 // other Job pod succeeds, every other pod runs and is Ready.
 const FailingImage = "registry.rackbox.invalid/exit-1:latest"
 
-// A benchmark run's pods (the AIPerf Jobs' pods, which carry HeldLabel) stay Running until a test
+// A benchmark run's Job pods (the AIPerf Jobs' pods, which carry HeldLabel) stay Running until a test
 // that plays AIPerf has written its artifacts and sets ExitCodeAnnotation to "0" or "1": only then
 // does the pod end, with that exit code. AIPerf needs a served model, so it never runs here.
 const (
@@ -186,10 +186,12 @@ var stages = lifeStages + strings.Join([]string{
 		absent(`.metadata.labels["` + HeldLabel + `"]`),
 	}, 0, "Completed", "", "Succeeded"),
 	podEnd("held-pod-succeed", []string{
+		match(".metadata.ownerReferences.[].kind", "In", "Job"),
 		present(`.metadata.labels["` + HeldLabel + `"]`),
 		match(`.metadata.annotations["`+ExitCodeAnnotation+`"]`, "In", "0"),
 	}, 0, "Completed", "", "Succeeded"),
 	podEnd("held-pod-fail", []string{
+		match(".metadata.ownerReferences.[].kind", "In", "Job"),
 		present(`.metadata.labels["` + HeldLabel + `"]`),
 		match(`.metadata.annotations["`+ExitCodeAnnotation+`"]`, "In", "1"),
 	}, 1, "Error", "exit status 1 (set by the test)", "Failed"),
