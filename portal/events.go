@@ -3,7 +3,6 @@ package portal
 import (
 	"fmt"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/pulumi/pulumi/sdk/v3/go/auto/events"
@@ -30,13 +29,13 @@ type Event struct {
 }
 
 // stream turns the engine's events into Events for progress (and the raw ones for also), and
-// returns the channel to hand the engine and a function that waits until every event was handled.
-func (m *Manager) stream(r Request, progress func(Event), also func(events.EngineEvent)) (chan events.EngineEvent, func()) {
+// returns the channel to hand the engine and a function that waits until every event was handled:
+// call it with the operation's error.
+func (m *Manager) stream(r Request, progress func(Event), also func(events.EngineEvent)) (chan events.EngineEvent, func(error)) {
 	ch := make(chan events.EngineEvent)
-	var wg sync.WaitGroup
-	wg.Add(1)
+	done := make(chan struct{})
 	go func() {
-		defer wg.Done()
+		defer close(done)
 		started := map[string]time.Time{}
 		for e := range ch {
 			if also != nil {
@@ -52,7 +51,22 @@ func (m *Manager) stream(r Request, progress func(Event), also func(events.Engin
 			}
 		}
 	}()
-	return ch, wg.Wait
+	return ch, func(err error) { settle(done, err) }
+}
+
+// settle waits until an event stream handed to the Automation API was handled. The API closes the
+// stream before an operation returns, once it tailed the engine's events; an operation that
+// failed before it started (a cancelled context, a stack it could not select) never opened it, and
+// then there is nothing to wait for beyond a moment.
+func settle(done <-chan struct{}, err error) {
+	if err == nil {
+		<-done
+		return
+	}
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+	}
 }
 
 func toEvents(e events.EngineEvent, started map[string]time.Time) []Event {

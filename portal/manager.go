@@ -455,7 +455,7 @@ func (m *Manager) Preview(ctx context.Context, r Request, o RunOptions) (Preview
 	ch, wait := m.stream(r, o.Progress, collect)
 	opts = append(opts, optpreview.EventStreams(ch))
 	out, err := s.Preview(ctx, opts...)
-	wait()
+	wait(err)
 	if err != nil {
 		return res, m.opError(r.Name(), err, r.HFToken)
 	}
@@ -499,7 +499,7 @@ func (m *Manager) Up(ctx context.Context, r Request, o RunOptions) (UpResult, er
 		opts = append(opts, optup.Plan(o.Plan))
 	}
 	out, err := s.Up(ctx, opts...)
-	wait()
+	wait(err)
 	if err != nil {
 		err = m.opError(r.Name(), err, r.HFToken)
 		if ctx.Err() != nil {
@@ -532,7 +532,7 @@ func (m *Manager) Refresh(ctx context.Context, stack string, o RunOptions) (map[
 	}
 	ch, wait := m.stream(Request{Stack: stack}, o.Progress, nil)
 	out, err := s.Refresh(ctx, optrefresh.EventStreams(ch))
-	wait()
+	wait(err)
 	if err != nil {
 		return nil, m.opError(stack, err, "")
 	}
@@ -563,7 +563,7 @@ func (m *Manager) Destroy(ctx context.Context, stack string, removeStack bool, o
 		opts = append(opts, optdestroy.Remove())
 	}
 	_, err = s.Destroy(ctx, opts...)
-	wait()
+	wait(err)
 	if err != nil {
 		return m.opError(stack, err, "")
 	}
@@ -749,10 +749,11 @@ func (m *Manager) checkPolicies(ctx context.Context, s automation.Stack, r Reque
 	stepsc := make(chan []policy.Step, 1)
 	go func() { stepsc <- policy.Collect(ch) }()
 	_, err := s.Preview(ctx, optpreview.EventStreams(ch))
-	steps := <-stepsc
 	if err != nil {
+		// The stream may never have been opened (a cancelled context): its steps do not matter.
 		return m.opError(r.Name(), err, r.HFToken)
 	}
+	steps := <-stepsc
 	p := policy.Plan{Steps: steps, Adopted: r.Config.Adopt}
 	rolls := policy.Rolls(p)
 	var ps config.Problems
