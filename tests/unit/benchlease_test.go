@@ -45,13 +45,13 @@ func TestBenchmarkSweepsTakeTheNamespacesLease(t *testing.T) {
 	require.ErrorAs(t, err, &busy)
 	assert.Equal(t, "first", busy.RunID)
 	assert.Contains(t, err.Error(), "sweep first (graph g) is running in namespace inference: its Lease minimax-m3-benchmark was renewed 10s ago")
-	assert.Empty(t, kube.Fake.Actions()[1:], "nothing but the Lease read")
+	assert.Empty(t, kube.Actions()[1:], "nothing but the Lease read")
 
 	kube = fake.NewClientset(heldLease("killed", time.Now().Add(-5*time.Minute)))
 	_, err = newSweep(kube, "second").Run(ctx)
 	require.ErrorContains(t, err, "graph "+c.GraphName+" has no running pods")
 	var took bool
-	for _, a := range kube.Fake.Actions() {
+	for _, a := range kube.Actions() {
 		if a.GetVerb() == "update" && a.GetResource().Resource == "leases" {
 			took = true
 		}
