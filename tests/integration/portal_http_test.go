@@ -46,11 +46,20 @@ func startPortalServer(t *testing.T, stack, ns string) (*httptest.Server, *httpC
 	return ts, &httpClient{t: t, base: ts.URL}
 }
 
-// httpClient calls the portal with the bearer token and keeps every response body it saw.
+// httpClient calls the portal with the bearer token (portalBearer unless token is set) and keeps
+// every response body it saw.
 type httpClient struct {
 	t      *testing.T
 	base   string
+	token  string
 	bodies []string
+}
+
+func (c *httpClient) bearer() string {
+	if c.token != "" {
+		return c.token
+	}
+	return portalBearer
 }
 
 func (c *httpClient) do(method, path string, body any) (int, []byte) {
@@ -63,7 +72,7 @@ func (c *httpClient) do(method, path string, body any) (int, []byte) {
 	}
 	req, err := http.NewRequest(method, c.base+path, r)
 	require.NoError(c.t, err)
-	req.Header.Set("Authorization", "Bearer "+portalBearer)
+	req.Header.Set("Authorization", "Bearer "+c.bearer())
 	if body != nil {
 		req.Header.Set("Content-Type", "application/json")
 	}
@@ -81,7 +90,7 @@ func (c *httpClient) sse(stack string) ([]portal.Event, string) {
 	c.t.Helper()
 	req, err := http.NewRequest(http.MethodGet, c.base+"/api/stacks/"+stack+"/events", nil)
 	require.NoError(c.t, err)
-	req.Header.Set("Authorization", "Bearer "+portalBearer)
+	req.Header.Set("Authorization", "Bearer "+c.bearer())
 	resp, err := http.DefaultClient.Do(req)
 	require.NoError(c.t, err)
 	defer func() { _ = resp.Body.Close() }()

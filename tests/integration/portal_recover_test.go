@@ -72,74 +72,17 @@ func (p *portalProcess) log() string {
 	return strings.Join(p.stderr, "\n")
 }
 
-func (p *portalProcess) client(t *testing.T) *bearerClient {
-	return &bearerClient{t: t, base: p.addr, token: p.token}
+func (p *portalProcess) client(t *testing.T) *httpClient {
+	return &httpClient{t: t, base: p.addr, token: p.token}
 }
 
-// bearerClient calls a portal process with its token.
-type bearerClient struct {
-	t           *testing.T
-	base, token string
-}
-
-func (c *bearerClient) do(method, path string, body any) (int, string) {
-	c.t.Helper()
-	var r *strings.Reader
-	if body != nil {
-		b, err := json.Marshal(body)
-		require.NoError(c.t, err)
-		r = strings.NewReader(string(b))
-	} else {
-		r = strings.NewReader("")
+// messages are the events' messages.
+func messages(events []portal.Event) []string {
+	var out []string
+	for _, e := range events {
+		out = append(out, e.Message)
 	}
-	req, err := http.NewRequest(method, c.base+path, r)
-	require.NoError(c.t, err)
-	req.Header.Set("Authorization", "Bearer "+c.token)
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	resp, err := http.DefaultClient.Do(req)
-	require.NoError(c.t, err)
-	defer func() { _ = resp.Body.Close() }()
-	var b strings.Builder
-	_, _ = bufio.NewReader(resp.Body).WriteTo(&b)
-	return resp.StatusCode, b.String()
-}
-
-// doneOf reads a stack's event stream to its end: every event's message, and the done event's
-// error.
-func (c *bearerClient) doneOf(stack string) (messages []string, errText string) {
-	c.t.Helper()
-	req, err := http.NewRequest(http.MethodGet, c.base+"/api/stacks/"+stack+"/events", nil)
-	require.NoError(c.t, err)
-	req.Header.Set("Authorization", "Bearer "+c.token)
-	resp, err := http.DefaultClient.Do(req)
-	require.NoError(c.t, err)
-	defer func() { _ = resp.Body.Close() }()
-	require.Equal(c.t, http.StatusOK, resp.StatusCode)
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	event := ""
-	for sc.Scan() {
-		line := sc.Text()
-		if after, ok := strings.CutPrefix(line, "event: "); ok {
-			event = after
-		}
-		data, ok := strings.CutPrefix(line, "data: ")
-		if !ok {
-			continue
-		}
-		if event == "done" {
-			var d struct{ Error string }
-			require.NoError(c.t, json.Unmarshal([]byte(data), &d))
-			return messages, d.Error
-		}
-		var e portal.Event
-		require.NoError(c.t, json.Unmarshal([]byte(data), &e))
-		messages = append(messages, e.Message)
-	}
-	c.t.Fatalf("event stream of %s ended without done", stack)
-	return nil, ""
+	return out
 }
 
 // processesUnder are the processes whose working directory is under dir: the Pulumi CLI, its
@@ -175,7 +118,7 @@ func TestPortalRecoversWhatAKilledPortalLeft(t *testing.T) {
 	site := map[string]any{"namespace": map[string]any{"name": ns}, "modelDownload": map[string]any{"enabled": false},
 		"readiness": map[string]any{"timeout": "5m"}, "smokeTest": map[string]any{"enabled": false}}
 	code, body := c.do(http.MethodPost, "/api/stacks/"+stack+"/up", map[string]any{"base": "agg", "config": site, "hfToken": portalToken})
-	require.Equal(t, http.StatusAccepted, code, body)
+	require.Equal(t, http.StatusAccepted, code, string(body))
 
 	// The up waits for a graph no operator makes Ready; then everything is killed at once.
 	require.Eventually(t, func() bool {
@@ -208,39 +151,41 @@ func TestPortalRecoversWhatAKilledPortalLeft(t *testing.T) {
 	code, body = c.do(http.MethodGet, "/api/stacks", nil)
 	require.Equal(t, http.StatusOK, code)
 	var list []portal.StackInfo
-	require.NoError(t, json.Unmarshal([]byte(body), &list))
+	require.NoError(t, json.Unmarshal(body, &list))
 	require.Len(t, list, 1)
 	in := list[0].Interrupted
-	require.NotNil(t, in, body)
+	require.NotNil(t, in, string(body))
 	require.Len(t, in.Locks, 1)
 	assert.True(t, in.Locks[0].Stale, "the lock's process is gone")
 	assert.Contains(t, cli, in.Locks[0].Pid, "the killed CLI's lock")
 	assert.True(t, slices.ContainsFunc(in.Pending, func(p string) bool {
 		return regexp.MustCompile(`^creating urn:pulumi:agg-killed::minimax-m3::.*DynamoGraphDeployment::graph$`).MatchString(p)
 	}), "the graph's creation pending: %v", in.Pending)
-	code, page := c.do(http.MethodGet, "/", nil)
+	code, pageBody := c.do(http.MethodGet, "/", nil)
 	require.Equal(t, http.StatusOK, code)
+	page := string(pageBody)
 	assert.Contains(t, page, "An earlier run left this stack interrupted (recover it: POST api/stacks/"+stack+"/recover)")
 	assert.Contains(t, page, "pending: creating urn:pulumi:agg-killed::")
 
 	code, body = c.do(http.MethodPost, "/api/stacks/"+stack+"/recover", nil)
-	require.Equal(t, http.StatusAccepted, code, body)
-	messages, errText := c.doneOf(stack)
+	require.Equal(t, http.StatusAccepted, code, string(body))
+	events, errText := c.sse(stack)
 	require.Empty(t, errText)
-	assert.Contains(t, messages, "removing 1 stale lock(s) (pulumi cancel)")
-	assert.True(t, slices.ContainsFunc(messages, func(m string) bool { return strings.HasPrefix(m, "clearing ") }), "%v", messages)
-	assert.Contains(t, messages, "recovered: the stack is ready for its next update")
+	said := messages(events)
+	assert.Contains(t, said, "removing 1 stale lock(s) (pulumi cancel)")
+	assert.True(t, slices.ContainsFunc(said, func(m string) bool { return strings.HasPrefix(m, "clearing ") }), "%v", said)
+	assert.Contains(t, said, "recovered: the stack is ready for its next update")
 	code, body = c.do(http.MethodGet, "/api/stacks", nil)
 	require.Equal(t, http.StatusOK, code)
-	assert.NotContains(t, body, "interrupted")
+	assert.NotContains(t, string(body), "interrupted")
 	locks, _ := os.ReadDir(filepath.Join(stateDir, "state", ".pulumi", "locks", "organization", "minimax-m3", stack))
 	assert.Empty(t, locks)
 
 	// Ready for its next update.
 	stop := playControllers(t, ns, controllers{graphReady: true})
 	code, body = c.do(http.MethodPost, "/api/stacks/"+stack+"/up", map[string]any{"base": "agg", "config": site})
-	require.Equal(t, http.StatusAccepted, code, body)
-	_, errText = c.doneOf(stack)
+	require.Equal(t, http.StatusAccepted, code, string(body))
+	_, errText = c.sse(stack)
 	stop()
 	require.Empty(t, errText)
 

@@ -74,17 +74,7 @@ func TestBox(t *testing.T) {
 				}}},
 			}
 			require.NoError(t, c.Create(ctx, job))
-			require.Eventually(t, func() bool {
-				if c.Get(ctx, client.ObjectKeyFromObject(job), job) != nil {
-					return false
-				}
-				for _, cond := range job.Status.Conditions {
-					if cond.Type == want && cond.Status == corev1.ConditionTrue {
-						return true
-					}
-				}
-				return false
-			}, time.Minute, 200*time.Millisecond, "%s: %s", image, want)
+			assert.True(t, jobReaches(ctx, c, job, want), "%s: %s", image, want)
 		}
 	})
 
@@ -127,17 +117,7 @@ func TestBox(t *testing.T) {
 			patch := client.MergeFrom(pod.DeepCopy())
 			pod.Annotations = map[string]string{rackbox.ExitCodeAnnotation: code}
 			require.NoError(t, c.Patch(ctx, &pod, patch))
-			require.Eventually(t, func() bool {
-				if c.Get(ctx, client.ObjectKeyFromObject(job), job) != nil {
-					return false
-				}
-				for _, cond := range job.Status.Conditions {
-					if cond.Type == want && cond.Status == corev1.ConditionTrue {
-						return true
-					}
-				}
-				return false
-			}, time.Minute, 200*time.Millisecond, "exit code %s: %s", code, want)
+			assert.True(t, jobReaches(ctx, c, job, want), "exit code %s: %s", code, want)
 		}
 	})
 
@@ -214,4 +194,21 @@ func TestBox(t *testing.T) {
 				apierrors.IsNotFound(c.Get(ctx, client.ObjectKeyFromObject(cd), cd)) && apierrors.IsNotFound(c.Get(ctx, client.ObjectKeyFromObject(rct), rct))
 		}, time.Minute, 200*time.Millisecond, "the garbage collector deletes the pods, the ComputeDomain's finalizer goes with its template")
 	})
+}
+
+// jobReaches waits up to a minute for the Job's condition want.
+func jobReaches(ctx context.Context, c client.Client, job *batchv1.Job, want batchv1.JobConditionType) bool {
+	ctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	for ctx.Err() == nil {
+		if c.Get(ctx, client.ObjectKeyFromObject(job), job) == nil {
+			for _, cond := range job.Status.Conditions {
+				if cond.Type == want && cond.Status == corev1.ConditionTrue {
+					return true
+				}
+			}
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+	return false
 }
