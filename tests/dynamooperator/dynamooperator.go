@@ -19,6 +19,7 @@
 package dynamooperator
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -28,6 +29,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -73,7 +75,34 @@ type Operator struct {
 	waitErr  error
 	stopOnce sync.Once
 	stopErr  error
+	// startLog is the operator's output while it starts, to tell why it exited.
+	startLog lockedBuffer
 }
+
+// lockedBuffer is a buffer the operator's output goroutines and Start share.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.buf.Len() > 1<<20 {
+		return len(p), nil // only the start matters
+	}
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// errPortTaken is a start that lost one of its free ports to another process between choosing
+// and binding it (nothing holds a port here between the two).
+var errPortTaken = errors.New("a port chosen for the operator was taken before it bound it")
 
 // ClusterRoles are the ClusterRoles the configuration names: the operator binds them for the
 // planner, the profiling jobs and the endpoint picker, and refuses to start a graph without them.
@@ -93,16 +122,24 @@ func Start(ctx context.Context, o Options) (*Operator, error) {
 	if _, err := exec.LookPath("unshare"); err != nil {
 		return nil, fmt.Errorf("unshare (util-linux) runs the operator with its namespace file: %w", err)
 	}
-	dir, err := os.MkdirTemp("", "dynamo-operator")
-	if err != nil {
-		return nil, err
-	}
-	op := &Operator{Namespace: o.Namespace, dir: dir, done: make(chan struct{}), config: o.Config}
-	if err := op.start(ctx, o); err != nil {
+	for attempt := 1; ; attempt++ {
+		dir, err := os.MkdirTemp("", "dynamo-operator")
+		if err != nil {
+			return nil, err
+		}
+		op := &Operator{Namespace: o.Namespace, dir: dir, done: make(chan struct{}), config: o.Config}
+		err = op.start(ctx, o)
+		if err == nil {
+			return op, nil
+		}
 		_ = op.Stop()
+		// Free ports are chosen before the operator binds them: another process may take one in
+		// between. Start again on new ports.
+		if errors.Is(err, errPortTaken) && attempt < 3 {
+			continue
+		}
 		return nil, err
 	}
-	return op, nil
 }
 
 func (op *Operator) start(ctx context.Context, o Options) error {
@@ -147,7 +184,8 @@ rbac: {plannerClusterRoleName: %s, dgdrProfilingClusterRoleName: %s, eppClusterR
 	op.cmd = exec.Command("unshare", "--user", "--map-root-user", "--mount", "sh", "-c",
 		`mount --bind "$1" /run && exec "$2" --config "$3" --operator-version 0.0.0-local --kubeconfig "$4"`,
 		"sh", filepath.Join(op.dir, "run"), o.Binary, configFile, o.Kubeconfig)
-	op.cmd.Stdout, op.cmd.Stderr = o.Log, o.Log
+	out := io.MultiWriter(o.Log, &op.startLog)
+	op.cmd.Stdout, op.cmd.Stderr = out, out
 	op.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 	if err := op.cmd.Start(); err != nil {
 		return fmt.Errorf("starting the operator: %w", err)
@@ -161,6 +199,9 @@ rbac: {plannerClusterRoleName: %s, dgdrProfilingClusterRoleName: %s, eppClusterR
 	for {
 		select {
 		case <-op.done:
+			if strings.Contains(op.startLog.String(), "address already in use") {
+				return fmt.Errorf("the operator exited while starting: %v: %w", op.waitErr, errPortTaken)
+			}
 			return fmt.Errorf("the operator exited while starting: %v", op.waitErr)
 		case <-deadline.C:
 			return errors.New("the operator's health endpoint did not answer within 2 minutes")
