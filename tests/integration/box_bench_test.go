@@ -302,9 +302,13 @@ func TestBoxBenchmarkSweepResumesComparesAndFailsOverBudget(t *testing.T) {
 
 	played.before = nil
 	resumed := newSweep("cut", cut, &sweepEvents{})
-	resumed.Resume = true
+	resumed.Resume, resumed.PruneClaim = true, true
 	_, err = resumed.Run(ctx)
 	require.NoError(t, err)
+	// -prune-claim: the run's directory on the claim is gone once its artifacts are all local;
+	// another run's stays.
+	assert.NoDirExists(t, filepath.Join(played.claim, c.Benchmark.ArtifactDirectory, "cut"))
+	assert.DirExists(t, filepath.Join(played.claim, c.Benchmark.ArtifactDirectory, "whole", "c16"))
 	assert.Equal(t, wholeRows, csvRows(t, cut), "the same table as the uninterrupted sweep")
 	assert.Equal(t, []string{"cut c=4", "cut c=8", "cut c=16", "cut c=16"}, slices.DeleteFunc(played.runs(), func(r string) bool { return !strings.HasPrefix(r, "cut ") }),
 		"the resumed sweep ran only the interrupted point")
