@@ -27,19 +27,44 @@ func (v Violation) String() string { return fmt.Sprintf("[%s] %s: %s", v.Rule, v
 type Rule struct {
 	Name        string
 	Description string
-	check       func(Plan) []Violation
+	// Scope says what the rule reads: ScopeObject one object as it will be, ScopeStack every
+	// object of the stack as it will be, ScopeChange what a step does to the live object
+	// (replacing, deleting), which only a preview's steps show.
+	Scope Scope
+	check func(Plan) []Violation
+}
+
+// Scope is what a rule needs to see.
+type Scope int
+
+const (
+	// ScopeObject rules read one object as it will be.
+	ScopeObject Scope = iota
+	// ScopeStack rules read every object of the stack as it will be.
+	ScopeStack
+	// ScopeChange rules read what a step does to the live object.
+	ScopeChange
+)
+
+// Check runs the rule alone.
+func (r Rule) Check(p Plan) []Violation {
+	vs := r.check(p)
+	for i := range vs {
+		vs[i].Rule = r.Name
+	}
+	return vs
 }
 
 // Rules are the policies, in the order they are reported.
 var Rules = []Rule{
-	{"hf-token-from-secret", "the Hugging Face token reaches pods only through a Secret reference", hfTokenFromSecret},
-	{"gpu-request-equals-limit", "every GPU container requests and limits the same GPU count", gpuRequestEqualsLimit},
-	{"one-compute-domain-channel", "all workers of a graph claim the same ComputeDomain channel", oneComputeDomainChannel},
-	{"pinned-images", "images are pinned: a tag that is not latest, or a digest", pinnedImages},
-	{"synthetic-only-for-benchmark", "synthetic speculative acceptance only on a graph labelled for benchmarking (benchmark.enabled)", syntheticOnlyForBenchmark},
-	{"keep-model-cache", "no change replaces or deletes the model cache claim", keepKind("PersistentVolumeClaim", "the model cache claim holds the downloaded weights; replacing or deleting it loses them")},
-	{"keep-namespace", "no change replaces or deletes the namespace", keepKind("Namespace", "deleting a namespace deletes everything in it, the model cache claim included")},
-	{"keep-adopted", "with adopt, no change replaces or deletes an object the stack took over", keepAdopted},
+	{"hf-token-from-secret", "the Hugging Face token reaches pods only through a Secret reference", ScopeObject, hfTokenFromSecret},
+	{"gpu-request-equals-limit", "every GPU container requests and limits the same GPU count", ScopeObject, gpuRequestEqualsLimit},
+	{"one-compute-domain-channel", "all workers of a graph claim the same ComputeDomain channel", ScopeStack, oneComputeDomainChannel},
+	{"pinned-images", "images are pinned: a tag that is not latest, or a digest", ScopeObject, pinnedImages},
+	{"synthetic-only-for-benchmark", "synthetic speculative acceptance only on a graph labelled for benchmarking (benchmark.enabled)", ScopeObject, syntheticOnlyForBenchmark},
+	{"keep-model-cache", "no change replaces or deletes the model cache claim", ScopeChange, keepKind("PersistentVolumeClaim", "the model cache claim holds the downloaded weights; replacing or deleting it loses them")},
+	{"keep-namespace", "no change replaces or deletes the namespace", ScopeChange, keepKind("Namespace", "deleting a namespace deletes everything in it, the model cache claim included")},
+	{"keep-adopted", "with adopt, no change replaces or deletes an object the stack took over", ScopeChange, keepAdopted},
 }
 
 // Check runs every rule and returns the violations, rule by rule.
@@ -47,8 +72,7 @@ func Check(p Plan) []Violation {
 	var out []Violation
 	seen := map[Violation]bool{} // a replacement is several steps of one resource
 	for _, r := range Rules {
-		for _, v := range r.check(p) {
-			v.Rule = r.Name
+		for _, v := range r.Check(p) {
 			if !seen[v] {
 				seen[v] = true
 				out = append(out, v)

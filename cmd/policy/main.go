@@ -12,7 +12,13 @@
 //	export PULUMI_DEBUG_COMMANDS=true # --event-log is a debug flag, the one the Automation API reads
 //	pulumi preview --stack agg --event-log /tmp/agg.events && go run ./cmd/policy -stack agg -events /tmp/agg.events
 //
-// It exits 1 when a rule is broken.
+// With -up it is `pulumi up` with the policies in front of it: it previews the stack through the
+// pulumi CLI (saving the plan), checks that preview as -events does, and only when it passes
+// applies exactly the checked plan:
+//
+//	go run ./cmd/policy -stack agg -up -allow-roll Worker
+//
+// It exits 1 when a rule is broken (with -up: nothing was applied).
 package main
 
 import (
@@ -41,6 +47,7 @@ func main() {
 	eventLog := flag.String("events", "", "check the steps of this `pulumi preview --event-log` file instead")
 	allowRoll := flag.String("allow-roll", "", "with -events: graph components the change may restart (Frontend,Worker,PrefillWorker,DecodeWorker; all); any other that rolls fails the check")
 	adopted := flag.Bool("adopted", false, "with -events: the stack has adopt=true, which protects every object from replacement (default: read from Pulumi.<stack>.yaml when -stack is given)")
+	apply := flag.Bool("up", false, "preview -stack through the pulumi CLI, check that preview, and when it passes apply exactly its plan (pulumi up --plan)")
 	project := flag.String("project", ".", "the project directory")
 	list := flag.Bool("list", false, "list the rules and exit")
 	set := auto.ConfigMap{}
@@ -59,7 +66,17 @@ func main() {
 		}
 		return
 	}
-	failed, err := run(names, *eventLog, *adopted, *allowRoll, *project, set, os.Stdout)
+	var failed bool
+	var err error
+	if *apply {
+		if len(names) != 1 || *eventLog != "" || len(set) > 0 {
+			fmt.Fprintln(os.Stderr, "policy: -up takes exactly one -stack, and neither -events nor -set")
+			os.Exit(2)
+		}
+		failed, err = up(names[0], *project, *allowRoll, *adopted, os.Stdout)
+	} else {
+		failed, err = run(names, *eventLog, *adopted, *allowRoll, *project, set, os.Stdout)
+	}
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "policy:", err)
 		os.Exit(2)
@@ -71,32 +88,11 @@ func main() {
 
 func run(names stacks, eventLog string, adopted bool, allowRoll, project string, set auto.ConfigMap, out io.Writer) (bool, error) {
 	if eventLog != "" {
-		f, err := os.Open(eventLog)
-		if err != nil {
-			return false, err
+		stack := ""
+		if len(names) == 1 {
+			stack = names[0]
 		}
-		defer func() { _ = f.Close() }()
-		steps, err := policy.ReadEventLog(f)
-		if err != nil {
-			return false, err
-		}
-		if len(names) == 1 && !adopted {
-			if adopted, err = policy.StackFileAdopts(filepath.Join(project, "Pulumi."+names[0]+".yaml")); err != nil {
-				return false, err
-			}
-		}
-		p := policy.Plan{Steps: steps, Adopted: adopted}
-		rolls := policy.Rolls(p)
-		for _, line := range policy.Summary(rolls) {
-			_, _ = fmt.Fprintln(out, line)
-		}
-		failed := report(out, eventLog, p)
-		for _, r := range policy.UnexpectedRolls(rolls, allowRoll) {
-			failed = true
-			_, _ = fmt.Fprintf(out, "FAIL: %s rolls (%s), and -allow-roll does not name it (a pull request allows it with the label allow-worker-roll)\n",
-				r.Component, strings.Join(policy.Compact(r.Why), ", "))
-		}
-		return failed, nil
+		return checkEvents(stack, eventLog, project, adopted, allowRoll, out)
 	}
 	if len(names) == 0 {
 		names = stacks{"agg", "disagg"}
@@ -118,6 +114,37 @@ func run(names stacks, eventLog string, adopted bool, allowRoll, project string,
 		if report(out, "stack "+stack, policy.Plan{Steps: steps}) {
 			failed = true
 		}
+	}
+	return failed, nil
+}
+
+// checkEvents checks the steps of a preview's event log: the rules, and a roll of each graph
+// component allowRoll does not name. With a stack, whether it adopts is read from its stack file.
+func checkEvents(stack, eventLog, project string, adopted bool, allowRoll string, out io.Writer) (bool, error) {
+	f, err := os.Open(eventLog)
+	if err != nil {
+		return false, err
+	}
+	defer func() { _ = f.Close() }()
+	steps, err := policy.ReadEventLog(f)
+	if err != nil {
+		return false, err
+	}
+	if stack != "" && !adopted {
+		if adopted, err = policy.StackFileAdopts(filepath.Join(project, "Pulumi."+stack+".yaml")); err != nil {
+			return false, err
+		}
+	}
+	p := policy.Plan{Steps: steps, Adopted: adopted}
+	rolls := policy.Rolls(p)
+	for _, line := range policy.Summary(rolls) {
+		_, _ = fmt.Fprintln(out, line)
+	}
+	failed := report(out, eventLog, p)
+	for _, r := range policy.UnexpectedRolls(rolls, allowRoll) {
+		failed = true
+		_, _ = fmt.Fprintf(out, "FAIL: %s rolls (%s), and -allow-roll does not name it (a pull request allows it with the label allow-worker-roll)\n",
+			r.Component, strings.Join(policy.Compact(r.Why), ", "))
 	}
 	return failed, nil
 }

@@ -13,11 +13,14 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/stretchr/testify/require"
 	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
@@ -80,7 +83,41 @@ func run(m *testing.M) int {
 	}()
 	cluster.kubeconfig, cluster.config, cluster.client = c.Kubeconfig, c.Config, c.Client
 	defer stopBox()
+	if built.dir, err = os.MkdirTemp("", "minimax-m3-commands"); err != nil {
+		return fail(err)
+	}
+	defer func() { _ = os.RemoveAll(built.dir) }()
 	return m.Run()
+}
+
+// built are the project's commands the tests run, each built once for every test.
+var built struct {
+	dir  string
+	mu   sync.Mutex
+	done map[string]error
+}
+
+// command builds one of the project's packages (./cmd/policy) once, as name, and returns its path.
+func command(t *testing.T, pkg, name string) string {
+	t.Helper()
+	built.mu.Lock()
+	defer built.mu.Unlock()
+	out := filepath.Join(built.dir, name)
+	err, ok := built.done[out]
+	if !ok {
+		cmd := exec.Command("go", "build", "-o", out, pkg)
+		cmd.Dir = cluster.root
+		b, berr := cmd.CombinedOutput()
+		if berr != nil {
+			err = fmt.Errorf("go build %s: %w\n%s", pkg, berr, b)
+		}
+		if built.done == nil {
+			built.done = map[string]error{}
+		}
+		built.done[out] = err
+	}
+	require.NoError(t, err)
+	return out
 }
 
 func fail(err error) int {

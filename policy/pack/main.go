@@ -1,0 +1,98 @@
+// Command pack is the policies of package policy as a Pulumi policy pack (CrossGuard):
+//
+//	pulumi preview --stack agg --policy-pack policy/pack
+//	pulumi up --stack agg --policy-pack policy/pack
+//
+// The Pulumi CLI runs it through its Go language host (PulumiPolicy.yaml: runtime go), which
+// builds it. Each rule that reads one object is a resource policy, checked before the engine
+// creates or updates that object; the rule that reads the whole stack is a stack policy, checked
+// at the end of the preview (and of an update run with --skip-preview, after it). Rules about what
+// a change does to live objects need a preview's steps and are not in the pack (package policy).
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+
+	"github.com/blang/semver"
+	"github.com/pulumi/pulumi/sdk/v3/go/common/resource"
+	"github.com/pulumi/pulumi/sdk/v3/go/common/resource/plugin"
+	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
+	"github.com/pulumi/pulumi/sdk/v3/go/pulumi/policyx"
+
+	"minimax-m3/policy"
+)
+
+func main() {
+	if err := policyx.Main(func(*pulumi.Context) (policyx.PolicyPack, error) { return pack() }); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+}
+
+// pack is every rule that needs no preview steps, mandatory.
+func pack() (policyx.PolicyPack, error) {
+	var ps []policyx.Policy
+	for _, r := range policy.Rules {
+		switch r.Scope {
+		case policy.ScopeObject:
+			ps = append(ps, policyx.NewResourceValidationPolicy(r.Name, policyx.ResourceValidationPolicyArgs{
+				Description:      r.Description,
+				EnforcementLevel: policyx.EnforcementLevelMandatory,
+				ValidateResource: func(_ context.Context, args policyx.ResourceValidationArgs) error {
+					report(args.Manager, r, []policyx.AnalyzerResource{args.Resource})
+					return nil
+				},
+			}))
+		case policy.ScopeStack:
+			ps = append(ps, policyx.NewStackValidationPolicy(r.Name, policyx.StackValidationPolicyArgs{
+				Description:      r.Description,
+				EnforcementLevel: policyx.EnforcementLevelMandatory,
+				ValidateStack: func(_ context.Context, args policyx.StackValidationArgs) error {
+					report(args.Manager, r, args.Resources)
+					return nil
+				},
+			}))
+		}
+	}
+	return policyx.NewPolicyPack("minimax-m3", semver.MustParse("1.0.0"), policyx.EnforcementLevelMandatory, ps)
+}
+
+// report checks resources as objects the change creates, and reports each violation at the
+// resource it names (the stack, when it names several).
+func report(m policyx.PolicyManager, r policy.Rule, rs []policyx.AnalyzerResource) {
+	steps := make([]policy.Step, 0, len(rs))
+	for _, res := range rs {
+		steps = append(steps, policy.Step{
+			URN: res.URN, Type: res.Type, Name: res.Name, Op: "create",
+			New: plain(resource.ToResourcePropertyMap(res.Properties)),
+		})
+	}
+	urn := ""
+	if len(rs) == 1 {
+		urn = rs[0].URN
+	}
+	for _, v := range r.Check(policy.Plan{Steps: steps}) {
+		m.ReportViolation(v.Resource+": "+v.Message, urn)
+	}
+}
+
+// plain is a resource's inputs as the engine's events show them, the form package policy reads:
+// unknown values (during a preview) as the engine's unknown string, secrets and outputs by their
+// value.
+func plain(m resource.PropertyMap) map[string]any {
+	var repl func(resource.PropertyValue) (any, bool)
+	repl = func(v resource.PropertyValue) (any, bool) {
+		switch {
+		case v.IsComputed(), v.IsOutput() && !v.OutputValue().Known:
+			return plugin.UnknownStringValue, true
+		case v.IsOutput():
+			return v.OutputValue().Element.MapRepl(nil, repl), true
+		case v.IsSecret():
+			return v.SecretValue().Element.MapRepl(nil, repl), true
+		}
+		return nil, false
+	}
+	return m.MapRepl(nil, repl)
+}
