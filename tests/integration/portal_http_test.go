@@ -136,12 +136,7 @@ func TestPortalService(t *testing.T) {
 	code, _ := c.do(http.MethodGet, "/api/stacks/agg-http", nil)
 	assert.Equal(t, http.StatusNotFound, code)
 
-	site := map[string]any{
-		"namespace":     map[string]any{"name": "portal-http"},
-		"modelDownload": map[string]any{"timeout": "3m"},
-		"readiness":     map[string]any{"timeout": "3m"},
-		"smokeTest":     map[string]any{"enabled": false},
-	}
+	site := noWaits("portal-http")
 	code, body := c.do(http.MethodPost, "/api/stacks/agg-http/up", map[string]any{
 		"base": "agg", "hfToken": portalToken,
 		"config": map[string]any{"namespace": map[string]any{"name": "Not_A_Namespace"}, "worker": map[string]any{"replicas": 0}},
@@ -174,14 +169,12 @@ func TestPortalService(t *testing.T) {
 	assert.Equal(t, 15, preview.Changes["create"])
 	require.NotEmpty(t, preview.Plan)
 
-	stop := playControllers(t, "portal-http", controllers{jobOutcome: "complete", graphReady: true})
 	code, body = c.do(http.MethodPost, "/api/stacks/agg-http/up", map[string]any{"base": "agg", "config": site, "plan": preview.Plan})
 	require.Equal(t, http.StatusAccepted, code, string(body))
 	code, body = c.do(http.MethodPost, "/api/stacks/agg-http/up", map[string]any{"base": "agg", "config": site})
 	assert.Equal(t, http.StatusConflict, code, string(body))
 	assert.Contains(t, string(body), "stack agg-http is busy: up is running")
 	events, errText = c.sse("agg-http")
-	stop()
 	require.Empty(t, errText)
 	seen := map[string]bool{}
 	for _, e := range events {
@@ -207,7 +200,7 @@ func TestPortalService(t *testing.T) {
 	assert.Contains(t, string(body), `<section class="stack" id="stack-agg-http" data-stack="agg-http">`)
 	assert.Contains(t, string(body), "<tr><th>namespace</th><td>portal-http</td></tr>")
 
-	stop = playControllers(t, "portal-http", controllers{})
+	stop := playControllers(t, "portal-http", controllers{})
 	code, _ = c.do(http.MethodPost, "/api/stacks/agg-http/destroy", nil)
 	require.Equal(t, http.StatusAccepted, code)
 	_, errText = c.sse("agg-http")
@@ -394,12 +387,16 @@ func TestPortalCommandRefusesWhatASecurityReviewFound(t *testing.T) {
 	// Cross-site: a page served from another port of this host posts destroy with the cookie the
 	// browser attaches (SameSite ignores ports), as a text/plain "simple request" needing no
 	// preflight. The browser says where the request comes from; both headers are refused alone.
+	// Every operation that changes something is refused, recover and cancel included.
+	ops := []string{"preview", "up", "refresh", "destroy", "recover", "cancel"}
 	for name, h := range map[string]map[string]string{
 		"Sec-Fetch-Site": {"Cookie": cookie, "Sec-Fetch-Site": "same-site", "Origin": "http://127.0.0.1:1"},
 		"Origin":         {"Cookie": cookie, "Origin": "http://127.0.0.1:1"},
 	} {
-		status, body := send(http.MethodPost, "/api/stacks/agg/destroy", "text/plain", strings.NewReader("{}"), h)
-		assert.Equal(t, http.StatusForbidden, status, "%s: %s", name, body)
+		for _, op := range ops {
+			status, body := send(http.MethodPost, "/api/stacks/agg/"+op, "text/plain", strings.NewReader("{}"), h)
+			assert.Equal(t, http.StatusForbidden, status, "%s %s: %s", name, op, body)
+		}
 	}
 	// Same origin, but not JSON: refused.
 	status, body := send(http.MethodPost, "/api/stacks/agg/preview", "text/plain", strings.NewReader(`{"base":"agg"}`), bearer)
@@ -412,10 +409,15 @@ func TestPortalCommandRefusesWhatASecurityReviewFound(t *testing.T) {
 		assert.Equal(t, http.StatusBadRequest, status, "%s: %s", path, body)
 		assert.Contains(t, body, `"key":"stack"`, path)
 	}
-	status, body = send(http.MethodPost, "/api/stacks/..%2F..%2F..%2Fx/destroy", "", nil, bearer)
-	assert.Equal(t, http.StatusBadRequest, status, body)
+	for _, op := range ops {
+		status, body = send(http.MethodPost, "/api/stacks/..%2F..%2F..%2Fx/"+op, "application/json", strings.NewReader(`{"base":"agg"}`), bearer)
+		assert.Equal(t, http.StatusBadRequest, status, "%s: %s", op, body)
+		assert.Contains(t, body, `"key":"stack"`, op)
+	}
 	assert.NoDirExists(t, filepath.Join(tmp, "a", "x"))
 	status, body = send(http.MethodGet, "/api/stacks/nobody/history", "", nil, bearer)
+	assert.Equal(t, http.StatusNotFound, status, body)
+	status, body = send(http.MethodPost, "/api/stacks/nobody/recover", "", nil, bearer)
 	assert.Equal(t, http.StatusNotFound, status, body)
 	assert.NoDirExists(t, filepath.Join(stateDir, "workspaces", "nobody"), "an unknown stack leaves nothing behind")
 
@@ -431,10 +433,16 @@ func TestPortalCommandRefusesWhatASecurityReviewFound(t *testing.T) {
 	status, body = send(http.MethodPost, "/api/stacks/agg/up", "application/json", strings.NewReader(`{"base":"agg","plan":true}`), bearer)
 	assert.Equal(t, http.StatusBadRequest, status, body)
 	assert.Contains(t, body, `"key":"plan"`)
+	status, body = send(http.MethodPost, "/api/stacks/agg/recover", "application/json", strings.NewReader(`{"force":true}`), bearer)
+	assert.Equal(t, http.StatusBadRequest, status, body)
+	assert.Contains(t, body, `"key":"force"`)
 
 	// A body past the cap: 413, without reading it all.
 	big := io.MultiReader(strings.NewReader(`{"base":"agg","config":{"graphName":"`), io.LimitReader(zeros{}, 64<<20), strings.NewReader(`"}}`))
 	status, body = send(http.MethodPost, "/api/stacks/agg/preview", "application/json", big, bearer)
+	assert.Equal(t, http.StatusRequestEntityTooLarge, status, body)
+	big = io.MultiReader(strings.NewReader(`{"base":"`), io.LimitReader(zeros{}, 64<<20), strings.NewReader(`"}`))
+	status, body = send(http.MethodPost, "/api/stacks/agg/recover", "application/json", big, bearer)
 	assert.Equal(t, http.StatusRequestEntityTooLarge, status, body)
 
 	// The page's cookie is a session issued at login, never the token; the page carries a
