@@ -12,10 +12,12 @@ import (
 	"time"
 
 	"github.com/pulumi/pulumi/sdk/v3/go/auto"
+	"github.com/pulumi/pulumi/sdk/v3/go/auto/optdestroy"
 	"github.com/pulumi/pulumi/sdk/v3/go/auto/optpreview"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
@@ -303,4 +305,44 @@ func TestBoxRenamingTheGraphOnAFullRack(t *testing.T) {
 	after := &corev1.PersistentVolumeClaim{}
 	require.NoError(t, box.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "shared-model-cache"}, after))
 	assert.Equal(t, pvc.UID, after.UID, "the same cache claim")
+}
+
+// A namespace and a token Secret the user brought are used, never managed: up leaves them out of
+// the stack, and destroy leaves them as they were (here with modelCache.deleteOnDestroy, so that
+// destroy deletes the claim it created and, with the real garbage collector and PV controller, the
+// namespace is the only thing left).
+func TestBoxAdoptedNamespaceAndSecretAreLeftAlone(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	ns := "box-adopted"
+	require.NoError(t, rackBox(t).Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
+	secret := &corev1.Secret{
+		ObjectMeta: metav1.ObjectMeta{Name: "team-hf", Namespace: ns},
+		StringData: map[string]string{"HF_TOKEN": "hf_brought_by_the_user"},
+	}
+	require.NoError(t, box.Client.Create(ctx, secret))
+
+	s := newBoxStack(t, "agg", ns, addRack(t, rackbox.NVL72("adopted").WithGPUs(12)), auto.ConfigMap{
+		"minimax-m3:namespace.create":           {Value: "false"},
+		"minimax-m3:huggingFace.secretName":     {Value: "team-hf"},
+		"minimax-m3:huggingFace.existingSecret": {Value: "true"},
+		"minimax-m3:modelCache.deleteOnDestroy": {Value: "true"},
+	})
+	require.NoError(t, s.stack.RemoveConfig(ctx, "minimax-m3:hfToken"))
+	_, ops, err := s.up(ctx)
+	require.NoError(t, err, s.log.String())
+	for k := range opsOf(ops) {
+		assert.NotRegexp(t, "^kubernetes:core/v1:(Namespace|Secret) ", k, "an adopted namespace or Secret is not managed")
+	}
+
+	_, err = s.stack.Destroy(ctx, optdestroy.ProgressStreams(s.log))
+	require.NoError(t, err, s.log.String())
+	_, kept := getOn(t, box.Client, namespaceGVK, "", ns)
+	assert.True(t, kept, "the adopted namespace stays")
+	live, kept := getOn(t, box.Client, secretGVK, ns, "team-hf")
+	require.True(t, kept, "the adopted Secret stays")
+	assert.Empty(t, live.GetLabels(), "the adopted Secret is untouched")
+	assert.Empty(t, live.GetOwnerReferences(), "the adopted Secret is owned by nobody")
+	_, exists := getOn(t, box.Client, pvcGVK, ns, "shared-model-cache")
+	assert.False(t, exists, "deleteOnDestroy lets destroy delete the cache claim")
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/pulumi/pulumi/sdk/v3/go/auto"
 	"github.com/pulumi/pulumi/sdk/v3/go/auto/optdestroy"
+	"github.com/pulumi/pulumi/sdk/v3/go/auto/optpreview"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
@@ -20,6 +21,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"minimax-m3/components"
 	"minimax-m3/tests/rackbox"
 )
 
@@ -32,32 +34,80 @@ import (
 
 const graphLabelKey = "nvidia.com/dynamo-graph-deployment-name"
 
-// Both stacks from an empty NVL72 rack to Ready with the real scheduler and controllers: the claim
-// bound by the PV controller, the download Job completed by the Job controller on a CPU node, every
-// worker on a GPU tray of the rack, one per tray, all in the rack's NVLink clique, each with its
-// ComputeDomain channel claim allocated by the scheduler's DRA plugin on its own tray, the
-// frontend on a CPU node, the smoke test's Job run (its result set by a kwok stage: no model runs
-// here), and the operator's Ready. Then destroy leaves only what the README says it keeps: the
-// cache claim (and the namespace holding it), with the operator's and the ComputeDomain's
-// finalizers handled by their controllers.
-func TestBoxBothStacksFromAnEmptyRackToReady(t *testing.T) {
+// Both stacks through a lifecycle on an empty NVL72 rack, nothing of the cluster played:
+//
+//  1. up: the claim bound by the PV controller; the graph created only once the download Job has
+//     completed (the box holds its pod until the test ends it: the Job controller then completes
+//     the Job), on a CPU node; every worker on a GPU tray of the rack, one per tray, all in the
+//     rack's NVLink clique, each with its ComputeDomain channel claim allocated by the scheduler's
+//     DRA plugin on its own tray; the frontend on a CPU node; the smoke test's Job run (its result
+//     set by a kwok stage: no model runs here); the operator's Ready; the outputs; the live graph
+//     exactly the program's spec for the stack's config, through the real CRD schema;
+//  2. a second up and a preview --expect-no-changes change nothing;
+//  3. a vLLM flag updates only the graph, and the operator rolls the workers;
+//  4. synthetic acceptance changes only the workers' ConfigMap key, and says so;
+//  5. a new model revision replaces the download Job and updates the graph, nothing else;
+//  6. no plaintext token in the state, the outputs or the log;
+//  7. destroy leaves only what the README says it keeps: the cache claim (and the namespace
+//     holding it), with the operator's and the ComputeDomain's finalizers handled by their
+//     controllers.
+func TestBoxStackLifecycle(t *testing.T) {
 	for _, tc := range []struct {
 		stack, graph string
-		workers      int
-	}{{"agg", aggGraph, 3}, {"disagg", disaggGraph, 6}} {
+		roles        []string
+		gpus         float64
+		flagKey      string
+	}{
+		{"agg", aggGraph, []string{"Worker"}, 12, "minimax-m3:worker.vllm.maxNumSeqs"},
+		{"disagg", disaggGraph, []string{"PrefillWorker", "DecodeWorker"}, 24, "minimax-m3:prefillWorker.vllm.maxNumSeqs"},
+	} {
 		t.Run(tc.stack, func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
 			r := addRack(t, rackbox.NVL72("nvl72-"+tc.stack))
 			ns := "box-" + tc.stack
-			s := newBoxStack(t, tc.stack, ns, r, nil)
-			res, _, err := s.up(ctx)
-			require.NoError(t, err, s.log.String())
+			s := newBoxStack(t, tc.stack, ns, r, auto.ConfigMap{"minimax-m3:modelDownload.image": {Value: rackbox.HeldImage}})
+
+			// 1. up, with the download held until the test ends it.
+			type upResult struct {
+				res auto.UpResult
+				err error
+			}
+			done := make(chan upResult, 1)
+			go func() {
+				res, _, err := s.up(ctx)
+				done <- upResult{res, err}
+			}()
+			downloads := client.MatchingLabels{"batch.kubernetes.io/job-name": "minimax-m3-model-download"}
+			eventually(t, func() bool {
+				pods := podsOf(t, ns, downloads)
+				return len(pods) == 1 && pods[0].Status.Phase == corev1.PodRunning
+			}, 2*time.Minute, "the download Job's pod runs (held by the box)")
+			_, graphExists := getOn(t, box.Client, graphGVK, ns, tc.graph)
+			assert.False(t, graphExists, "the graph waits for the download Job")
+			select {
+			case r := <-done:
+				t.Fatalf("up returned before the download completed: %v", r.err)
+			default:
+			}
+			held := podsOf(t, ns, downloads)[0]
+			patch := client.MergeFrom(held.DeepCopy())
+			held.Annotations = map[string]string{rackbox.ExitCodeAnnotation: "0"}
+			require.NoError(t, box.Client.Patch(ctx, &held, patch))
+			var up upResult
+			select {
+			case up = <-done:
+			case <-time.After(5 * time.Minute):
+				t.Fatal("up did not finish after the download completed")
+			}
+			require.NoError(t, up.err, s.log.String())
+			res := up.res
 
 			pvc := &corev1.PersistentVolumeClaim{}
 			require.NoError(t, box.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "shared-model-cache"}, pvc))
 			assert.Equal(t, corev1.ClaimBound, pvc.Status.Phase, "bound by the PV controller")
 			assert.Equal(t, rackbox.StorageClass, *pvc.Spec.StorageClassName, "the cluster's default class")
+			assert.Equal(t, []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany}, pvc.Spec.AccessModes)
 
 			job := &batchv1.Job{}
 			require.NoError(t, box.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "minimax-m3-model-download"}, job))
@@ -84,7 +134,7 @@ func TestBoxBothStacksFromAnEmptyRackToReady(t *testing.T) {
 				assert.Equal(t, rackbox.CliqueLabel, p.Spec.Affinity.PodAffinity.RequiredDuringSchedulingIgnoredDuringExecution[0].TopologyKey)
 				assertChannelAllocated(t, &p)
 			}
-			assert.Len(t, trays, tc.workers, "one TP4 worker per 4-GPU tray")
+			assert.Len(t, trays, 3*len(tc.roles), "one TP4 worker per 4-GPU tray")
 
 			g := &unstructured.Unstructured{}
 			g.SetGroupVersionKind(graphGVK)
@@ -95,11 +145,108 @@ func TestBoxBothStacksFromAnEmptyRackToReady(t *testing.T) {
 			assert.Equal(t, true, smoke["passed"], "the smoke test ran: %v", res.Outputs["smokeTest"].Value)
 			assert.Contains(t, smoke["reply"], "kwok stage", "its result is the pod's termination message, set by the box")
 
+			out := res.Outputs
+			assert.Equal(t, ns, out["namespace"].Value)
+			assert.Equal(t, tc.graph, out["graphName"].Value)
+			assert.Equal(t, tc.graph+"-frontend", out["frontendService"].Value)
+			assert.EqualValues(t, 8000, out["frontendPort"].Value)
+			assert.Equal(t, "http://"+tc.graph+"-frontend."+ns+".svc.cluster.local:8000", out["frontendUrl"].Value)
+			assert.Equal(t, "kubectl -n "+ns+" port-forward service/"+tc.graph+"-frontend 8000:8000", out["portForwardCommand"].Value)
+			assert.EqualValues(t, tc.gpus, out["gpuCount"].Value)
+			assert.Equal(t, tc.graph+"-cd", out["computeDomain"].Value)
+			assert.Equal(t, "shared-model-cache", out["cacheClaimName"].Value)
+
+			// The live graph is exactly the program's spec for this config: validated by the real
+			// CRD schema on the way in, nothing pruned or rewritten by the API server or the operator.
+			cfg, err := s.stack.Config(ctx)
+			require.NoError(t, err)
+			want, err := components.GraphSpec(&cfg)
+			require.NoError(t, err)
+			spec := liveGraphSpecOn(t, box.Client, ns, tc.graph)
+			assert.JSONEq(t, toJSON(t, want), toJSON(t, spec))
+			require.Len(t, spec.Components, 1+len(tc.roles))
+			for i, role := range tc.roles {
+				c := spec.Components[i+1]
+				assert.Equal(t, role, c.Name)
+				assert.Equal(t, 3, c.Replicas)
+				assert.Equal(t, tc.graph+"-cd-channel", *c.PodTemplate.Spec.ResourceClaims[0].ResourceClaimTemplateName)
+				assert.Equal(t, "speculative-config", c.PodTemplate.Spec.Containers[0].Env[1].ValueFrom.ConfigMapKeyRef.Key)
+			}
+			cm, ok := getOn(t, box.Client, configMapGVK, ns, tc.graph+"-config")
+			require.True(t, ok)
+			data := cm.Object["data"].(map[string]any)
+			assert.Contains(t, data["speculative-config"], `"num_speculative_tokens": 3`)
+			assert.Contains(t, data["speculative-config-synthetic"], `"synthetic_acceptance_length": 2.89`)
+			secret, ok := getOn(t, box.Client, secretGVK, ns, "hf-token-secret")
+			require.True(t, ok)
+			assert.Contains(t, secret.Object["data"], "HF_TOKEN")
+
+			// 2. A second up and a preview with --expect-no-changes change nothing.
+			_, ops, err := s.up(ctx)
+			require.NoError(t, err, s.log.String())
+			assert.Empty(t, ops, "a second up changes nothing")
+			_, err = s.preview(ctx, optpreview.ExpectNoChanges())
+			require.NoError(t, err, "preview --expect-no-changes\n%s", s.log.String())
+
+			// 3. A vLLM flag updates only the graph; the operator rolls the workers to it.
+			workers := client.MatchingLabels{graphLabelKey: tc.graph, "nvidia.com/dynamo-component": tc.roles[0]}
+			before := podsOf(t, ns, workers)
+			s.set(ctx, tc.flagKey, "64")
+			_, ops, err = s.up(ctx)
+			require.NoError(t, err, s.log.String())
+			assert.Equal(t, map[string]string{"kubernetes:nvidia.com/v1beta1:DynamoGraphDeployment graph": "update"}, graphOps(t, ops))
+			assert.Contains(t, liveGraphSpecOn(t, box.Client, ns, tc.graph).Components[1].PodTemplate.Spec.Containers[0].Args, "64")
+			for _, p := range podsOf(t, ns, workers) {
+				assert.NotEqual(t, before[0].Labels["pod-template-hash"], p.Labels["pod-template-hash"], "worker %s rolled", p.Name)
+			}
+
+			// 4. Synthetic acceptance changes only the workers' ConfigMap key, and says so loudly.
+			s.set(ctx, "minimax-m3:speculativeDecoding.mode", "synthetic")
+			_, ops, err = s.up(ctx)
+			require.NoError(t, err, s.log.String())
+			assert.Equal(t, map[string]string{"kubernetes:nvidia.com/v1beta1:DynamoGraphDeployment graph": "update"}, graphOps(t, ops))
+			for _, c := range liveGraphSpecOn(t, box.Client, ns, tc.graph).Components[1:] {
+				assert.Equal(t, "speculative-config-synthetic", c.PodTemplate.Spec.Containers[0].Env[1].ValueFrom.ConfigMapKeyRef.Key)
+			}
+			assert.Contains(t, s.log.String(), "BENCHMARK ONLY")
+
+			// 5. A new model revision replaces the download Job (this time with an image the box
+			// completes at once) and updates the graph; the claim, namespace and Secret stay.
+			newRevision := "0123456789abcdef0123456789abcdef01234567"
+			s.set(ctx, "minimax-m3:model.revision", newRevision)
+			s.set(ctx, "minimax-m3:modelDownload.image", "python:3.10-slim")
+			_, ops, err = s.up(ctx)
+			require.NoError(t, err, s.log.String())
+			changed := graphOps(t, ops)
+			assert.Contains(t, changed["kubernetes:batch/v1:Job model-download"], "replace")
+			assert.Equal(t, "update", changed["kubernetes:nvidia.com/v1beta1:DynamoGraphDeployment graph"])
+			for k := range changed {
+				assert.NotRegexp(t, "Namespace|Secret|PersistentVolumeClaim|ConfigMap|ComputeDomain", k, "only the Job and the graph change")
+			}
+			assert.Contains(t, liveGraphSpecOn(t, box.Client, ns, tc.graph).Components[1].PodTemplate.Spec.Containers[0].Args, newRevision)
+
+			// 6. No plaintext token in the state, the outputs or the logs.
+			state := s.export()
+			assert.NotContains(t, state, testToken)
+			assert.Contains(t, state, "ciphertext", "the token is encrypted in state")
+			outputs, err := s.stack.Outputs(ctx)
+			require.NoError(t, err)
+			for k, v := range outputs {
+				assert.NotContains(t, toJSON(t, v.Value), testToken, k)
+			}
+			assert.NotContains(t, s.log.String(), testToken)
+			assert.NotContains(t, s.log.String(), "client-key-data")
+
+			// 7. destroy.
 			_, err = s.stack.Destroy(ctx, optdestroy.ProgressStreams(s.log))
 			require.NoError(t, err, s.log.String())
 			eventually(t, func() bool { return len(podsOf(t, ns, nil)) == 0 }, 2*time.Minute, "every pod is gone (garbage collector, kwok)")
-			for _, kind := range []client.ObjectList{&appsv1.DeploymentList{}, &batchv1.JobList{}, &resourcev1.ResourceClaimList{}, &resourcev1.ResourceClaimTemplateList{}} {
+			for _, kind := range []client.ObjectList{&appsv1.DeploymentList{}, &batchv1.JobList{}, &resourcev1.ResourceClaimList{}, &resourcev1.ResourceClaimTemplateList{}, &corev1.ConfigMapList{}} {
 				require.NoError(t, box.Client.List(ctx, kind, client.InNamespace(ns)))
+				if cms, ok := kind.(*corev1.ConfigMapList); ok {
+					// Every namespace has the API server's root CA bundle.
+					cms.Items = slices.DeleteFunc(cms.Items, func(c corev1.ConfigMap) bool { return c.Name == "kube-root-ca.crt" })
+				}
 				assert.Zero(t, meta.LenList(kind), "%T left in %s", kind, ns)
 			}
 			for _, gvk := range []schema.GroupVersionKind{graphGVK, computeDomainGVK} {
@@ -108,6 +255,8 @@ func TestBoxBothStacksFromAnEmptyRackToReady(t *testing.T) {
 				require.NoError(t, box.Client.List(ctx, &list, client.InNamespace(ns)))
 				assert.Empty(t, list.Items, "%v left in %s", gvk, ns)
 			}
+			_, exists := getOn(t, box.Client, secretGVK, ns, "hf-token-secret")
+			assert.False(t, exists, "the stack's token Secret is deleted")
 			require.NoError(t, box.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "shared-model-cache"}, pvc), "destroy keeps the cache claim")
 			assert.Equal(t, corev1.ClaimBound, pvc.Status.Phase)
 			nsObj := &corev1.Namespace{}
@@ -192,9 +341,23 @@ func TestBoxFullRackFlagChangeRollsWithoutASpareGPU(t *testing.T) {
 	before := podsOf(t, ns, workers)
 	require.Len(t, before, 3)
 
+	g := &unstructured.Unstructured{}
+	g.SetGroupVersionKind(graphGVK)
+	require.NoError(t, box.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: aggGraph}, g))
+	generation := g.GetGeneration()
+
+	// Through the CLI with the policies in front (cmd/policy -up): a worker roll nobody consented
+	// to is refused before anything is applied; with consent, exactly the checked plan is applied.
 	s.set(ctx, "minimax-m3:worker.vllm.maxNumSeqs", "48")
-	_, _, err = s.up(ctx)
-	require.NoError(t, err, "the rollout fits the full rack\n%s", s.log.String())
+	out, code := policyUp(t, s)
+	require.Equal(t, 1, code, out)
+	assert.Contains(t, out, "FAIL: Worker rolls")
+	assert.Contains(t, out, "policy: agg not applied")
+	require.NoError(t, box.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: aggGraph}, g))
+	assert.Equal(t, generation, g.GetGeneration(), "nothing applied")
+	out, code = policyUp(t, s, "-allow-roll", "Worker")
+	require.Equal(t, 0, code, "the rollout fits the full rack\n%s", out)
+	assert.Contains(t, out, "policy: agg passed; applying the checked plan")
 	after := podsOf(t, ns, workers)
 	require.Len(t, after, 3)
 	for _, p := range after {
@@ -202,9 +365,8 @@ func TestBoxFullRackFlagChangeRollsWithoutASpareGPU(t *testing.T) {
 		assert.NotEqual(t, before[0].Labels["pod-template-hash"], p.Labels["pod-template-hash"], "every worker replaced")
 		assert.Contains(t, strings.Join(p.Spec.Containers[0].Args, " "), "--max-num-seqs 48")
 	}
-	g := &unstructured.Unstructured{}
-	g.SetGroupVersionKind(graphGVK)
 	require.NoError(t, box.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: aggGraph}, g))
+	assert.Greater(t, g.GetGeneration(), generation)
 	status, _, _, gen := readyCondition(g)
 	assert.Equal(t, []any{"True", g.GetGeneration()}, []any{status, gen})
 
@@ -247,6 +409,11 @@ func TestBoxFailuresCarryKubernetesReasons(t *testing.T) {
 		_, _, err := s.up(context.Background())
 		require.Error(t, err)
 		assert.Contains(t, s.log.String(), "BackoffLimitExceeded", "the Job controller's reason\n%s", s.log.String())
+		// up failed on the Job's condition, not at the download's timeout, and made no graph.
+		assert.Contains(t, err.Error(), "[BackoffLimitExceeded]")
+		assert.NotContains(t, err.Error(), "timed out")
+		_, exists := getOn(t, box.Client, graphGVK, "box-fail-dl", aggGraph)
+		assert.False(t, exists, "no graph is created without the model")
 	})
 	t.Run("too few GPUs", func(t *testing.T) {
 		t.Parallel()
@@ -256,5 +423,7 @@ func TestBoxFailuresCarryKubernetesReasons(t *testing.T) {
 		require.Error(t, err)
 		assert.Contains(t, s.log.String(), "cannot be scheduled: Unschedulable: 0/", "the scheduler's verdict, in up's output\n%s", s.log.String())
 		assert.Contains(t, s.log.String(), "Insufficient nvidia.com/gpu")
+		assert.Contains(t, err.Error(), "kubernetes:nvidia.com/v1beta1:DynamoGraphDeployment::graph", "the error names the graph resource")
+		assert.Contains(t, err.Error(), "timed out")
 	})
 }

@@ -104,7 +104,12 @@ func workerRoles(stack string) []string {
 // result comes from a kwok stage: no model runs here).
 func newBoxStack(t *testing.T, stack, ns string, r rackbox.Rack, extra auto.ConfigMap) *testStack {
 	t.Helper()
-	b := rackBox(t)
+	return newBoxStackOn(t, rackBox(t).Kubeconfig, stack, ns, r, extra)
+}
+
+// newBoxStackOn is newBoxStack with a kubeconfig of the test's own for the box.
+func newBoxStackOn(t *testing.T, kubeconfig, stack, ns string, r rackbox.Rack, extra auto.ConfigMap) *testStack {
+	t.Helper()
 	cfg := auto.ConfigMap{
 		"minimax-m3:smokeTest.enabled":     {Value: "true"},
 		"minimax-m3:placement.topologyKey": {Value: rackbox.CliqueLabel},
@@ -118,7 +123,7 @@ func newBoxStack(t *testing.T, stack, ns string, r rackbox.Rack, extra auto.Conf
 	for k, v := range extra {
 		cfg[k] = v
 	}
-	return makeStack(t, b.Kubeconfig, stack, ns, cfg, false)
+	return makeStack(t, kubeconfig, stack, ns, cfg, false)
 }
 
 // readyBoxStack is newBoxStack on a rack of its own, brought up to Ready.

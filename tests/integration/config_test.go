@@ -106,19 +106,22 @@ func pathJoin(path, key string) string {
 // digit-only values as numbers, true/false as booleans and the rest, decimals included, as
 // strings), then rewritten by hand with every value a string, then a few with `--type`: each time
 // the program reads back exactly the recipe's values, so a preview shows no change.
+//
+// The live objects are the API server's, through the real CRD schemas: the stack does not wait
+// for the graph (readiness.waitForReady off), so no operator is needed or played; the test plays
+// the Job controller (the download completes) and the garbage collector (a replaced Job's
+// foreground deletion).
 func TestEveryTypedFieldSetThroughTheCLIReadsBackTheSame(t *testing.T) {
 	for _, stack := range []string{"agg", "disagg"} {
 		t.Run(stack, func(t *testing.T) {
 			ctx := context.Background()
 			ns := "cli-config-" + stack
-			s := newStack(t, stack, ns, nil)
-			stop := playControllers(t, ns, controllers{jobOutcome: "complete", graphReady: true})
-			defer stop()
-			_, _, err := s.up(ctx)
-			require.NoError(t, err, s.log.String())
+			s := newStack(t, stack, ns, auto.ConfigMap{"minimax-m3:readiness.waitForReady": {Value: "false"}})
+			upWithJobs(t, s)
 
 			// Keys the test stack sets to its own values stay as they are.
-			settings := leafSettings(config.Profile(stack), "namespace.name", "modelDownload.timeout", "readiness.timeout", "smokeTest.enabled")
+			settings := leafSettings(config.Profile(stack), "namespace.name", "modelDownload.timeout", "readiness.timeout", "smokeTest.enabled",
+				"readiness.waitForReady")
 			require.Greater(t, len(settings), 100)
 			args := []string{"config", "set-all", "--path"}
 			for _, kv := range settings {
@@ -199,7 +202,7 @@ func TestEveryTypedFieldSetThroughTheCLIReadsBackTheSame(t *testing.T) {
 			}
 			out, err = s.cli(args...)
 			require.NoError(t, err, out)
-			upReady(t, s, controllers{})
+			upWithJobs(t, s)
 			spec = liveGraphSpec(t, ns, "minimax-m3-"+stack+"-gb200-agentic")
 			pod := spec.Components[len(spec.Components)-1].PodTemplate.Spec
 			assert.Equal(t, "ngc-pull", pod.ImagePullSecrets[0].Name)

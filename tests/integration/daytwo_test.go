@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"minimax-m3/components"
+	"minimax-m3/tests/rackbox"
 )
 
 const aggGraph = "minimax-m3-agg-gb200-agentic"
@@ -28,16 +29,36 @@ func upReady(t *testing.T, s *testStack, c controllers) []operation {
 	c.jobOutcome, c.graphReady = "complete", true
 	stop := playControllers(t, s.ns, c)
 	defer stop()
+	return upOK(t, s)
+}
+
+// upWithJobs runs `up` on the plain API server while the test plays the Job controller (every
+// Job completes) and the garbage collector.
+func upWithJobs(t *testing.T, s *testStack) []operation {
+	t.Helper()
+	stop := playControllers(t, s.ns, controllers{jobOutcome: "complete"})
+	defer stop()
+	return upOK(t, s)
+}
+
+// upOK runs `up` and requires it to succeed.
+func upOK(t *testing.T, s *testStack) []operation {
+	t.Helper()
 	_, ops, err := s.up(context.Background())
 	require.NoError(t, err, s.log.String())
 	return ops
 }
 
-func TestADraftRevisionChangeRollsTheWorkers(t *testing.T) {
+// In the rack box: a new draft revision downloads again and rolls the workers through the real
+// operator.
+func TestBoxADraftRevisionChangeRollsTheWorkers(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
-	s := newStack(t, "agg", "draft-change", nil)
-	upReady(t, s, controllers{})
-	before, _ := get(t, graphGVK, s.ns, aggGraph)
+	s := newBoxStack(t, "agg", "box-draft-change", addRack(t, rackbox.NVL72("draft").WithGPUs(12)), nil)
+	upOK(t, s)
+	before, _ := getOn(t, box.Client, graphGVK, s.ns, aggGraph)
+	workers := client.MatchingLabels{graphLabelKey: aggGraph, "nvidia.com/dynamo-component": "Worker"}
+	podsBefore := podsOf(t, s.ns, workers)
 
 	s.set(ctx, "minimax-m3:model.draft.revision", "0123456789abcdef0123456789abcdef01234567")
 	ops, err := s.preview(ctx)
@@ -49,20 +70,26 @@ func TestADraftRevisionChangeRollsTheWorkers(t *testing.T) {
 		"kubernetes:core/v1:ConfigMap speculative-config":           "update",
 		"kubernetes:nvidia.com/v1beta1:DynamoGraphDeployment graph": "update",
 	}
-	assert.Equal(t, want, opsOf(ops))
-	assert.Equal(t, want, opsOf(upReady(t, s, controllers{})))
-	after, _ := get(t, graphGVK, s.ns, aggGraph)
+	assert.Equal(t, want, graphOps(t, ops))
+	assert.Equal(t, want, graphOps(t, upOK(t, s)))
+	after, _ := getOn(t, box.Client, graphGVK, s.ns, aggGraph)
 	assert.Greater(t, after.GetGeneration(), before.GetGeneration(), "a new generation: the operator rolls the workers")
-	w := liveGraphSpec(t, s.ns, aggGraph).Components[1]
+	w := liveGraphSpecOn(t, box.Client, s.ns, aggGraph).Components[1]
 	assert.Len(t, w.PodTemplate.Annotations[components.SpeculativeConfigChecksum], 64)
+	podsAfter := podsOf(t, s.ns, workers)
+	require.Len(t, podsAfter, 3)
+	for _, p := range podsAfter {
+		assert.NotEqual(t, podsBefore[0].Labels["pod-template-hash"], p.Labels["pod-template-hash"], "worker %s rolled", p.Name)
+	}
 }
 
 // A second kubeconfig context for the same cluster (its own cluster entry, the same server): with
 // the stack's fixed cluster identifier, switching to it replaces nothing. Changing the identifier
 // is how a stack moves to another cluster, and that replaces everything.
-func TestSwitchingToAnotherContextOfTheSameClusterReplacesNothing(t *testing.T) {
+func TestBoxSwitchingToAnotherContextOfTheSameClusterReplacesNothing(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
-	kc, err := clientcmd.LoadFromFile(cluster.kubeconfig)
+	kc, err := clientcmd.LoadFromFile(rackBox(t).Kubeconfig)
 	require.NoError(t, err)
 	current := kc.Contexts[kc.CurrentContext]
 	kc.Clusters["same-cluster-other-entry"] = kc.Clusters[current.Cluster].DeepCopy()
@@ -72,14 +99,14 @@ func TestSwitchingToAnotherContextOfTheSameClusterReplacesNothing(t *testing.T) 
 	path := filepath.Join(t.TempDir(), "kubeconfig")
 	require.NoError(t, clientcmd.WriteToFile(*kc, path))
 
-	s := newStackOn(t, path, "agg", "context-switch", nil)
-	upReady(t, s, controllers{})
+	s := newBoxStackOn(t, path, "agg", "box-context-switch", addRack(t, rackbox.NVL72("context").WithGPUs(12)), nil)
+	upOK(t, s)
 
 	s.set(ctx, "minimax-m3:kubernetes.context", "second")
 	ops, err := s.preview(ctx)
 	require.NoError(t, err, s.log.String())
 	assert.Empty(t, ops, "no resource is replaced or changed")
-	upReady(t, s, controllers{})
+	upOK(t, s)
 	_, err = s.preview(ctx, optpreview.ExpectNoChanges())
 	require.NoError(t, err)
 
@@ -90,13 +117,18 @@ func TestSwitchingToAnotherContextOfTheSameClusterReplacesNothing(t *testing.T) 
 }
 
 // The provider waits for a Ready condition whose generation has caught up with the one `up` wrote:
-// the condition's observedGeneration, else status.observedGeneration. The Dynamo operator writes
-// both. With neither, the provider has nothing to compare, and `up` takes an old Ready as done.
+// the condition's observedGeneration, else status.observedGeneration. With neither, the provider
+// has nothing to compare, and `up` takes an old Ready as done.
+//
+// Played on the plain API server, on purpose: the Dynamo operator this project runs writes both
+// generations (every box test waits on them), so the status shapes tested here, an operator that
+// writes only status.observedGeneration or none, are states the real operator cannot reach. They
+// are what an older or patched operator writes.
 func TestUpWaitsForTheOperatorToObserveTheNewGeneration(t *testing.T) {
 	ctx := context.Background()
 	s := newStack(t, "agg", "observed-generation", nil)
 	// The test plays an operator that writes the generation only in status.observedGeneration.
-	upReady(t, s, controllers{readyStyle: readyStatusGenerationOnly})
+	upReady(t, s, controllers{})
 
 	s.set(ctx, "minimax-m3:worker.vllm.maxNumSeqs", "128")
 	done := make(chan error, 1)
@@ -108,7 +140,7 @@ func TestUpWaitsForTheOperatorToObserveTheNewGeneration(t *testing.T) {
 		t.Fatalf("up returned on the old generation's Ready: %v", err)
 	default:
 	}
-	stop := playControllers(t, s.ns, controllers{graphReady: true, readyStyle: readyStatusGenerationOnly})
+	stop := playControllers(t, s.ns, controllers{graphReady: true})
 	select {
 	case err := <-done:
 		require.NoError(t, err, s.log.String())
@@ -136,37 +168,39 @@ func recipeDir(t *testing.T) string {
 }
 
 // spec.restart: refused on a graph that does not exist yet (the CRD forbids it on create), an
-// update of the graph alone once it does.
-func TestRestartIDRestartsAnExistingGraphOnly(t *testing.T) {
+// update of the graph alone once it does, and `up` returns once the real operator has completed
+// the restart.
+func TestBoxRestartIDRestartsAnExistingGraphOnly(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
-	s := newStack(t, "agg", "restart", auto.ConfigMap{"minimax-m3:restart.id": {Value: "first"}})
+	s := newBoxStack(t, "agg", "box-restart", addRack(t, rackbox.NVL72("restart").WithGPUs(12)), auto.ConfigMap{"minimax-m3:restart.id": {Value: "first"}})
 	_, err := s.preview(ctx)
 	require.Error(t, err)
-	assert.Contains(t, err.Error()+s.log.String(), "minimax-m3:restart.id: DynamoGraphDeployment restart/"+aggGraph+" does not exist yet")
+	assert.Contains(t, err.Error()+s.log.String(), "minimax-m3:restart.id: DynamoGraphDeployment "+s.ns+"/"+aggGraph+" does not exist yet")
 
 	require.NoError(t, s.stack.RemoveConfig(ctx, "minimax-m3:restart"))
-	upReady(t, s, controllers{})
+	upOK(t, s)
 	s.set(ctx, "minimax-m3:restart.id", "2026-12-02T18:00")
-	ops := upReady(t, s, controllers{})
-	assert.Equal(t, map[string]string{"kubernetes:nvidia.com/v1beta1:DynamoGraphDeployment graph": "update"}, opsOf(ops))
-	g, _ := get(t, graphGVK, s.ns, aggGraph)
+	ops := upOK(t, s)
+	assert.Equal(t, map[string]string{"kubernetes:nvidia.com/v1beta1:DynamoGraphDeployment graph": "update"}, graphOps(t, ops))
+	g, _ := getOn(t, box.Client, graphGVK, s.ns, aggGraph)
 	id, _, _ := unstructured.NestedString(g.Object, "spec", "restart", "id")
 	assert.Equal(t, "2026-12-02T18:00", id, "the CRD accepts spec.restart on an update")
-	// The played operator keeps Ready=True at the new generation while it restarts for a second:
-	// `up` returned only once the restart with this ID had completed.
+	// `up` returned only once the operator had completed the restart with this ID.
 	observed, _, _ := unstructured.NestedString(g.Object, "status", "restart", "observedID")
 	phase, _, _ := unstructured.NestedString(g.Object, "status", "restart", "phase")
 	assert.Equal(t, []string{"2026-12-02T18:00", "Completed"}, []string{observed, phase})
 }
 
 // Every derived value follows what it is derived from, in the live objects.
-func TestDerivedValuesFollowTheirSourceInTheLiveGraph(t *testing.T) {
-	s := newStack(t, "disagg", "derived", auto.ConfigMap{
+func TestBoxDerivedValuesFollowTheirSourceInTheLiveGraph(t *testing.T) {
+	t.Parallel()
+	s := newBoxStack(t, "disagg", "box-derived", addRack(t, rackbox.NVL72("derived").WithGPUs(24)), auto.ConfigMap{
 		"minimax-m3:modelCache.mountPath": {Value: "/models"},
 		"minimax-m3:model.name":           {Value: "acme/MiniMax-M3-FT"},
 	})
-	upReady(t, s, controllers{})
-	spec := liveGraphSpec(t, s.ns, "minimax-m3-disagg-gb200-agentic")
+	upOK(t, s)
+	spec := liveGraphSpecOn(t, box.Client, s.ns, disaggGraph)
 	frontend := spec.Components[0].PodTemplate.Spec.Containers[0].Args
 	assert.Equal(t, []string{"--model-name", "acme/MiniMax-M3-FT", "--trust-remote-code"}, frontend[len(frontend)-3:])
 	for _, c := range spec.Components[1:] {
@@ -179,7 +213,7 @@ func TestDerivedValuesFollowTheirSourceInTheLiveGraph(t *testing.T) {
 		assert.Equal(t, "acme/MiniMax-M3-FT", env["SERVED_MODEL_NAME"], c.Name)
 		assert.Equal(t, "/models", c.PodTemplate.Spec.Containers[0].VolumeMounts[0].MountPath, c.Name)
 	}
-	job, _ := get(t, jobGVK, s.ns, "minimax-m3-model-download")
+	job, _ := getOn(t, box.Client, jobGVK, s.ns, "minimax-m3-model-download")
 	mounts, _, _ := unstructured.NestedSlice(job.Object, "spec", "template", "spec", "containers")
 	assert.Contains(t, toJSON(t, mounts), `"mountPath":"/models"`)
 	assert.Contains(t, toJSON(t, mounts), "hf download acme/MiniMax-M3-FT")

@@ -57,7 +57,8 @@ func siteConfig(ns string) auto.ConfigMap {
 		"minimax-m3:hfToken":               {Value: testToken, Secret: true},
 		"minimax-m3:modelDownload.timeout": {Value: "3m"},
 		"minimax-m3:readiness.timeout":     {Value: "3m"},
-		// On by default; smoketest_test.go turns it on and plays its Job and pod.
+		// On by default; off where nothing runs its Job (the plain API server). The rack box turns it
+		// on: its pods end through a kwok stage.
 		"minimax-m3:smokeTest.enabled": {Value: "false"},
 	}
 }
@@ -191,26 +192,16 @@ func (s *testStack) set(ctx context.Context, key, value string) {
 	require.NoError(s.t, s.stack.SetConfigWithOptions(ctx, key, auto.ConfigValue{Value: value}, &auto.ConfigOptions{Path: true}))
 }
 
-// controllers says which controllers a test plays, and how.
+// controllers says which controllers a test on the plain API server plays.
 type controllers struct {
 	// jobOutcome: "complete" marks download Jobs complete, "fail" marks them failed with
 	// BackoffLimitExceeded; "" leaves them running.
 	jobOutcome string
-	// graphReady marks each DynamoGraphDeployment generation Ready, as the Dynamo operator does:
-	// a Ready condition and status.observedGeneration, both at the graph's generation.
+	// graphReady marks each graph Ready at its generation the way an operator that writes the
+	// generation only in status.observedGeneration does: not the Dynamo operator this project
+	// runs, which writes it in the Ready condition too (daytwo_test.go says why it is played).
 	graphReady bool
-	// readyStyle changes what the played operator writes: readyStatusGenerationOnly writes the
-	// generation only in status.observedGeneration, readyNoGeneration writes none at all.
-	readyStyle readyStyle
 }
-
-type readyStyle int
-
-const (
-	readyLikeTheOperator readyStyle = iota
-	readyStatusGenerationOnly
-	readyNoGeneration
-)
 
 // playControllers plays the missing controllers in a namespace until stop is called. It always
 // plays the garbage collector, which releases foreground deletions.
@@ -220,7 +211,7 @@ func playControllers(t *testing.T, ns string, c controllers) (stop func()) {
 			playJobController(ctx, t, ns, c.jobOutcome)
 		}
 		if c.graphReady {
-			playDynamoOperator(ctx, t, ns, c.readyStyle)
+			playReadyWithStatusGeneration(ctx, t, ns)
 		}
 		playGarbageCollector(ctx, t, ns)
 	})
@@ -283,10 +274,9 @@ func finishJob(ctx context.Context, job *batchv1.Job, failed bool) error {
 	return cluster.client.Status().Update(ctx, job)
 }
 
-// playDynamoOperator marks each graph Ready for its current generation, as the Dynamo operator
-// does once every component is ready (internal/controller: readyCondition and
-// status.observedGeneration).
-func playDynamoOperator(ctx context.Context, t *testing.T, ns string, style readyStyle) {
+// playReadyWithStatusGeneration marks each graph Ready for its current generation, writing the
+// generation only in status.observedGeneration (not in the condition).
+func playReadyWithStatusGeneration(ctx context.Context, t *testing.T, ns string) {
 	var graphs unstructured.UnstructuredList
 	graphs.SetGroupVersionKind(graphGVK.GroupVersion().WithKind("DynamoGraphDeploymentList"))
 	if err := cluster.client.List(ctx, &graphs, client.InNamespace(ns)); err != nil {
@@ -298,79 +288,15 @@ func playDynamoOperator(ctx context.Context, t *testing.T, ns string, style read
 			continue
 		}
 		observed, _, _ := unstructured.NestedInt64(g.Object, "status", "observedGeneration")
-		var patch string
-		now := time.Now().UTC().Format(time.RFC3339)
-		switch style {
-		case readyLikeTheOperator:
-			if restart := playRestart(g); restart != "" {
-				patch = restart
-				break
-			}
-			if readyGeneration(g) >= g.GetGeneration() {
-				continue
-			}
-			patch = fmt.Sprintf(`{"status":{"state":"successful","observedGeneration":%d,"conditions":[{"type":"Ready","status":"True","reason":"AllComponentsReady","message":"set by the test playing the Dynamo operator","lastTransitionTime":%q,"observedGeneration":%d}]}}`,
-				g.GetGeneration(), now, g.GetGeneration())
-		case readyStatusGenerationOnly:
-			if readyGeneration(g) == 0 && observed >= g.GetGeneration() {
-				continue
-			}
-			patch = fmt.Sprintf(`{"status":{"state":"successful","observedGeneration":%d,"conditions":[{"type":"Ready","status":"True","reason":"AllComponentsReady","message":"set by the test playing the Dynamo operator","lastTransitionTime":%q}]}}`,
-				g.GetGeneration(), now)
-		case readyNoGeneration:
-			if readyGeneration(g) == 0 {
-				continue
-			}
-			patch = fmt.Sprintf(`{"status":{"state":"successful","conditions":[{"type":"Ready","status":"True","reason":"AllComponentsReady","message":"set by the test playing the Dynamo operator","lastTransitionTime":%q}]}}`, now)
+		if readyGeneration(g) == 0 && observed >= g.GetGeneration() {
+			continue
 		}
+		patch := fmt.Sprintf(`{"status":{"state":"successful","observedGeneration":%d,"conditions":[{"type":"Ready","status":"True","reason":"AllComponentsReady","message":"set by the test playing an operator","lastTransitionTime":%q}]}}`,
+			g.GetGeneration(), time.Now().UTC().Format(time.RFC3339))
 		if err := cluster.client.Status().Patch(ctx, g, client.RawPatch(types.MergePatchType, []byte(patch))); err != nil && ctx.Err() == nil {
-			t.Logf("playing the Dynamo operator: %v (%s)", err, patch)
+			t.Logf("playing an operator: %v (%s)", err, patch)
 		}
 	}
-}
-
-// restartHold is how long the played operator keeps a restart in phase Restarting: longer than
-// `up` takes to return once the graph is Ready, so an `up` that did not wait for the restart
-// returns while it is still in progress.
-const restartHold = 4 * time.Second
-
-// restarting is when the played operator started each graph's restart, by namespace/name/id.
-var restarting sync.Map
-
-// playRestart plays the operator's spec.restart handling (internal/controller/
-// dgd_restart_reconciler.go): a new ID puts status.restart in phase Restarting with the components
-// in progress, restartHold later Completed. Ready stays True at the new generation throughout, the
-// case where waiting for Ready alone would return before the restart is done. It returns the
-// status patch to write, or "" when the restart needs nothing.
-func playRestart(g *unstructured.Unstructured) string {
-	id, _, _ := unstructured.NestedString(g.Object, "spec", "restart", "id")
-	if id == "" {
-		return ""
-	}
-	observed, _, _ := unstructured.NestedString(g.Object, "status", "restart", "observedID")
-	phase, _, _ := unstructured.NestedString(g.Object, "status", "restart", "phase")
-	key := g.GetNamespace() + "/" + g.GetName() + "/" + id
-	now := time.Now().UTC().Format(time.RFC3339)
-	ready := fmt.Sprintf(`"state":"successful","observedGeneration":%d,"conditions":[{"type":"Ready","status":"True","reason":"AllComponentsReady","message":"set by the test playing the Dynamo operator","lastTransitionTime":%q,"observedGeneration":%d}]`,
-		g.GetGeneration(), now, g.GetGeneration())
-	switch {
-	case observed != id:
-		var names []string
-		comps, _, _ := unstructured.NestedSlice(g.Object, "spec", "components")
-		for _, c := range comps {
-			m, _ := c.(map[string]any)
-			names = append(names, fmt.Sprintf("%q", m["name"]))
-		}
-		restarting.Store(key, time.Now())
-		return fmt.Sprintf(`{"status":{%s,"restart":{"observedID":%q,"phase":"Restarting","inProgress":[%s]}}}`, ready, id, strings.Join(names, ","))
-	case phase == "Restarting":
-		started, ok := restarting.Load(key)
-		if ok && time.Since(started.(time.Time)) < restartHold {
-			return ""
-		}
-		return fmt.Sprintf(`{"status":{%s,"restart":{"observedID":%q,"phase":"Completed","inProgress":null}}}`, ready, id)
-	}
-	return ""
 }
 
 // readyGeneration is the observedGeneration of a graph's Ready=True condition: 0 when the
@@ -419,9 +345,15 @@ func playGarbageCollector(ctx context.Context, t *testing.T, ns string) {
 // get reads a live object; false when it does not exist.
 func get(t *testing.T, gvk schema.GroupVersionKind, ns, name string) (*unstructured.Unstructured, bool) {
 	t.Helper()
+	return getOn(t, cluster.client, gvk, ns, name)
+}
+
+// getOn is get on another cluster (the rack box).
+func getOn(t *testing.T, c client.Client, gvk schema.GroupVersionKind, ns, name string) (*unstructured.Unstructured, bool) {
+	t.Helper()
 	o := &unstructured.Unstructured{}
 	o.SetGroupVersionKind(gvk)
-	err := cluster.client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, o)
+	err := c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, o)
 	if apierrors.IsNotFound(err) {
 		return nil, false
 	}

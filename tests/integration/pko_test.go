@@ -118,6 +118,8 @@ func TestOperatorRunner(t *testing.T) {
 		ServiceAccountName: "pulumi",
 	}
 	r := portalRequest("disagg", "disagg-eu", "inference-eu")
+	// The operator's workspace runs on a real cluster: it waits for the download and the graph.
+	r.Config.ModelDownload.WaitForCompletion, r.Config.Readiness.WaitForReady = true, true
 
 	// Invalid: the same problems as the Manager's, nothing written.
 	bad := r

@@ -3,36 +3,49 @@ package integration
 import (
 	"context"
 	"minimax-m3/portal"
+	"minimax-m3/tests/rackbox"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
 	"net/url"
 	"os/exec"
-	"strings"
 	"testing"
 	"time"
 
 	"github.com/chromedp/chromedp"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
 // The page in a real browser (headless Chromium, driven over the DevTools protocol) while an up
-// runs: the stack's resources appear with their step and status as the engine reports them, the
-// graph waits (the test plays no operator yet), and once the test plays the operator's Ready the
-// page shows the up done; reloaded, it shows the stack's outputs.
-func TestPortalPageShowsAnUpLive(t *testing.T) {
+// runs in the rack box: the stack's resources appear with their step and status as the engine
+// reports them, the download shown waiting while the box holds its pod (and the graph not yet
+// created), then, once the test ends the download, the real operator's Ready ends the up and the
+// page shows it done; reloaded, it shows the stack's outputs.
+func TestBoxPortalPageShowsAnUpLive(t *testing.T) {
+	t.Parallel()
 	browser, err := exec.LookPath("chromium")
 	require.NoError(t, err, "make test installs chromium (Debian's package)")
 	ctx := context.Background()
-	ts, c := startPortalServer(t, "agg-page", "portal-page")
+	ns := "box-portal-page"
+	r := addRack(t, rackbox.NVL72("portal-page").WithGPUs(12))
+	m := newPortalOn(t, box.Kubeconfig, t.TempDir(), "portal-tests")
+	srv, err := portal.NewServer(ctx, m, portalBearer)
+	require.NoError(t, err)
+	ts := httptest.NewServer(srv.Handler())
+	t.Cleanup(ts.Close)
+	t.Cleanup(func() { _ = m.Destroy(context.Background(), "agg-page", true, portal.RunOptions{Wait: true}) })
+	c := &httpClient{t: t, base: ts.URL}
 
-	// The download completes; the graph waits for an operator that is not there yet.
-	stopJobs := playControllers(t, "portal-page", controllers{jobOutcome: "complete"})
-	defer stopJobs()
+	worker := map[string]any{"scheduling": map[string]any{
+		"nodeSelector": map[string]any{rackbox.RackLabel: r.Name},
+		"tolerations":  []any{map[string]any{"key": corev1.LabelArchStable, "operator": "Equal", "value": "arm64", "effect": "NoSchedule"}},
+	}}
 	code, body := c.do(http.MethodPost, "/api/stacks/agg-page/up", map[string]any{"base": "agg", "hfToken": portalToken, "config": map[string]any{
-		"namespace": map[string]any{"name": "portal-page"}, "modelDownload": map[string]any{"timeout": "3m"},
-		"readiness": map[string]any{"timeout": "3m"}, "smokeTest": map[string]any{"enabled": false},
+		"namespace": map[string]any{"name": ns}, "modelDownload": map[string]any{"timeout": "3m", "image": rackbox.HeldImage},
+		"readiness": map[string]any{"timeout": "3m"}, "worker": worker, "placement": map[string]any{"topologyKey": rackbox.CliqueLabel},
 	}})
 	require.Equal(t, http.StatusAccepted, code, string(body))
 
@@ -41,7 +54,7 @@ func TestPortalPageShowsAnUpLive(t *testing.T) {
 	defer cancelAlloc()
 	page, cancelPage := chromedp.NewContext(alloc)
 	defer cancelPage()
-	page, cancelTimeout := context.WithTimeout(page, 3*time.Minute)
+	page, cancelTimeout := context.WithTimeout(page, 4*time.Minute)
 	defer cancelTimeout()
 
 	graphStatus := `section[data-stack="agg-page"] tr[data-resource="graph"] td:nth-child(3)`
@@ -61,7 +74,6 @@ func TestPortalPageShowsAnUpLive(t *testing.T) {
 
 	do(chromedp.Navigate(ts.URL + "/?token=" + portalBearer))
 	assert.Contains(t, text(`section[data-stack="agg-page"] h2`), "agg-page (up running)")
-	do(chromedp.WaitVisible(graphStatus))
 	// (Polled off the test goroutine: no require inside.)
 	shows := func(sel string, ok func(string) bool) func() bool {
 		return func() bool {
@@ -69,21 +81,29 @@ func TestPortalPageShowsAnUpLive(t *testing.T) {
 			return err == nil && ok(s)
 		}
 	}
-	require.Eventually(t, shows(downloadStatus, func(s string) bool { return s == "done" }), time.Minute, 100*time.Millisecond,
-		"the download Job finished before the graph")
-	assert.Contains(t, []string{"started", "waiting"}, text(graphStatus), "the graph is being waited for")
-	// The last line names the graph once its wait reports (a child's step may come last before).
-	require.Eventually(t, shows(now, func(s string) bool { return strings.Contains(s, "graph") }), time.Minute, 100*time.Millisecond)
+	downloads := client.MatchingLabels{"batch.kubernetes.io/job-name": "minimax-m3-model-download"}
+	eventually(t, func() bool {
+		pods := podsOf(t, ns, downloads)
+		return len(pods) == 1 && pods[0].Status.Phase == corev1.PodRunning
+	}, 2*time.Minute, "the download's pod runs, held by the box")
+	require.Eventually(t, shows(downloadStatus, func(s string) bool { return s == "started" || s == "waiting" }), time.Minute, 100*time.Millisecond,
+		"the page shows the download being waited for")
+	_, graphExists := getOn(t, box.Client, graphGVK, ns, aggGraph)
+	assert.False(t, graphExists, "no graph before the download")
 
-	// The operator reports the graph Ready: the page shows the up done.
-	stopOperator := playControllers(t, "portal-page", controllers{graphReady: true})
-	defer stopOperator()
+	// The test ends the download: the Job controller completes it, the graph is created and the
+	// operator's Ready ends the up.
+	held := podsOf(t, ns, downloads)[0]
+	patch := client.MergeFrom(held.DeepCopy())
+	held.Annotations = map[string]string{rackbox.ExitCodeAnnotation: "0"}
+	require.NoError(t, box.Client.Patch(ctx, &held, patch))
 	do(chromedp.WaitVisible(`section[data-stack="agg-page"] p.now.done`))
 	assert.Equal(t, "up done", text(now))
+	assert.Equal(t, "done", text(downloadStatus))
 	assert.Equal(t, "done", text(graphStatus))
 
 	do(chromedp.Reload())
-	assert.Equal(t, "portal-page", text(`section[data-stack="agg-page"] table.outputs tr:first-child td`))
+	assert.Equal(t, ns, text(`section[data-stack="agg-page"] table.outputs tr:first-child td`))
 }
 
 // Behind a reverse proxy that serves the portal under /portal (forwarding the path unchanged):

@@ -34,13 +34,19 @@ func newPortalAt(t *testing.T, stateDir string) *portal.Manager {
 
 func newPortalWithPassphrase(t *testing.T, stateDir, passphrase string) *portal.Manager {
 	t.Helper()
+	return newPortalOn(t, cluster.kubeconfig, stateDir, passphrase)
+}
+
+// newPortalOn is a portal manager deploying to the cluster of kubeconfig (the rack box).
+func newPortalOn(t *testing.T, kubeconfig, stateDir, passphrase string) *portal.Manager {
+	t.Helper()
 	m, err := portal.New(portal.Options{
 		ProjectDir: cluster.root,
 		StateDir:   stateDir,
 		EnvVars: map[string]string{
 			"PULUMI_CONFIG_PASSPHRASE": passphrase,
 			"PULUMI_HOME":              filepath.Join(cluster.root, ".toolchain", "pulumi-home"),
-			"KUBECONFIG":               cluster.kubeconfig,
+			"KUBECONFIG":               kubeconfig,
 			"PATH":                     os.Getenv("PATH"),
 		},
 	})
@@ -53,17 +59,34 @@ func newPortalWithPassphrase(t *testing.T, stateDir, passphrase string) *portal.
 const portalToken = "hf_portalTokenNeverInArgv"
 
 // portalRequest is a site's request: its namespace, the token, test-sized timeouts, no smoke test.
+// The portal's tests run on the plain API server, where no Job controller or Dynamo operator runs:
+// the stack waits neither for the download nor for the graph (what a site without either does,
+// README), so nothing of them is played; the rack box's tests wait for both for real
+// (TestBoxPortalPageShowsAnUpLive through the portal).
 func portalRequest(base, stack, ns string) portal.Request {
 	r := portal.NewRequest(base, stack)
 	r.Config.Namespace.Name = ns
 	r.HFToken = portalToken
 	r.Config.ModelDownload.Timeout = "3m"
+	r.Config.ModelDownload.WaitForCompletion = false
 	r.Config.Readiness.Timeout = "3m"
+	r.Config.Readiness.WaitForReady = false
 	r.Config.SmokeTest.Enabled = false
 	return r
 }
 
-// destroyAfter removes the stack's resources when the test ends.
+// noWaits is portalRequest's site config as a request body's: no waits on the plain API server.
+func noWaits(ns string) map[string]any {
+	return map[string]any{
+		"namespace":     map[string]any{"name": ns},
+		"modelDownload": map[string]any{"timeout": "3m", "waitForCompletion": false},
+		"readiness":     map[string]any{"timeout": "3m", "waitForReady": false},
+		"smokeTest":     map[string]any{"enabled": false},
+	}
+}
+
+// destroyAfter removes the stack's resources when the test ends (playing the garbage collector the
+// plain API server does not run).
 func destroyAfter(t *testing.T, m *portal.Manager, stack, ns string) {
 	t.Cleanup(func() {
 		stop := playControllers(t, ns, controllers{})
@@ -149,9 +172,7 @@ func TestPortalLifecycle(t *testing.T) {
 	assert.Equal(t, "create", names["graph"])
 	assert.Equal(t, "create", names["model-download"])
 
-	stop := playControllers(t, "portal", controllers{jobOutcome: "complete", graphReady: true})
 	up, err := m.Up(ctx, r, portal.RunOptions{Plan: plan, Progress: progress})
-	stop()
 	require.NoError(t, err)
 	leaks := scan()
 	require.Len(t, leaks, 1, "only the control process: %v", leaks)
@@ -235,10 +256,6 @@ func TestPortalConcurrency(t *testing.T) {
 	b := portalRequest("disagg", "disagg-side", "portal-side")
 	destroyAfter(t, m, a.Name(), "portal-busy")
 	destroyAfter(t, m, b.Name(), "portal-side")
-	stopA := playControllers(t, "portal-busy", controllers{jobOutcome: "complete", graphReady: true})
-	defer stopA()
-	stopB := playControllers(t, "portal-side", controllers{jobOutcome: "complete", graphReady: true})
-	defer stopB()
 
 	var wg sync.WaitGroup
 	errs := make([]error, 3)
@@ -271,13 +288,14 @@ func TestPortalConcurrency(t *testing.T) {
 	require.NoError(t, err)
 }
 
-// Cancelling an up while it waits for the graph leaves a stack the next up completes.
+// Cancelling an up while it waits for the graph (here no operator will ever make it Ready) leaves a
+// stack the next up completes.
 func TestPortalCancel(t *testing.T) {
 	ctx := context.Background()
 	m := newPortal(t)
 	r := portalRequest("agg", "agg-cancel", "portal-cancel")
+	r.Config.Readiness.WaitForReady = true
 	destroyAfter(t, m, r.Name(), "portal-cancel")
-	stopJobs := playControllers(t, "portal-cancel", controllers{jobOutcome: "complete"})
 	waiting := make(chan struct{})
 	var once sync.Once
 	errc := make(chan error, 1)
@@ -290,14 +308,14 @@ func TestPortalCancel(t *testing.T) {
 		errc <- err
 	}()
 	<-waiting
-	time.Sleep(2 * time.Second) // the graph is created and its wait begins
+	require.Eventually(t, func() bool { _, ok := get(t, graphGVK, "portal-cancel", aggGraph); return ok }, time.Minute, 100*time.Millisecond,
+		"the graph is created: its wait begins")
 	require.Equal(t, "up", m.Running("agg-cancel"))
 	require.NoError(t, m.Cancel("agg-cancel"))
 	require.Error(t, <-errc)
-	stopJobs()
 
-	stop := playControllers(t, "portal-cancel", controllers{jobOutcome: "complete", graphReady: true})
-	defer stop()
+	// The next up (one that does not wait for a Ready no operator here gives) completes.
+	r.Config.Readiness.WaitForReady = false
 	up, err := m.Up(ctx, r, portal.RunOptions{})
 	require.NoError(t, err)
 	assert.Equal(t, aggGraph, up.Outputs.GraphName)
@@ -344,9 +362,7 @@ func TestPortalUpNeedsConsentToRollWorkers(t *testing.T) {
 	m := newPortal(t)
 	r := portalRequest("agg", "agg-consent", "portal-consent")
 	destroyAfter(t, m, r.Name(), "portal-consent")
-	stop := playControllers(t, "portal-consent", controllers{jobOutcome: "complete", graphReady: true})
 	_, err := m.Up(ctx, r, portal.RunOptions{})
-	stop()
 	require.NoError(t, err, "a new stack rolls nothing")
 	g, _ := get(t, graphGVK, "portal-consent", aggGraph)
 	generation := g.GetGeneration()
@@ -371,11 +387,9 @@ func TestPortalUpNeedsConsentToRollWorkers(t *testing.T) {
 	_, err = m.Up(ctx, r, portal.RunOptions{AllowRoll: "Frontend"})
 	require.ErrorAs(t, err, &invalid, "consent for another component is not consent for the workers")
 
-	stop = playControllers(t, "portal-consent", controllers{jobOutcome: "complete", graphReady: true})
 	var events []portal.Event
 	var mu sync.Mutex
 	_, err = m.Up(ctx, r, portal.RunOptions{AllowRoll: "Worker", Progress: func(e portal.Event) { mu.Lock(); events = append(events, e); mu.Unlock() }})
-	stop()
 	require.NoError(t, err)
 	g, _ = get(t, graphGVK, "portal-consent", aggGraph)
 	assert.Greater(t, g.GetGeneration(), generation, "applied with consent")

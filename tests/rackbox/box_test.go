@@ -78,16 +78,21 @@ func TestBox(t *testing.T) {
 		}
 	})
 
-	// A held pod (a benchmark run's) stays Running whatever its image, until the test sets its
-	// exit code.
+	// A held pod (a benchmark run's, whatever its image, or one with HeldImage) stays Running until
+	// the test sets its exit code.
 	t.Run("held Job pods end with the exit code the test sets", func(t *testing.T) {
-		for code, want := range map[string]batchv1.JobConditionType{"0": batchv1.JobComplete, "1": batchv1.JobFailed} {
+		for i, code := range []string{"0", "1", "0", "1"} {
+			want := map[string]batchv1.JobConditionType{"0": batchv1.JobComplete, "1": batchv1.JobFailed}[code]
+			template := corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{rackbox.HeldLabel: "run"}},
+				Spec:       corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever, Containers: []corev1.Container{{Name: "main", Image: "busybox:1.36"}}},
+			}
+			if i >= 2 {
+				template.Labels, template.Spec.Containers[0].Image = nil, rackbox.HeldImage
+			}
 			job := &batchv1.Job{
 				ObjectMeta: metav1.ObjectMeta{Namespace: "box", GenerateName: "held-"},
-				Spec: batchv1.JobSpec{BackoffLimit: ptr.To[int32](0), Template: corev1.PodTemplateSpec{
-					ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{rackbox.HeldLabel: "run"}},
-					Spec:       corev1.PodSpec{RestartPolicy: corev1.RestartPolicyNever, Containers: []corev1.Container{{Name: "main", Image: "busybox:1.36"}}},
-				}},
+				Spec:       batchv1.JobSpec{BackoffLimit: ptr.To[int32](0), Template: template},
 			}
 			require.NoError(t, c.Create(ctx, job))
 			var pod corev1.Pod

@@ -12,9 +12,12 @@ const FailingImage = "registry.rackbox.invalid/exit-1:latest"
 
 // A benchmark run's Job pods (the AIPerf Jobs' pods, which carry HeldLabel) stay Running until a test
 // that plays AIPerf has written its artifacts and sets ExitCodeAnnotation to "0" or "1": only then
-// does the pod end, with that exit code. AIPerf needs a served model, so it never runs here.
+// does the pod end, with that exit code. AIPerf needs a served model, so it never runs here. A Job
+// pod whose image is HeldImage is held the same way: a test gives a Job (the model download) this
+// image to decide when it ends.
 const (
 	HeldLabel          = "minimax-m3.io/benchmark-run"
+	HeldImage          = "registry.rackbox.invalid/held:1"
 	ExitCodeAnnotation = "rackbox.minimax-m3.io/exit-code"
 )
 
@@ -183,8 +186,19 @@ var stages = lifeStages + strings.Join([]string{
 		match(".metadata.ownerReferences.[].kind", "In", "Job"),
 		match(`.metadata.labels["app.kubernetes.io/component"]`, "NotIn", "smoke-test"),
 		match(".spec.containers.[0].image", "NotIn", FailingImage),
+		match(".spec.containers.[0].image", "NotIn", HeldImage),
 		absent(`.metadata.labels["` + HeldLabel + `"]`),
 	}, 0, "Completed", "", "Succeeded"),
+	podEnd("held-image-succeed", []string{
+		match(".metadata.ownerReferences.[].kind", "In", "Job"),
+		match(".spec.containers.[0].image", "In", HeldImage),
+		match(`.metadata.annotations["`+ExitCodeAnnotation+`"]`, "In", "0"),
+	}, 0, "Completed", "", "Succeeded"),
+	podEnd("held-image-fail", []string{
+		match(".metadata.ownerReferences.[].kind", "In", "Job"),
+		match(".spec.containers.[0].image", "In", HeldImage),
+		match(`.metadata.annotations["`+ExitCodeAnnotation+`"]`, "In", "1"),
+	}, 1, "Error", "exit status 1 (set by the test)", "Failed"),
 	podEnd("held-pod-succeed", []string{
 		match(".metadata.ownerReferences.[].kind", "In", "Job"),
 		present(`.metadata.labels["` + HeldLabel + `"]`),
