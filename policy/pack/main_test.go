@@ -50,7 +50,9 @@ func TestPlainShowsInputsAsTheEngineDoes(t *testing.T) {
 
 type manager struct{ reported []string }
 
-func (m *manager) ReportViolation(message, urn string) { m.reported = append(m.reported, urn+" "+message) }
+func (m *manager) ReportViolation(message, urn string) {
+	m.reported = append(m.reported, urn+" "+message)
+}
 
 // A violation is reported at the resource the rule read.
 func TestReportNamesTheResource(t *testing.T) {
