@@ -540,11 +540,7 @@ func TestBenchCommand(t *testing.T) {
 	defer stopPlaying()
 	go world.play(playCtx)
 
-	bin := filepath.Join(t.TempDir(), "bench")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/bench")
-	build.Dir = cluster.root
-	out, err := build.CombinedOutput()
-	require.NoError(t, err, string(out))
+	bin := command(t, "./cmd/bench", "bench")
 	env := os.Environ()
 	for k, v := range s.env {
 		env = append(env, k+"="+v)
@@ -584,7 +580,7 @@ func TestBenchCommand(t *testing.T) {
 	require.NoError(t, cmd.Start())
 	require.Eventually(t, func() bool { return slices.Contains(world.events(), "job c=8 restart=bench-cli-c2/Completed") }, time.Minute, 100*time.Millisecond)
 	require.NoError(t, cmd.Process.Signal(os.Interrupt))
-	err = cmd.Wait()
+	err := cmd.Wait()
 	require.Error(t, err)
 	assert.Contains(t, stderr.String(), "bench: interrupted after 0 of 1 points (the running Job and the helper pod are deleted; -resume -out "+interrupted+" continues)")
 	assert.Contains(t, stdout.String(), "deleted job "+disaggGraph+"-bench-c8")
@@ -597,7 +593,7 @@ func TestBenchCommand(t *testing.T) {
 	world.mu.Unlock()
 	cmd = exec.Command(bin, "-stack", "disagg", "-resume", "-out", interrupted, "-no-restart")
 	cmd.Dir, cmd.Env = s.dir, env
-	out, err = cmd.CombinedOutput()
+	out, err := cmd.CombinedOutput()
 	require.NoError(t, err, string(out))
 	assert.Contains(t, string(out), "run cli2")
 	assert.Contains(t, string(out), "| 8 | real | ok |")

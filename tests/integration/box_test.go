@@ -78,11 +78,7 @@ func TestBoxStackLifecycle(t *testing.T) {
 				res, _, err := s.up(ctx)
 				done <- upResult{res, err}
 			}()
-			downloads := client.MatchingLabels{"batch.kubernetes.io/job-name": "minimax-m3-model-download"}
-			eventually(t, func() bool {
-				pods := podsOf(t, ns, downloads)
-				return len(pods) == 1 && pods[0].Status.Phase == corev1.PodRunning
-			}, 2*time.Minute, "the download Job's pod runs (held by the box)")
+			release := heldDownload(t, ns)
 			_, graphExists := getOn(t, box.Client, graphGVK, ns, tc.graph)
 			assert.False(t, graphExists, "the graph waits for the download Job")
 			select {
@@ -90,10 +86,7 @@ func TestBoxStackLifecycle(t *testing.T) {
 				t.Fatalf("up returned before the download completed: %v", r.err)
 			default:
 			}
-			held := podsOf(t, ns, downloads)[0]
-			patch := client.MergeFrom(held.DeepCopy())
-			held.Annotations = map[string]string{rackbox.ExitCodeAnnotation: "0"}
-			require.NoError(t, box.Client.Patch(ctx, &held, patch))
+			release()
 			var up upResult
 			select {
 			case up = <-done:

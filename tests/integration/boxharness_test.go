@@ -148,3 +148,22 @@ func eventually(t *testing.T, cond func() bool, timeout time.Duration, what stri
 	t.Helper()
 	require.Eventually(t, cond, timeout, 250*time.Millisecond, append([]any{what}, args...)...)
 }
+
+// heldDownload waits for the download Job's pod of a stack whose modelDownload.image is
+// rackbox.HeldImage to run (the box holds it), and returns a function that ends it with exit code
+// 0, so that the Job controller completes the Job.
+func heldDownload(t *testing.T, ns string) (release func()) {
+	t.Helper()
+	downloads := client.MatchingLabels{"batch.kubernetes.io/job-name": "minimax-m3-model-download"}
+	eventually(t, func() bool {
+		pods := podsOf(t, ns, downloads)
+		return len(pods) == 1 && pods[0].Status.Phase == corev1.PodRunning
+	}, 2*time.Minute, "the download Job's pod runs (held by the box)")
+	return func() {
+		t.Helper()
+		held := podsOf(t, ns, downloads)[0]
+		patch := client.MergeFrom(held.DeepCopy())
+		held.Annotations = map[string]string{rackbox.ExitCodeAnnotation: "0"}
+		require.NoError(t, box.Client.Patch(context.Background(), &held, patch))
+	}
+}

@@ -291,12 +291,7 @@ func selfSignedCert(t *testing.T, dir string) (certFile, keyFile string, pool *x
 // portalCommand is cmd/portal, built.
 func portalCommand(t *testing.T) string {
 	t.Helper()
-	bin := filepath.Join(t.TempDir(), "portal")
-	build := exec.Command("go", "build", "-o", bin, "./cmd/portal")
-	build.Dir = cluster.root
-	out, err := build.CombinedOutput()
-	require.NoError(t, err, string(out))
-	return bin
+	return command(t, "./cmd/portal", "portal")
 }
 
 // runPortalCommand starts cmd/portal on a loopback port with a state directory and returns its

@@ -16,7 +16,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
-	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
 // The page in a real browser (headless Chromium, driven over the DevTools protocol) while an up
@@ -81,11 +80,7 @@ func TestBoxPortalPageShowsAnUpLive(t *testing.T) {
 			return err == nil && ok(s)
 		}
 	}
-	downloads := client.MatchingLabels{"batch.kubernetes.io/job-name": "minimax-m3-model-download"}
-	eventually(t, func() bool {
-		pods := podsOf(t, ns, downloads)
-		return len(pods) == 1 && pods[0].Status.Phase == corev1.PodRunning
-	}, 2*time.Minute, "the download's pod runs, held by the box")
+	release := heldDownload(t, ns)
 	require.Eventually(t, shows(downloadStatus, func(s string) bool { return s == "started" || s == "waiting" }), time.Minute, 100*time.Millisecond,
 		"the page shows the download being waited for")
 	_, graphExists := getOn(t, box.Client, graphGVK, ns, aggGraph)
@@ -93,10 +88,7 @@ func TestBoxPortalPageShowsAnUpLive(t *testing.T) {
 
 	// The test ends the download: the Job controller completes it, the graph is created and the
 	// operator's Ready ends the up.
-	held := podsOf(t, ns, downloads)[0]
-	patch := client.MergeFrom(held.DeepCopy())
-	held.Annotations = map[string]string{rackbox.ExitCodeAnnotation: "0"}
-	require.NoError(t, box.Client.Patch(ctx, &held, patch))
+	release()
 	do(chromedp.WaitVisible(`section[data-stack="agg-page"] p.now.done`))
 	assert.Equal(t, "up done", text(now))
 	assert.Equal(t, "done", text(downloadStatus))
