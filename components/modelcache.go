@@ -180,7 +180,15 @@ func newDownloadJob(ctx *pulumi.Context, args *ModelCacheArgs, parent *ModelCach
 	_, whole := DownloadDeadlines(d)
 	var annotations pulumi.StringMap
 	if !d.WaitForCompletion {
-		annotations = pulumi.StringMap{"pulumi.com/skipAwait": pulumi.String("true")}
+		// skipAwait also skips waiting for a Job's deletion (the provider keeps that legacy
+		// behaviour for Jobs), so a replaced Job would still exist, terminating, when its successor
+		// of the same name is applied. Deleted in the background, the Job object is gone when the
+		// delete returns (it has no finalizer of its own); the garbage collector then removes its
+		// pods.
+		annotations = pulumi.StringMap{
+			"pulumi.com/skipAwait":                 pulumi.String("true"),
+			"pulumi.com/deletionPropagationPolicy": pulumi.String("background"),
+		}
 	}
 	return newObject(ctx, "model-download", objectArgs{
 		APIVersion: "batch/v1", Kind: "Job",

@@ -16,6 +16,7 @@ import (
 	"github.com/pulumi/pulumi/sdk/v3/go/auto/optpreview"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
@@ -345,4 +346,38 @@ func TestBoxAdoptedNamespaceAndSecretAreLeftAlone(t *testing.T) {
 	assert.Empty(t, live.GetOwnerReferences(), "the adopted Secret is owned by nobody")
 	_, exists := getOn(t, box.Client, pvcGVK, ns, "shared-model-cache")
 	assert.False(t, exists, "deleteOnDestroy lets destroy delete the cache claim")
+}
+
+// modelDownload.waitForCompletion=false: `up` returns while the download runs, and a new model
+// revision then replaces the running Job. The old Job is gone when its successor of the same name
+// is applied (deleted in the background, its pod left to the real garbage collector); deleted in
+// the foreground without the provider waiting, as before, it was still terminating and the
+// replacement failed with `spec.template: Invalid value`.
+func TestBoxADownloadNotWaitedForIsReplacedWhileItRuns(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	ns := "box-download-nowait"
+	s := newBoxStack(t, "agg", ns, addRack(t, rackbox.NVL72("nowait").WithGPUs(12)), auto.ConfigMap{
+		"minimax-m3:modelDownload.image":             {Value: rackbox.HeldImage},
+		"minimax-m3:modelDownload.waitForCompletion": {Value: "false"},
+		"minimax-m3:readiness.waitForReady":          {Value: "false"},
+		"minimax-m3:smokeTest.enabled":               {Value: "false"},
+	})
+	upOK(t, s)
+	heldDownload(t, ns)
+	first := &batchv1.Job{}
+	require.NoError(t, box.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "minimax-m3-model-download"}, first))
+	require.Zero(t, first.Status.Succeeded, "the first download still runs")
+
+	newRevision := "0123456789abcdef0123456789abcdef01234567"
+	s.set(ctx, "minimax-m3:model.revision", newRevision)
+	ops := upOK(t, s)
+	assert.Contains(t, opsOf(ops)["kubernetes:batch/v1:Job model-download"], "replace")
+	second := &batchv1.Job{}
+	require.NoError(t, box.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "minimax-m3-model-download"}, second))
+	assert.NotEqual(t, first.UID, second.UID, "a new Job")
+	assert.Contains(t, strings.Join(second.Spec.Template.Spec.Containers[0].Args, " "), newRevision)
+	eventually(t, func() bool {
+		return len(podsOf(t, ns, client.MatchingLabels{"batch.kubernetes.io/controller-uid": string(first.UID)})) == 0
+	}, 2*time.Minute, "the garbage collector removes the old Job's pod")
 }

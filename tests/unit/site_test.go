@@ -224,6 +224,20 @@ func TestReadinessWaitIsAnAnnotationAndCanBeTurnedOff(t *testing.T) {
 	assert.NotContains(t, annotations, "pulumi.com/waitFor")
 }
 
+// A download not waited for is not awaited on its deletion either (the provider's skipAwait for
+// Jobs), so it is deleted in the background: the Job object is gone when a replacement is applied.
+// A waited-for download keeps the foreground deletion, which waits for its pods.
+func TestADownloadNotWaitedForIsDeletedInTheBackground(t *testing.T) {
+	job := mustRun(t, "agg", nil).byType("kubernetes:batch/v1:Job")[0]
+	annotations := decode[map[string]string](t, job, "metadata", "annotations")
+	assert.NotContains(t, annotations, "pulumi.com/skipAwait")
+	assert.NotContains(t, annotations, "pulumi.com/deletionPropagationPolicy")
+	job = mustRun(t, "agg", map[string]string{"minimax-m3:modelDownload": `{"waitForCompletion": false}`}).byType("kubernetes:batch/v1:Job")[0]
+	annotations = decode[map[string]string](t, job, "metadata", "annotations")
+	assert.Equal(t, "true", annotations["pulumi.com/skipAwait"])
+	assert.Equal(t, "background", annotations["pulumi.com/deletionPropagationPolicy"])
+}
+
 func TestNoResourceInputCarriesTheTokenInPlainText(t *testing.T) {
 	for _, p := range profiles {
 		t.Run(p.stack, func(t *testing.T) {
