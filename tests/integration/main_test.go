@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -97,7 +98,7 @@ var built struct {
 	done map[string]error
 }
 
-// command builds one of the project's packages (./cmd/policy) once, as name, and returns its path.
+// command builds one of the project's packages (./cmd/policy, ./tests/prcheck) once, as name, and returns its path.
 func command(t *testing.T, pkg, name string) string {
 	t.Helper()
 	built.mu.Lock()
@@ -107,6 +108,10 @@ func command(t *testing.T, pkg, name string) string {
 	if !ok {
 		cmd := exec.Command("go", "build", "-o", out, pkg)
 		cmd.Dir = cluster.root
+		if rest, ok := strings.CutPrefix(pkg, "./tests/"); ok { // the tests' module
+			cmd = exec.Command("go", "build", "-o", out, "./"+rest)
+			cmd.Dir = filepath.Join(cluster.root, "tests")
+		}
 		b, berr := cmd.CombinedOutput()
 		if berr != nil {
 			err = fmt.Errorf("go build %s: %w\n%s", pkg, berr, b)

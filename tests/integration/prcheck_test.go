@@ -20,11 +20,12 @@ const (
 	afterDayTwo = "95ec2ce"
 )
 
-// prCheck runs `make pr-check`'s command (it starts an API server of its own) and returns its
-// output and exit code.
-func prCheck(t *testing.T, args ...string) (string, int) {
+// prCheck runs `make pr-check`'s command on the suite's API server, its stacks in namespaces of
+// the prefix, and returns its output and exit code.
+func prCheck(t *testing.T, prefix string, args ...string) (string, int) {
 	t.Helper()
-	cmd := exec.Command("go", append([]string{"run", "./prcheck"}, args...)...)
+	args = append([]string{"-kubeconfig", cluster.kubeconfig, "-namespace-prefix", prefix}, args...)
+	cmd := exec.Command(command(t, "./tests/prcheck", "prcheck"), args...)
 	cmd.Dir = filepath.Join(cluster.root, "tests")
 	out, err := cmd.CombinedOutput()
 	code := 0
@@ -47,7 +48,8 @@ func summary(t *testing.T, out, stack string) string {
 
 // A refactor of the program (and a README change) does nothing to either live stack.
 func TestPRCheckRefactorChangesNothing(t *testing.T) {
-	out, code := prCheck(t, "-base", readmeOnly, "-head", afterDayTwo)
+	t.Parallel()
+	out, code := prCheck(t, "prc-refactor-", "-base", readmeOnly, "-head", afterDayTwo)
 	assert.Equal(t, 0, code)
 	for _, stack := range []string{"agg", "disagg"} {
 		s := summary(t, out, stack)
@@ -62,7 +64,8 @@ func TestPRCheckRefactorChangesNothing(t *testing.T) {
 // The day-two upgrade reorders the workers' arguments into the recipe's order: the workers roll.
 // The check fails unless the author says the roll is meant.
 func TestPRCheckCatchesAWorkerRoll(t *testing.T) {
-	out, code := prCheck(t, "-base", beforeDayTwo, "-head", afterDayTwo, "-stacks", "agg")
+	t.Parallel()
+	out, code := prCheck(t, "prc-roll-", "-base", beforeDayTwo, "-head", afterDayTwo, "-stacks", "agg")
 	assert.Equal(t, 1, code)
 	s := summary(t, out, "agg")
 	assert.Contains(t, s, "workers roll: Frontend=no Worker=yes")
@@ -72,7 +75,7 @@ func TestPRCheckCatchesAWorkerRoll(t *testing.T) {
 	assert.Contains(t, s, "policies: 8 rules, no violations")
 	assert.NotContains(t, s, "replace")
 
-	out, code = prCheck(t, "-base", beforeDayTwo, "-head", afterDayTwo, "-stacks", "agg", "-roll", "Worker")
+	out, code = prCheck(t, "prc-roll-consent-", "-base", beforeDayTwo, "-head", afterDayTwo, "-stacks", "agg", "-roll", "Worker")
 	assert.Equal(t, 0, code)
 	assert.Contains(t, summary(t, out, "agg"), "workers roll: Frontend=no Worker=yes")
 }
@@ -80,6 +83,7 @@ func TestPRCheckCatchesAWorkerRoll(t *testing.T) {
 // A stack-file change that would replace the model cache claim fails the check. (A new storage
 // class would not: the program ignores changes to the claim's immutable fields.)
 func TestPRCheckRefusesToReplaceTheCache(t *testing.T) {
+	t.Parallel()
 	head := t.TempDir()
 	archive := exec.Command("sh", "-c", "git archive "+afterDayTwo+" | tar -x -C "+head)
 	archive.Dir = cluster.root
@@ -90,10 +94,15 @@ func TestPRCheckRefusesToReplaceTheCache(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, os.WriteFile(stackFile, append(f, "  minimax-m3:modelCache:\n    claimName: model-cache-v2\n"...), 0o644))
 
-	out, code := prCheck(t, "-base", afterDayTwo, "-head", head, "-stacks", "agg")
+	out, code := prCheck(t, "prc-cache-", "-base", afterDayTwo, "-head", head, "-stacks", "agg")
 	assert.Equal(t, 1, code)
 	s := summary(t, out, "agg")
 	assert.Contains(t, s, "replace  kubernetes:core/v1:PersistentVolumeClaim model-cache: metadata.name")
-	assert.Contains(t, s, "FAIL: [keep-model-cache] PersistentVolumeClaim local-agg/model-cache-v2: this change would replace it (metadata.name)")
+	assert.Contains(t, s, "FAIL: [keep-model-cache] PersistentVolumeClaim prc-cache-agg/model-cache-v2: this change would replace it (metadata.name)")
 	assert.Contains(t, out, "== pr-check FAILED")
+
+	// Its namespace now exists: a second check with the same prefix refuses to touch it.
+	out, code = prCheck(t, "prc-cache-", "-base", afterDayTwo, "-head", head, "-stacks", "agg")
+	assert.Equal(t, 2, code)
+	assert.Contains(t, out, "-namespace-prefix: namespace prc-cache-agg exists in that cluster")
 }

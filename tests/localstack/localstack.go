@@ -18,7 +18,11 @@ import (
 )
 
 // CLI runs the Pulumi CLI with one environment.
-type CLI struct{ Env []string }
+type CLI struct {
+	Env []string
+	// NamespacePrefix goes before a stack's name to make its namespace; "local-" when empty.
+	NamespacePrefix string
+}
 
 // NewCLI is the environment of the built toolchain (root/.toolchain), a file backend in stateDir
 // and the cluster of kubeconfig. It puts the toolchain first on this process's PATH too.
@@ -59,7 +63,7 @@ func (c CLI) Run(ctx context.Context, dir, stdin string, out io.Writer, args ...
 // controllers that do not run there.
 func (c CLI) Configure(ctx context.Context, dir, stack string) error {
 	for _, kv := range [][2]string{
-		{"minimax-m3:namespace.name", Namespace(stack)},
+		{"minimax-m3:namespace.name", c.Namespace(stack)},
 		{"minimax-m3:modelDownload.waitForCompletion", "false"},
 		{"minimax-m3:readiness.waitForReady", "false"},
 	} {
@@ -71,7 +75,15 @@ func (c CLI) Configure(ctx context.Context, dir, stack string) error {
 }
 
 // Namespace is where a stack deploys on the local API server.
-func Namespace(stack string) string { return "local-" + stack }
+func Namespace(stack string) string { return CLI{}.Namespace(stack) }
+
+// Namespace is where this CLI's stack deploys.
+func (c CLI) Namespace(stack string) string {
+	if c.NamespacePrefix == "" {
+		return "local-" + stack
+	}
+	return c.NamespacePrefix + stack
+}
 
 // Deploy creates the stack in dir's program, configures it and runs `pulumi up`; the engine's
 // output goes to out only when it fails.

@@ -1,12 +1,17 @@
 // Command prcheck answers a reviewer's question offline: what will this change do to a live stack?
 //
-// It starts the local API server with the real CRDs, deploys each stack from the BASE commit's
+// It starts the local API server with the real CRDs (or uses the cluster of -kubeconfig, which
+// must serve them), deploys each stack from the BASE commit's
 // program and stack files (awaits off, as in `make local`), then previews the head (the working
 // tree, uncommitted changes included, or another commit) against that live state through the
 // Pulumi CLI with --diff. Per stack it prints the resources and fields that change, whether each
 // graph component's pods roll, and the policies' verdict; it fails when a change would replace or
 // delete the model cache claim, the namespace or an adopted object, when a policy is broken, or
 // when a component rolls that -roll does not name.
+//
+// On a cluster of -kubeconfig, each stack deploys into a namespace that must not exist yet
+// (-namespace-prefix and the stack's name), and stays there after the check: the check's state is
+// discarded with its work folder, so deleting those namespaces removes what it made.
 //
 //	cd tests && go run ./prcheck -base origin/main -roll DecodeWorker
 package main
@@ -17,6 +22,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 
@@ -27,11 +33,15 @@ import (
 
 func main() {
 	var o options
-	flag.StringVar(&o.base, "base", "", "git ref of the deployed program (required)")
-	flag.StringVar(&o.head, "head", "", "git ref or directory of the changed program (default: the working tree)")
-	flag.StringVar(&o.stacks, "stacks", "agg,disagg", "stacks to check")
-	flag.StringVar(&o.roll, "roll", "", "graph components the change is meant to restart (Frontend,Worker,PrefillWorker,DecodeWorker; all)")
-	flag.Parse()
+	// A flag set of its own: a dependency registers -kubeconfig on the global one.
+	flags := flag.NewFlagSet("prcheck", flag.ExitOnError)
+	flags.StringVar(&o.base, "base", "", "git ref of the deployed program (required)")
+	flags.StringVar(&o.head, "head", "", "git ref or directory of the changed program (default: the working tree)")
+	flags.StringVar(&o.stacks, "stacks", "agg,disagg", "stacks to check")
+	flags.StringVar(&o.roll, "roll", "", "graph components the change is meant to restart (Frontend,Worker,PrefillWorker,DecodeWorker; all)")
+	flags.StringVar(&o.kubeconfig, "kubeconfig", "", "a running cluster to check on (default: start a local API server)")
+	flags.StringVar(&o.prefix, "namespace-prefix", "local-", "the stacks' namespaces are this prefix and the stack's name")
+	_ = flags.Parse(os.Args[1:])
 	if o.base == "" {
 		fmt.Fprintln(os.Stderr, "usage: prcheck -base <git ref> [-head <ref|dir>] [-roll Worker,...] [-stacks agg,disagg]")
 		os.Exit(2)
@@ -46,7 +56,7 @@ func main() {
 	}
 }
 
-type options struct{ base, head, stacks, roll string }
+type options struct{ base, head, stacks, roll, kubeconfig, prefix string }
 
 func run(ctx context.Context, o options, out io.Writer) (bool, error) {
 	root, err := localstack.RepoRoot()
@@ -78,17 +88,28 @@ func run(ctx context.Context, o options, out io.Writer) (bool, error) {
 	}
 	_, _ = fmt.Fprintf(out, "== base: %s\n== head: %s\n", baseName, headName)
 
-	_, _ = fmt.Fprintln(out, "== starting the local API server with the CRDs from", os.Getenv("MINIMAX_M3_CRDS"))
-	cluster, err := localcluster.Start(filepath.Join(root, ".toolchain", "bin"), os.Getenv("MINIMAX_M3_CRDS"))
+	kubeconfig := o.kubeconfig
+	if kubeconfig == "" {
+		_, _ = fmt.Fprintln(out, "== starting the local API server with the CRDs from", os.Getenv("MINIMAX_M3_CRDS"))
+		cluster, err := localcluster.Start(filepath.Join(root, ".toolchain", "bin"), os.Getenv("MINIMAX_M3_CRDS"))
+		if err != nil {
+			return false, err
+		}
+		cluster.StopOnSignal()
+		defer func() { _ = cluster.Stop() }()
+		kubeconfig = cluster.Kubeconfig
+	}
+
+	cli, err := localstack.NewCLI(root, filepath.Join(work, "state"), kubeconfig)
 	if err != nil {
 		return false, err
 	}
-	cluster.StopOnSignal()
-	defer func() { _ = cluster.Stop() }()
-
-	cli, err := localstack.NewCLI(root, filepath.Join(work, "state"), cluster.Kubeconfig)
-	if err != nil {
-		return false, err
+	cli.NamespacePrefix = o.prefix
+	if o.kubeconfig != "" {
+		if err := namespacesAreFree(ctx, cli, strings.Split(o.stacks, ",")); err != nil {
+			return false, err
+		}
+		_, _ = fmt.Fprintln(out, "== on the cluster of", o.kubeconfig)
 	}
 	allOK := true
 	for _, stack := range strings.Split(o.stacks, ",") {
@@ -104,6 +125,24 @@ func run(ctx context.Context, o options, out io.Writer) (bool, error) {
 		_, _ = fmt.Fprintln(out, "\n== pr-check FAILED")
 	}
 	return allOK, nil
+}
+
+// namespacesAreFree refuses a cluster where a stack's namespace exists: the check creates its
+// namespaces and touches nothing it did not create.
+func namespacesAreFree(ctx context.Context, cli localstack.CLI, stacks []string) error {
+	for _, stack := range stacks {
+		ns := cli.Namespace(stack)
+		cmd := exec.CommandContext(ctx, "kubectl", "get", "namespace", ns, "--ignore-not-found", "-o", "name")
+		cmd.Env = cli.Env
+		b, err := cmd.CombinedOutput()
+		if err != nil {
+			return fmt.Errorf("kubectl get namespace %s: %w: %s", ns, err, b)
+		}
+		if len(strings.TrimSpace(string(b))) > 0 {
+			return fmt.Errorf("-namespace-prefix: namespace %s exists in that cluster; the check deploys only into namespaces it creates", ns)
+		}
+	}
+	return nil
 }
 
 type stackRun struct {
