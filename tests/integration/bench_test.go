@@ -24,11 +24,14 @@ import (
 	"github.com/pulumi/pulumi/sdk/v3/go/auto/optup"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -107,7 +110,7 @@ func (w *benchWorld) runInContainer(ctx context.Context, pod, container string, 
 // play runs the controllers until ctx is done.
 func (w *benchWorld) play(ctx context.Context) {
 	for ctx.Err() == nil {
-		playDeployments(ctx, w.t, w.ns, nil)
+		playDeployments(ctx, w.t, w.ns)
 		playForegroundGC(ctx, w.t, w.ns)
 		w.playHelperPod(ctx)
 		w.playJobs(ctx)
@@ -256,12 +259,12 @@ type benchRun struct {
 	events []benchmark.Event
 }
 
-// upWithRealOperator brings a stack up with the real Dynamo operator (startOperator, running until
+// upWithRealOperator brings a stack up with the real Dynamo operator (startPlainOperator, running until
 // the test ends), playing what no process here does beside it (playCluster).
 func upWithRealOperator(t *testing.T, s *testStack) {
 	t.Helper()
-	startOperator(t)
-	stop := playCluster(t, s.ns, nil)
+	startPlainOperator(t)
+	stop := playCluster(t, s.ns)
 	defer stop()
 	_, _, err := s.up(context.Background())
 	require.NoError(t, err, s.log.String())
@@ -605,4 +608,131 @@ func TestBenchCommand(t *testing.T) {
 	require.NoError(t, err)
 	assert.Contains(t, string(md), "| disagg cli (real) | 24 | 2 | real | ok |")
 	assert.Contains(t, string(md), "| disagg cli2 (real) | 24 | 8 | real | ok |")
+}
+
+var dcdGVK = schema.GroupVersionKind{Group: "nvidia.com", Version: "v1beta1", Kind: "DynamoComponentDeployment"}
+
+// playCluster plays, in ns, what no process on the plain API server does beside the real operator:
+// the Job controller (download Jobs complete), the Deployment controller with ready pods, and the
+// garbage collector. stop ends it.
+func playCluster(t *testing.T, ns string) (stop func()) {
+	return playEvery(func(ctx context.Context) {
+		playJobController(ctx, t, ns, "complete")
+		playDeployments(ctx, t, ns)
+		playForegroundGC(ctx, t, ns)
+	})
+}
+
+// playDeployments marks each Deployment ready: its replicas updated, ready and available at its
+// current generation, with the Available condition, as the Deployment controller reports once the
+// scheduler placed its pods and the kubelet found them ready.
+func playDeployments(ctx context.Context, t *testing.T, ns string) {
+	var list appsv1.DeploymentList
+	if err := cluster.client.List(ctx, &list, client.InNamespace(ns)); err != nil {
+		return
+	}
+	for i := range list.Items {
+		d := &list.Items[i]
+		want := int32(1)
+		if d.Spec.Replicas != nil {
+			want = *d.Spec.Replicas
+		}
+		s := d.Status
+		if d.DeletionTimestamp != nil || (s.ObservedGeneration == d.Generation && s.Replicas == want && s.AvailableReplicas == want && s.UpdatedReplicas == want) {
+			continue
+		}
+		now := metav1.Now()
+		d.Status = appsv1.DeploymentStatus{
+			ObservedGeneration: d.Generation, Replicas: want, UpdatedReplicas: want, ReadyReplicas: want, AvailableReplicas: want,
+			Conditions: []appsv1.DeploymentCondition{
+				{Type: appsv1.DeploymentAvailable, Status: corev1.ConditionTrue, Reason: "MinimumReplicasAvailable", Message: "set by the test playing the Deployment controller", LastUpdateTime: now, LastTransitionTime: now},
+				{Type: appsv1.DeploymentProgressing, Status: corev1.ConditionTrue, Reason: "NewReplicaSetAvailable", Message: "set by the test playing the Deployment controller", LastUpdateTime: now, LastTransitionTime: now},
+			},
+		}
+		if err := cluster.client.Status().Update(ctx, d); err != nil && !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) && ctx.Err() == nil {
+			t.Logf("playing the Deployment controller: %v", err)
+		}
+	}
+}
+
+// gcKinds are the kinds the played garbage collector follows: what the program creates and what
+// the operator creates for a graph.
+var gcKinds = []schema.GroupVersionKind{
+	graphGVK, dcdGVK, computeDomainGVK,
+	{Group: "nvidia.com", Version: "v1alpha1", Kind: "DynamoGraphDeploymentScalingAdapter"},
+	{Group: "apps", Version: "v1", Kind: "Deployment"},
+	{Group: "batch", Version: "v1", Kind: "Job"},
+	{Version: "v1", Kind: "Service"},
+	{Version: "v1", Kind: "ServiceAccount"},
+	{Version: "v1", Kind: "ConfigMap"},
+	{Version: "v1", Kind: "Secret"},
+	{Version: "v1", Kind: "PersistentVolumeClaim"},
+	{Group: "rbac.authorization.k8s.io", Version: "v1", Kind: "Role"},
+	{Group: "rbac.authorization.k8s.io", Version: "v1", Kind: "RoleBinding"},
+	{Group: "policy", Version: "v1", Kind: "PodDisruptionBudget"},
+}
+
+// playForegroundGC plays the garbage collector of kube-controller-manager in ns: an object
+// deleted in the foreground has its dependents (by ownerReferences) deleted, and loses its
+// foregroundDeletion finalizer once no dependent blocks it; an object whose owners are all gone
+// is deleted. It never removes another finalizer.
+func playForegroundGC(ctx context.Context, t *testing.T, ns string) {
+	var objs []*unstructured.Unstructured
+	for _, k := range gcKinds {
+		var list unstructured.UnstructuredList
+		list.SetGroupVersionKind(k.GroupVersion().WithKind(k.Kind + "List"))
+		if err := cluster.client.List(ctx, &list, client.InNamespace(ns)); err != nil {
+			continue
+		}
+		for i := range list.Items {
+			objs = append(objs, &list.Items[i])
+		}
+	}
+	byUID := map[types.UID]*unstructured.Unstructured{}
+	for _, o := range objs {
+		byUID[o.GetUID()] = o
+	}
+	foreground := metav1.DeletePropagationForeground
+	for _, o := range objs {
+		refs := o.GetOwnerReferences()
+		if o.GetDeletionTimestamp() == nil && len(refs) > 0 {
+			// Only owners of the kinds followed here can be known to be gone.
+			gone := true
+			for _, r := range refs {
+				_, present := byUID[r.UID]
+				followed := slices.ContainsFunc(gcKinds, func(k schema.GroupVersionKind) bool { return k.Kind == r.Kind })
+				if present || !followed {
+					gone = false
+				}
+			}
+			if gone {
+				_ = cluster.client.Delete(ctx, o, &client.DeleteOptions{PropagationPolicy: &foreground})
+			}
+		}
+		if o.GetDeletionTimestamp() == nil || !slices.Contains(o.GetFinalizers(), metav1.FinalizerDeleteDependents) {
+			continue
+		}
+		blocked := false
+		for _, d := range objs {
+			for _, r := range d.GetOwnerReferences() {
+				if r.UID != o.GetUID() {
+					continue
+				}
+				if d.GetDeletionTimestamp() == nil {
+					_ = cluster.client.Delete(ctx, d, &client.DeleteOptions{PropagationPolicy: &foreground})
+				}
+				if r.BlockOwnerDeletion != nil && *r.BlockOwnerDeletion {
+					blocked = true
+				}
+			}
+		}
+		if blocked {
+			continue
+		}
+		rest := slices.DeleteFunc(slices.Clone(o.GetFinalizers()), func(f string) bool { return f == metav1.FinalizerDeleteDependents })
+		o.SetFinalizers(rest)
+		if err := cluster.client.Update(ctx, o); err != nil && !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) && ctx.Err() == nil {
+			t.Logf("playing the garbage collector: %v", err)
+		}
+	}
 }

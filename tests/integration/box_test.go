@@ -42,7 +42,10 @@ const graphLabelKey = "nvidia.com/dynamo-graph-deployment-name"
 //     rack's NVLink clique, each with its ComputeDomain channel claim allocated by the scheduler's
 //     DRA plugin on its own tray; the frontend on a CPU node; the smoke test's Job run (its result
 //     set by a kwok stage: no model runs here); the operator's Ready; the outputs; the live graph
-//     exactly the program's spec for the stack's config, through the real CRD schema;
+//     exactly the program's spec for the stack's config, through the real CRD schema; the
+//     Service the outputs name is the operator's, on their port (the disagg stack's namespace
+//     makes the operator's Dynamo namespace label exactly 63 characters, the most the program's
+//     validation lets through);
 //  2. a second up and a preview --expect-no-changes change nothing;
 //  3. a vLLM flag updates only the graph, and the operator rolls the workers;
 //  4. synthetic acceptance changes only the workers' ConfigMap key, and says so;
@@ -53,19 +56,20 @@ const graphLabelKey = "nvidia.com/dynamo-graph-deployment-name"
 //     controllers.
 func TestBoxStackLifecycle(t *testing.T) {
 	for _, tc := range []struct {
-		stack, graph string
-		roles        []string
-		gpus         float64
-		flagKey      string
+		stack, ns, graph string
+		roles            []string
+		gpus             float64
+		flagKey          string
 	}{
-		{"agg", aggGraph, []string{"Worker"}, 12, "minimax-m3:worker.vllm.maxNumSeqs"},
-		{"disagg", disaggGraph, []string{"PrefillWorker", "DecodeWorker"}, 24, "minimax-m3:prefillWorker.vllm.maxNumSeqs"},
+		{"agg", "box-agg", aggGraph, []string{"Worker"}, 12, "minimax-m3:worker.vllm.maxNumSeqs"},
+		{"disagg", "box-disagg-" + strings.Repeat("x", 63-len(disaggGraph)-1-len("box-disagg-")), disaggGraph, []string{"PrefillWorker", "DecodeWorker"}, 24, "minimax-m3:prefillWorker.vllm.maxNumSeqs"},
 	} {
 		t.Run(tc.stack, func(t *testing.T) {
 			t.Parallel()
 			ctx := context.Background()
 			r := addRack(t, rackbox.NVL72("nvl72-"+tc.stack))
-			ns := "box-" + tc.stack
+			ns := tc.ns
+			require.LessOrEqual(t, len(ns+"-"+tc.graph), 63)
 			s := newBoxStack(t, tc.stack, ns, r, auto.ConfigMap{"minimax-m3:modelDownload.image": {Value: rackbox.HeldImage}})
 
 			// 1. up, with the download held until the test ends it.
@@ -148,6 +152,12 @@ func TestBoxStackLifecycle(t *testing.T) {
 			assert.EqualValues(t, tc.gpus, out["gpuCount"].Value)
 			assert.Equal(t, tc.graph+"-cd", out["computeDomain"].Value)
 			assert.Equal(t, "shared-model-cache", out["cacheClaimName"].Value)
+			svc := &corev1.Service{}
+			require.NoError(t, box.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: out["frontendService"].Value.(string)}, svc),
+				"the output names the Service the operator created")
+			require.Len(t, svc.Spec.Ports, 1)
+			assert.Equal(t, "http", svc.Spec.Ports[0].Name)
+			assert.Equal(t, float64(svc.Spec.Ports[0].Port), out["frontendPort"].Value, "the output port is the operator's Service port")
 
 			// The live graph is exactly the program's spec for this config: validated by the real
 			// CRD schema on the way in, nothing pruned or rewritten by the API server or the operator.
@@ -184,6 +194,8 @@ func TestBoxStackLifecycle(t *testing.T) {
 			// 3. A vLLM flag updates only the graph; the operator rolls the workers to it.
 			workers := client.MatchingLabels{graphLabelKey: tc.graph, "nvidia.com/dynamo-component": tc.roles[0]}
 			before := podsOf(t, ns, workers)
+			frontend := &appsv1.Deployment{}
+			require.NoError(t, box.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: tc.graph + "-frontend"}, frontend))
 			s.set(ctx, tc.flagKey, "64")
 			_, ops, err = s.up(ctx)
 			require.NoError(t, err, s.log.String())
@@ -192,6 +204,15 @@ func TestBoxStackLifecycle(t *testing.T) {
 			for _, p := range podsOf(t, ns, workers) {
 				assert.NotEqual(t, before[0].Labels["pod-template-hash"], p.Labels["pod-template-hash"], "worker %s rolled", p.Name)
 			}
+			// `up` returned on the new generation's Ready, after the operator's rolling update.
+			require.NoError(t, box.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: tc.graph}, g))
+			status, _, _, gen = readyCondition(g)
+			assert.Equal(t, []any{"True", g.GetGeneration()}, []any{status, gen})
+			updated, _, _ := unstructured.NestedStringSlice(g.Object, "status", "rollingUpdate", "updatedComponents")
+			assert.Contains(t, updated, tc.roles[0])
+			unchanged := &appsv1.Deployment{}
+			require.NoError(t, box.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: tc.graph + "-frontend"}, unchanged))
+			assert.Equal(t, frontend.Generation, unchanged.Generation, "the frontend was not touched")
 
 			// 4. Synthetic acceptance changes only the workers' ConfigMap key, and says so loudly.
 			s.set(ctx, "minimax-m3:speculativeDecoding.mode", "synthetic")

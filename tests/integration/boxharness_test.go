@@ -41,13 +41,7 @@ func rackBox(t *testing.T) *rackbox.Box {
 		if box.err != nil {
 			return
 		}
-		box.operator, box.err = dynamooperator.Start(context.Background(), dynamooperator.Options{
-			Binary:     filepath.Join(cluster.bin, "dynamo-operator"),
-			Kubeconfig: box.Kubeconfig,
-			Config:     box.Config,
-			CRDDir:     filepath.Join(operatorSource(), "config", "crd", "bases"),
-			Log:        box.log,
-		})
+		box.operator, box.err = startBoxOperator()
 	})
 	require.NoError(t, box.err, "the rack box cannot start\n%s", boxLogs())
 	t.Cleanup(func() {
@@ -56,6 +50,17 @@ func rackBox(t *testing.T) *rackbox.Box {
 		}
 	})
 	return box.Box
+}
+
+// startBoxOperator starts the box's operator, cluster-wide, as it is deployed.
+func startBoxOperator() (*dynamooperator.Operator, error) {
+	return dynamooperator.Start(context.Background(), dynamooperator.Options{
+		Binary:     filepath.Join(cluster.bin, "dynamo-operator"),
+		Kubeconfig: box.Kubeconfig,
+		Config:     box.Config,
+		CRDDir:     filepath.Join(operatorSource(), "config", "crd", "bases"),
+		Log:        box.log,
+	})
 }
 
 func boxLogs() string {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -12,8 +13,10 @@ import (
 	"github.com/pulumi/pulumi/sdk/v3/go/auto/optpreview"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -134,7 +137,9 @@ func TestUpWaitsForTheOperatorToObserveTheNewGeneration(t *testing.T) {
 	done := make(chan error, 1)
 	go func() { _, _, err := s.up(ctx); done <- err }()
 	require.Eventually(t, func() bool { g, _ := get(t, graphGVK, s.ns, aggGraph); return g.GetGeneration() == 2 }, time.Minute, 200*time.Millisecond)
-	time.Sleep(3 * time.Second)
+	// The gate: the provider has read the old Ready and said why it does not count.
+	require.Eventually(t, func() bool { return strings.Contains(s.log.String(), "Generation 1 is less than expected 2") },
+		time.Minute, 100*time.Millisecond, "the provider reports the old generation's Ready as not yet observed\n%s", s.log.String())
 	select {
 	case err := <-done:
 		t.Fatalf("up returned on the old generation's Ready: %v", err)
@@ -168,8 +173,9 @@ func recipeDir(t *testing.T) string {
 }
 
 // spec.restart: refused on a graph that does not exist yet (the CRD forbids it on create), an
-// update of the graph alone once it does, and `up` returns once the real operator has completed
-// the restart.
+// update of the graph alone once it does; the real operator restarts the components one at a time
+// in restart.order (each Deployment rolled by the real Deployment controller, its new pods placed
+// by the scheduler), and `up` returns once it has completed the restart.
 func TestBoxRestartIDRestartsAnExistingGraphOnly(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -181,7 +187,11 @@ func TestBoxRestartIDRestartsAnExistingGraphOnly(t *testing.T) {
 	require.NoError(t, s.stack.RemoveConfig(ctx, "minimax-m3:restart"))
 	upOK(t, s)
 	s.set(ctx, "minimax-m3:restart.id", "2026-12-02T18:00")
+	s.set(ctx, "minimax-m3:restart.order[0]", "Worker")
+	s.set(ctx, "minimax-m3:restart.order[1]", "Frontend")
+	progress := watchRestart(t, s.ns, aggGraph)
 	ops := upOK(t, s)
+	assert.Equal(t, [][]string{{"Worker"}, {"Frontend"}}, progress(), "the operator restarts one component at a time, in restart.order")
 	assert.Equal(t, map[string]string{"kubernetes:nvidia.com/v1beta1:DynamoGraphDeployment graph": "update"}, graphOps(t, ops))
 	g, _ := getOn(t, box.Client, graphGVK, s.ns, aggGraph)
 	id, _, _ := unstructured.NestedString(g.Object, "spec", "restart", "id")
@@ -190,6 +200,46 @@ func TestBoxRestartIDRestartsAnExistingGraphOnly(t *testing.T) {
 	observed, _, _ := unstructured.NestedString(g.Object, "status", "restart", "observedID")
 	phase, _, _ := unstructured.NestedString(g.Object, "status", "restart", "phase")
 	assert.Equal(t, []string{"2026-12-02T18:00", "Completed"}, []string{observed, phase})
+}
+
+// watchRestart watches the graph's status.restart as the operator writes it (a watch sees every
+// write, however short a phase); the function it returns waits for the phase Completed and gives
+// the components in progress, each set once, in order.
+func watchRestart(t *testing.T, ns, name string) func() [][]string {
+	t.Helper()
+	dyn, err := dynamic.NewForConfig(box.Config)
+	require.NoError(t, err)
+	gvr := graphGVK.GroupVersion().WithResource("dynamographdeployments")
+	w, err := dyn.Resource(gvr).Namespace(ns).Watch(context.Background(), metav1.ListOptions{FieldSelector: "metadata.name=" + name})
+	require.NoError(t, err)
+	t.Cleanup(w.Stop)
+	return func() [][]string {
+		var seen [][]string
+		timeout := time.After(5 * time.Minute)
+		for {
+			select {
+			case e, ok := <-w.ResultChan():
+				if !ok {
+					t.Errorf("the watch ended before the restart completed; seen %v", seen)
+					return seen
+				}
+				g, ok := e.Object.(*unstructured.Unstructured)
+				if !ok {
+					continue
+				}
+				inProgress, _, _ := unstructured.NestedStringSlice(g.Object, "status", "restart", "inProgress")
+				if len(inProgress) > 0 && (len(seen) == 0 || !slices.Equal(seen[len(seen)-1], inProgress)) {
+					seen = append(seen, inProgress)
+				}
+				if phase, _, _ := unstructured.NestedString(g.Object, "status", "restart", "phase"); phase == "Completed" {
+					return seen
+				}
+			case <-timeout:
+				t.Errorf("no Completed restart within 5 minutes; seen %v", seen)
+				return seen
+			}
+		}
+	}
 }
 
 // Every derived value follows what it is derived from, in the live objects.
