@@ -37,6 +37,7 @@ func copyProgramInto(t *testing.T, dir string) {
 
 // The way users run it: the plain CLI, building the program through the Go language host.
 func TestPlainCLIPreviewOfBothStacks(t *testing.T) {
+	t.Parallel()
 	dir := copyProgram(t)
 	env := os.Environ()
 	for k, v := range pulumiEnv(t) {
@@ -87,6 +88,7 @@ func TestPlainCLIPreviewOfBothStacks(t *testing.T) {
 // Render for GitOps review: every object as YAML with no cluster, then a server-side dry run of
 // the files against the real CRDs.
 func TestRenderedManifestsPassAServerSideDryRun(t *testing.T) {
+	t.Parallel()
 	for _, stack := range []string{"agg", "disagg"} {
 		t.Run(stack, func(t *testing.T) {
 			ns := "render-" + stack

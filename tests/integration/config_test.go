@@ -112,6 +112,7 @@ func pathJoin(path, key string) string {
 // the Job controller (the download completes) and the garbage collector (a replaced Job's
 // foreground deletion).
 func TestEveryTypedFieldSetThroughTheCLIReadsBackTheSame(t *testing.T) {
+	t.Parallel()
 	for _, stack := range []string{"agg", "disagg"} {
 		t.Run(stack, func(t *testing.T) {
 			ctx := context.Background()
@@ -232,6 +233,7 @@ func stringify(n *yaml.Node) {
 // A key the program does not know, or a value of the wrong type, fails preview naming that key,
 // before anything reaches the cluster.
 func TestUnknownKeysAndBadValuesFailPreviewAtTheirOwnKey(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	ns := "unknown-keys"
 	s := newStack(t, "agg", ns, nil)

@@ -10,6 +10,7 @@ import (
 )
 
 func TestBadConfigFailsPreviewBeforeAnyObjectExists(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	ns := "bad-config"
 	s := newStack(t, "agg", ns, auto.ConfigMap{

@@ -40,26 +40,45 @@ func pkoCRDs(t *testing.T) string {
 
 // playStackOperator plays the Pulumi Kubernetes Operator on one Stack: Reconciling while it
 // "updates", then either Ready with outputs or Stalled with a reason, at the Stack's generation.
-func playStackOperator(ctx context.Context, t *testing.T, dyn dynamic.Interface, ns, name string, stalled bool, outputs map[string]any) {
+// When reconcilingSeen is not nil, it holds the update in Reconciling until that channel closes (the
+// runner has reported the phase). It runs on a goroutine of its own: it reports what fails with
+// t.Errorf and returns.
+func playStackOperator(ctx context.Context, t *testing.T, dyn dynamic.Interface, ns, name string, stalled bool, outputs map[string]any, reconcilingSeen <-chan struct{}) {
 	stacks := dyn.Resource(portal.StackResource).Namespace(ns)
 	u, err := stacks.Get(ctx, name, metav1.GetOptions{})
-	require.NoError(t, err)
+	if err != nil {
+		t.Errorf("playing the operator: %v", err)
+		return
+	}
 	gen := u.GetGeneration()
 	now := time.Now().UTC().Format(time.RFC3339)
 	cond := func(typ, status, reason, msg string) map[string]any {
 		return map[string]any{"type": typ, "status": status, "reason": reason, "message": msg, "lastTransitionTime": now, "observedGeneration": gen}
 	}
-	patch := func(status map[string]any) {
+	patch := func(status map[string]any) bool {
 		b, err := json.Marshal(map[string]any{"status": status})
-		require.NoError(t, err)
-		_, err = stacks.Patch(ctx, name, types.MergePatchType, b, metav1.PatchOptions{}, "status")
-		require.NoError(t, err)
+		if err == nil {
+			_, err = stacks.Patch(ctx, name, types.MergePatchType, b, metav1.PatchOptions{}, "status")
+		}
+		if err != nil {
+			t.Errorf("playing the operator: %v", err)
+		}
+		return err == nil
 	}
-	patch(map[string]any{"observedGeneration": gen, "conditions": []any{
+	if !patch(map[string]any{"observedGeneration": gen, "conditions": []any{
 		cond("Ready", "False", "NotReady", "the update is running"),
 		cond("Reconciling", "True", "Updating", "set by the test playing the operator: workspace pod running pulumi up"),
-	}})
-	time.Sleep(300 * time.Millisecond)
+	}}) {
+		return
+	}
+	if reconcilingSeen != nil {
+		select {
+		case <-reconcilingSeen:
+		case <-time.After(time.Minute):
+			t.Errorf("the runner did not report Reconciling within a minute")
+			return
+		}
+	}
 	if stalled {
 		patch(map[string]any{"observedGeneration": gen, "conditions": []any{
 			cond("Ready", "False", "NotReady", "stalled"),
@@ -77,11 +96,15 @@ func playStackOperator(ctx context.Context, t *testing.T, dyn dynamic.Interface,
 }
 
 // playFailedUpdate plays the operator failing the Stack's current generation once: the last update
-// failed at that generation, and it is still Reconciling (it retries before it stalls).
+// failed at that generation, and it is still Reconciling (it retries before it stalls). It runs on
+// a goroutine of its own: it reports what fails with t.Errorf.
 func playFailedUpdate(ctx context.Context, t *testing.T, dyn dynamic.Interface, ns, name string) {
 	stacks := dyn.Resource(portal.StackResource).Namespace(ns)
 	u, err := stacks.Get(ctx, name, metav1.GetOptions{})
-	require.NoError(t, err)
+	if err != nil {
+		t.Errorf("playing the operator: %v", err)
+		return
+	}
 	gen := u.GetGeneration()
 	now := time.Now().UTC().Format(time.RFC3339)
 	b, err := json.Marshal(map[string]any{"status": map[string]any{"observedGeneration": gen,
@@ -91,9 +114,12 @@ func playFailedUpdate(ctx context.Context, t *testing.T, dyn dynamic.Interface, 
 			map[string]any{"type": "Ready", "status": "False", "reason": "NotReady", "message": "retrying", "lastTransitionTime": now, "observedGeneration": gen},
 			map[string]any{"type": "Reconciling", "status": "True", "reason": "Retrying", "message": "the update failed; retrying", "lastTransitionTime": now, "observedGeneration": gen},
 		}}})
-	require.NoError(t, err)
-	_, err = stacks.Patch(ctx, name, types.MergePatchType, b, metav1.PatchOptions{}, "status")
-	require.NoError(t, err)
+	if err == nil {
+		_, err = stacks.Patch(ctx, name, types.MergePatchType, b, metav1.PatchOptions{}, "status")
+	}
+	if err != nil {
+		t.Errorf("playing the operator: %v", err)
+	}
 }
 
 // The operator runner: its Stack passes a server-side dry run against the operator's CRD, is
@@ -170,8 +196,17 @@ func TestOperatorRunner(t *testing.T) {
 
 	var events []portal.Event
 	var mu sync.Mutex
-	progress := func(e portal.Event) { mu.Lock(); events = append(events, e); mu.Unlock() }
-	go playStackOperator(ctx, t, dyn, "pko", "disagg-eu", false, map[string]any{"namespace": "inference-eu", "gpuCount": 24, "graphName": disaggGraph})
+	reconciling := make(chan struct{})
+	var once sync.Once
+	progress := func(e portal.Event) {
+		mu.Lock()
+		events = append(events, e)
+		mu.Unlock()
+		if e.Status == "Reconciling" {
+			once.Do(func() { close(reconciling) })
+		}
+	}
+	go playStackOperator(ctx, t, dyn, "pko", "disagg-eu", false, map[string]any{"namespace": "inference-eu", "gpuCount": 24, "graphName": disaggGraph}, reconciling)
 	res, err := runner.Wait(ctx, "disagg-eu", progress)
 	require.NoError(t, err)
 	assert.Equal(t, "succeeded", res.State)
@@ -190,7 +225,7 @@ func TestOperatorRunner(t *testing.T) {
 	r.Config.DecodeWorker.Replicas = 4
 	_, err = runner.Apply(ctx, r, false)
 	require.NoError(t, err)
-	go playStackOperator(ctx, t, dyn, "pko", "disagg-eu", true, nil)
+	go playStackOperator(ctx, t, dyn, "pko", "disagg-eu", true, nil, nil)
 	_, err = runner.Wait(ctx, "disagg-eu", nil)
 	var stalled *portal.StalledError
 	require.ErrorAs(t, err, &stalled)
