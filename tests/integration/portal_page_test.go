@@ -102,6 +102,7 @@ func TestBoxPortalPageShowsAnUpLive(t *testing.T) {
 // the login redirects to /portal/, the session cookie is scoped to it, the API answers under it,
 // and the page's own event stream goes through it, so a finished preview shows on the page.
 func TestPortalPageBehindAProxyAtABasePath(t *testing.T) {
+	t.Parallel()
 	browser, err := exec.LookPath("chromium")
 	require.NoError(t, err, "make test installs chromium (Debian's package)")
 	m := newPortal(t)

@@ -132,6 +132,7 @@ func watchCommandLines(s string) (stop func() []string) {
 // that up then runs; outputs, history and refresh read the stack; the token is in no command line,
 // event, result or error; the stack's config lives in its own workspace for the next operation.
 func TestPortalLifecycle(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	stateDir := t.TempDir()
 	m := newPortalAt(t, stateDir)
@@ -250,6 +251,7 @@ func TestPortalLifecycle(t *testing.T) {
 // One operation per stack: a second up on a busy stack gets Busy at once, ups on two stacks run
 // side by side.
 func TestPortalConcurrency(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	m := newPortal(t)
 	a := portalRequest("agg", "agg-busy", "portal-busy")
@@ -291,6 +293,7 @@ func TestPortalConcurrency(t *testing.T) {
 // Cancelling an up while it waits for the graph (here no operator will ever make it Ready) leaves a
 // stack the next up completes.
 func TestPortalCancel(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	m := newPortal(t)
 	r := portalRequest("agg", "agg-cancel", "portal-cancel")
@@ -325,6 +328,7 @@ func TestPortalCancel(t *testing.T) {
 // the request needs no token, and the stored one is removed from the stack's config rather than
 // refused as "both".
 func TestPortalSwitchToAnExistingSecretClearsTheStoredToken(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	stateDir := t.TempDir()
 	m := newPortalAt(t, stateDir)
@@ -358,6 +362,7 @@ func TestPortalSwitchToAnExistingSecretClearsTheStoredToken(t *testing.T) {
 // the same explicit consent a pull request's label gives (allowRoll), and without it nothing is
 // applied; the preview says what it would roll.
 func TestPortalUpNeedsConsentToRollWorkers(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	m := newPortal(t)
 	r := portalRequest("agg", "agg-consent", "portal-consent")
