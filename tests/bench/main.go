@@ -110,8 +110,14 @@ func run(ctx context.Context, runs int, only string, hold bool) error {
 		for _, f := range files {
 			args = append(args, "-f", filepath.Join(recipe, f))
 		}
-		cmds = append(cmds, command{"recipe: kubectl apply --dry-run=server (" + p + ")", p,
-			"kubectl apply --dry-run=server -n " + localstack.Namespace(p) + " " + strings.Join(args, " ")})
+		// The recipe's command as its README gives it (client-side apply: against live objects it
+		// reads the API's OpenAPI schema for its three-way merge), and the fastest run of the same
+		// check: server-side apply, the merge done by the API server, validation kept.
+		cmds = append(cmds,
+			command{"recipe: kubectl apply --dry-run=server (" + p + ")", p,
+				"kubectl apply --dry-run=server -n " + localstack.Namespace(p) + " " + strings.Join(args, " ")},
+			command{"recipe: kubectl apply --server-side --dry-run=server (" + p + ")", p,
+				"kubectl apply --server-side --dry-run=server -n " + localstack.Namespace(p) + " " + strings.Join(args, " ")})
 	}
 	for _, s := range []string{"agg", "disagg"} {
 		cmds = append(cmds,
@@ -166,11 +172,12 @@ func table(out io.Writer, path string, cmds []command) error {
 	for _, x := range r.Results {
 		median[x.Command] = x.Median
 	}
-	_, _ = fmt.Fprintln(out, "\n| command | median | min–max | × recipe dry run |")
-	_, _ = fmt.Fprintln(out, "|---|---:|---:|---:|")
+	_, _ = fmt.Fprintln(out, "\n| command | median | min–max | × recipe dry run | × fastest recipe run |")
+	_, _ = fmt.Fprintln(out, "|---|---:|---:|---:|---:|")
 	for i, x := range r.Results {
-		base := median["recipe: kubectl apply --dry-run=server ("+cmds[i].profile+")"]
-		_, _ = fmt.Fprintf(out, "| %s | %.2f s | %.2f–%.2f s | %.1f× |\n", x.Command, x.Median, x.Min, x.Max, x.Median/base)
+		asWritten := median["recipe: kubectl apply --dry-run=server ("+cmds[i].profile+")"]
+		fastest := min(asWritten, median["recipe: kubectl apply --server-side --dry-run=server ("+cmds[i].profile+")"])
+		_, _ = fmt.Fprintf(out, "| %s | %.2f s | %.2f–%.2f s | %.1f× | %.1f× |\n", x.Command, x.Median, x.Min, x.Max, x.Median/asWritten, x.Median/fastest)
 	}
 	return nil
 }
