@@ -641,11 +641,15 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 	}
 	s.streams++
 	s.mu.Unlock()
-	defer func() {
-		s.mu.Lock()
-		s.streams--
-		s.mu.Unlock()
-	}()
+	var releaseOnce sync.Once
+	release := func() {
+		releaseOnce.Do(func() {
+			s.mu.Lock()
+			s.streams--
+			s.mu.Unlock()
+		})
+	}
+	defer release()
 	// The stream outlives the server's read and write limits.
 	rc := http.NewResponseController(w)
 	_ = rc.SetReadDeadline(time.Time{})
@@ -662,6 +666,9 @@ func (s *Server) events(w http.ResponseWriter, r *http.Request) {
 		}
 		next = upTo
 		if done {
+			// The slot is free before the client reads the last event: a client that opens its next
+			// stream once this one said done is not refused for this one.
+			release()
 			b, _ := json.Marshal(map[string]string{"operation": log.Op, "error": errText})
 			_, _ = fmt.Fprintf(w, "event: done\ndata: %s\n\n", b)
 			flusher.Flush()
