@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -9,6 +10,9 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 )
 
 // Commits of the project's history the PR check is tested with.
@@ -21,10 +25,13 @@ const (
 )
 
 // prCheck runs `make pr-check`'s command on the suite's API server, its stacks in namespaces of
-// the prefix, and returns its output and exit code.
+// the prefix (with no prefix: as `make pr-check` runs it, on an API server of its own), and returns
+// its output and exit code.
 func prCheck(t *testing.T, prefix string, args ...string) (string, int) {
 	t.Helper()
-	args = append([]string{"-kubeconfig", cluster.kubeconfig, "-namespace-prefix", prefix}, args...)
+	if prefix != "" {
+		args = append([]string{"-kubeconfig", cluster.kubeconfig, "-namespace-prefix", prefix}, args...)
+	}
 	cmd := exec.Command(command(t, "./tests/prcheck", "prcheck"), args...)
 	cmd.Dir = filepath.Join(cluster.root, "tests")
 	out, err := cmd.CombinedOutput()
@@ -94,15 +101,33 @@ func TestPRCheckRefusesToReplaceTheCache(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, os.WriteFile(stackFile, append(f, "  minimax-m3:modelCache:\n    claimName: model-cache-v2\n"...), 0o644))
 
-	out, code := prCheck(t, "prc-cache-", "-base", afterDayTwo, "-head", head, "-stacks", "agg")
+	// As `make pr-check` runs it: an API server of its own, the stacks in local-<stack>.
+	out, code := prCheck(t, "", "-base", afterDayTwo, "-head", head, "-stacks", "agg")
 	assert.Equal(t, 1, code)
 	s := summary(t, out, "agg")
 	assert.Contains(t, s, "replace  kubernetes:core/v1:PersistentVolumeClaim model-cache: metadata.name")
-	assert.Contains(t, s, "FAIL: [keep-model-cache] PersistentVolumeClaim prc-cache-agg/model-cache-v2: this change would replace it (metadata.name)")
+	assert.Contains(t, s, "FAIL: [keep-model-cache] PersistentVolumeClaim local-agg/model-cache-v2: this change would replace it (metadata.name)")
 	assert.Contains(t, out, "== pr-check FAILED")
+}
 
-	// Its namespace now exists: a second check with the same prefix refuses to touch it.
-	out, code = prCheck(t, "prc-cache-", "-base", afterDayTwo, "-head", head, "-stacks", "agg")
+// On a cluster of -kubeconfig, the check deploys only into namespaces it creates: one that exists
+// is refused before anything is deployed, and an empty prefix is refused at its flag.
+func TestPRCheckOnAClusterTouchesOnlyWhatItCreates(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	taken := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "prc-taken-agg", Labels: map[string]string{"team": "someone-else"}}}
+	require.NoError(t, cluster.client.Create(ctx, taken))
+	out, code := prCheck(t, "prc-taken-", "-base", afterDayTwo, "-stacks", "agg")
 	assert.Equal(t, 2, code)
-	assert.Contains(t, out, "-namespace-prefix: namespace prc-cache-agg exists in that cluster")
+	assert.Contains(t, out, "-namespace-prefix: namespace prc-taken-agg exists in that cluster")
+	assert.NotContains(t, out, "== agg: up from the base program")
+	var secrets corev1.SecretList
+	require.NoError(t, cluster.client.List(ctx, &secrets, client.InNamespace(taken.Name)))
+	assert.Empty(t, secrets.Items, "nothing deployed into the namespace")
+
+	cmd := exec.Command(command(t, "./tests/prcheck", "prcheck"), "-base", afterDayTwo, "-kubeconfig", cluster.kubeconfig, "-namespace-prefix", "", "-stacks", "agg")
+	cmd.Dir = filepath.Join(cluster.root, "tests")
+	b, _ := cmd.CombinedOutput()
+	assert.Equal(t, 2, cmd.ProcessState.ExitCode())
+	assert.Contains(t, string(b), `-namespace-prefix "": must start a namespace name`)
 }

@@ -11,7 +11,9 @@
 //
 // On a cluster of -kubeconfig, each stack deploys into a namespace that must not exist yet
 // (-namespace-prefix and the stack's name), and stays there after the check: the check's state is
-// discarded with its work folder, so deleting those namespaces removes what it made.
+// discarded with its work folder, so deleting those namespaces removes what it made. Give it an
+// API server without the Dynamo operator: where controllers run, the base deployment is live (the
+// operator starts its workers, the download Job runs with a placeholder token).
 //
 //	cd tests && go run ./prcheck -base origin/main -roll DecodeWorker
 package main
@@ -24,6 +26,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 
 	"minimax-m3/policy"
@@ -43,7 +46,11 @@ func main() {
 	flags.StringVar(&o.prefix, "namespace-prefix", "local-", "the stacks' namespaces are this prefix and the stack's name")
 	_ = flags.Parse(os.Args[1:])
 	if o.base == "" {
-		fmt.Fprintln(os.Stderr, "usage: prcheck -base <git ref> [-head <ref|dir>] [-roll Worker,...] [-stacks agg,disagg]")
+		fmt.Fprintln(os.Stderr, "usage: prcheck -base <git ref> [-head <ref|dir>] [-roll Worker,...] [-stacks agg,disagg] [-kubeconfig <file> -namespace-prefix <prefix>]")
+		os.Exit(2)
+	}
+	if err := o.check(); err != nil {
+		fmt.Fprintln(os.Stderr, "pr-check:", err)
 		os.Exit(2)
 	}
 	ok, err := run(context.Background(), o, os.Stdout)
@@ -57,6 +64,25 @@ func main() {
 }
 
 type options struct{ base, head, stacks, roll, kubeconfig, prefix string }
+
+// check refuses flags the check cannot use, before anything starts. The kubeconfig becomes an
+// absolute path: the CLI and the provider run in other folders than this process.
+func (o *options) check() error {
+	if o.prefix == "" || !regexp.MustCompile(`^[a-z0-9]([-a-z0-9]*)?$`).MatchString(o.prefix) {
+		return fmt.Errorf("-namespace-prefix %q: must start a namespace name (lower-case letters, digits and '-')", o.prefix)
+	}
+	if o.kubeconfig != "" {
+		abs, err := filepath.Abs(o.kubeconfig)
+		if err != nil {
+			return fmt.Errorf("-kubeconfig: %w", err)
+		}
+		if _, err := os.Stat(abs); err != nil {
+			return fmt.Errorf("-kubeconfig: %w", err)
+		}
+		o.kubeconfig = abs
+	}
+	return nil
+}
 
 func run(ctx context.Context, o options, out io.Writer) (bool, error) {
 	root, err := localstack.RepoRoot()
