@@ -1,12 +1,13 @@
 // Package integration runs the program through the real Pulumi engine and Kubernetes provider
 // against a real kube-apiserver (started by controller-runtime's envtest) with the real Dynamo and
-// ComputeDomain CRDs installed from $MINIMAX_M3_CRDS.
+// ComputeDomain CRDs installed from $MINIMAX_M3_CRDS, and in the rack box (package rackbox), whose
+// Kubernetes controllers, scheduler and Dynamo operator run for real (the TestBox* tests).
 //
-// The API server runs no controllers. Where a test needs one, it plays it and says so: the Job
-// controller (marking the download Job complete or failed), the Dynamo operator (marking the graph
-// Ready) and the garbage collector (releasing foreground deletions). The TestRealOperator tests
-// (operator_test.go) run the real Dynamo operator instead and play only the Deployment controller
-// with ready pods, the Job controller and the garbage collector.
+// The plain API server runs no controllers. Where a test there needs one, it plays it and says so:
+// the Job controller (marking the download Job complete or failed), the Dynamo operator (marking the
+// graph Ready) and the garbage collector (releasing foreground deletions). The benchmark sweep's
+// fast tier (bench_test.go) runs the real Dynamo operator there and plays the Deployment controller
+// with ready pods, the Job controller, the garbage collector and a kubelet for exec.
 package integration
 
 import (

@@ -207,7 +207,10 @@ func TestOperatorRunner(t *testing.T) {
 		}
 	}
 	go playStackOperator(ctx, t, dyn, "pko", "disagg-eu", false, map[string]any{"namespace": "inference-eu", "gpuCount": 24, "graphName": disaggGraph}, reconciling)
-	res, err := runner.Wait(ctx, "disagg-eu", progress)
+	// The played operator reports its own failures and returns: a bounded wait ends the test then.
+	waitCtx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	res, err := runner.Wait(waitCtx, "disagg-eu", progress)
 	require.NoError(t, err)
 	assert.Equal(t, "succeeded", res.State)
 	assert.Equal(t, 24, res.Outputs.GPUCount)
@@ -226,7 +229,7 @@ func TestOperatorRunner(t *testing.T) {
 	_, err = runner.Apply(ctx, r, false)
 	require.NoError(t, err)
 	go playStackOperator(ctx, t, dyn, "pko", "disagg-eu", true, nil, nil)
-	_, err = runner.Wait(ctx, "disagg-eu", nil)
+	_, err = runner.Wait(waitCtx, "disagg-eu", nil)
 	var stalled *portal.StalledError
 	require.ErrorAs(t, err, &stalled)
 	assert.Equal(t, "SourceUnavailable", stalled.Reason)
@@ -238,7 +241,7 @@ func TestOperatorRunner(t *testing.T) {
 	_, err = runner.Apply(ctx, r, false)
 	require.NoError(t, err)
 	go playFailedUpdate(ctx, t, dyn, "pko", "disagg-eu")
-	_, err = runner.Wait(ctx, "disagg-eu", nil)
+	_, err = runner.Wait(waitCtx, "disagg-eu", nil)
 	var failed *portal.UpdateFailedError
 	require.ErrorAs(t, err, &failed)
 	assert.Equal(t, "set by the test playing the operator: update failed: 1 error occurred", failed.Message)
