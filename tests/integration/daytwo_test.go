@@ -13,14 +13,16 @@ import (
 	"github.com/pulumi/pulumi/sdk/v3/go/auto/optpreview"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"minimax-m3/components"
+	"minimax-m3/internal/objwatch"
 	"minimax-m3/tests/rackbox"
 )
 
@@ -209,36 +211,39 @@ func watchRestart(t *testing.T, ns, name string) func() [][]string {
 	t.Helper()
 	dyn, err := dynamic.NewForConfig(box.Config)
 	require.NoError(t, err)
-	gvr := graphGVK.GroupVersion().WithResource("dynamographdeployments")
-	w, err := dyn.Resource(gvr).Namespace(ns).Watch(context.Background(), metav1.ListOptions{FieldSelector: "metadata.name=" + name})
-	require.NoError(t, err)
-	t.Cleanup(w.Stop)
-	return func() [][]string {
-		var seen [][]string
-		timeout := time.After(5 * time.Minute)
-		for {
-			select {
-			case e, ok := <-w.ResultChan():
-				if !ok {
-					t.Errorf("the watch ended before the restart completed; seen %v", seen)
-					return seen
-				}
-				g, ok := e.Object.(*unstructured.Unstructured)
-				if !ok {
-					continue
-				}
-				inProgress, _, _ := unstructured.NestedStringSlice(g.Object, "status", "restart", "inProgress")
-				if len(inProgress) > 0 && (len(seen) == 0 || !slices.Equal(seen[len(seen)-1], inProgress)) {
-					seen = append(seen, inProgress)
-				}
-				if phase, _, _ := unstructured.NestedString(g.Object, "status", "restart", "phase"); phase == "Completed" {
-					return seen
-				}
-			case <-timeout:
-				t.Errorf("no Completed restart within 5 minutes; seen %v", seen)
-				return seen
+	graphs := dyn.Resource(components.GraphResource).Namespace(ns)
+	var seen [][]string
+	synced, done := make(chan struct{}), make(chan error, 1)
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	t.Cleanup(cancel)
+	go func() {
+		_, err := objwatch.Until(ctx, objwatch.ByName(name, graphs.List, graphs.Watch), &unstructured.Unstructured{}, func(cache.Store) (bool, error) {
+			close(synced) // listed: every later write is seen
+			return false, nil
+		}, func(e watch.Event) (bool, error) {
+			g, ok := e.Object.(*unstructured.Unstructured)
+			if !ok {
+				return false, nil
 			}
+			inProgress, _, _ := unstructured.NestedStringSlice(g.Object, "status", "restart", "inProgress")
+			if len(inProgress) > 0 && (len(seen) == 0 || !slices.Equal(seen[len(seen)-1], inProgress)) {
+				seen = append(seen, inProgress)
+			}
+			phase, _, _ := unstructured.NestedString(g.Object, "status", "restart", "phase")
+			return phase == "Completed", nil
+		})
+		done <- err
+	}()
+	select {
+	case <-synced:
+	case err := <-done:
+		require.NoError(t, err, "watching the graph")
+	}
+	return func() [][]string {
+		if err := <-done; err != nil {
+			t.Errorf("no Completed restart seen (%v); seen %v", err, seen)
 		}
+		return seen
 	}
 }
 
