@@ -56,6 +56,7 @@ const disaggGraph = "minimax-m3-disagg-gb200-agentic"
 // exec goes through the API server, as cmd/bench's does.
 type benchWorld struct {
 	t       *testing.T
+	api     *apiServer
 	ns      string
 	claim   string // the model cache claim's contents
 	kube    kubernetes.Interface
@@ -110,8 +111,8 @@ func (w *benchWorld) runInContainer(ctx context.Context, pod, container string, 
 // play runs the controllers until ctx is done.
 func (w *benchWorld) play(ctx context.Context) {
 	for ctx.Err() == nil {
-		playDeployments(ctx, w.t, w.ns)
-		playForegroundGC(ctx, w.t, w.ns)
+		playDeployments(ctx, w.t, w.api.client, w.ns)
+		playForegroundGC(ctx, w.t, w.api.client, w.ns)
 		w.playHelperPod(ctx)
 		w.playJobs(ctx)
 		time.Sleep(100 * time.Millisecond)
@@ -122,7 +123,7 @@ func (w *benchWorld) play(ctx context.Context) {
 // kubelet (the pod runs and is Ready; a deleted pod stops).
 func (w *benchWorld) playHelperPod(ctx context.Context) {
 	var pods corev1.PodList
-	if err := cluster.client.List(ctx, &pods, client.InNamespace(w.ns), client.MatchingLabels{"minimax-m3.io/benchmark-step": "helper"}); err != nil {
+	if err := w.api.client.List(ctx, &pods, client.InNamespace(w.ns), client.MatchingLabels{"minimax-m3.io/benchmark-step": "helper"}); err != nil {
 		return
 	}
 	for i := range pods.Items {
@@ -147,7 +148,7 @@ func (w *benchWorld) playHelperPod(ctx context.Context) {
 		now := metav1.Now()
 		p.Status.Phase = corev1.PodRunning
 		p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: now}}
-		if err := cluster.client.Status().Update(ctx, p); err == nil {
+		if err := w.api.client.Status().Update(ctx, p); err == nil {
 			w.record("helper ready on " + p.Spec.NodeName)
 		}
 	}
@@ -155,7 +156,7 @@ func (w *benchWorld) playHelperPod(ctx context.Context) {
 
 func (w *benchWorld) playJobs(ctx context.Context) {
 	var jobs batchv1.JobList
-	if err := cluster.client.List(ctx, &jobs, client.InNamespace(w.ns)); err != nil {
+	if err := w.api.client.List(ctx, &jobs, client.InNamespace(w.ns)); err != nil {
 		return
 	}
 	for i := range jobs.Items {
@@ -198,7 +199,7 @@ func (w *benchWorld) playJobs(ctx context.Context) {
 				w.t.Errorf("playing AIPerf: %v", err)
 			}
 		}
-		if err := finishJob(ctx, j, failed); err != nil && ctx.Err() == nil {
+		if err := finishJob(ctx, w.api.client, j, failed); err != nil && ctx.Err() == nil {
 			w.t.Logf("playing the Job controller: %v", err)
 		}
 	}
@@ -209,7 +210,7 @@ func (w *benchWorld) playJobs(ctx context.Context) {
 func (w *benchWorld) playTerminatedPod(ctx context.Context, j *batchv1.Job, message string) {
 	pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: j.Name + "-pod", Namespace: j.Namespace,
 		Labels: map[string]string{"batch.kubernetes.io/job-name": j.Name}}, Spec: *j.Spec.Template.Spec.DeepCopy()}
-	if err := cluster.client.Create(ctx, pod); err != nil {
+	if err := w.api.client.Create(ctx, pod); err != nil {
 		w.t.Errorf("playing the kubelet: %v", err)
 		return
 	}
@@ -217,7 +218,7 @@ func (w *benchWorld) playTerminatedPod(ctx context.Context, j *batchv1.Job, mess
 	pod.Status.Phase = corev1.PodFailed
 	pod.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "aiperf", Image: pod.Spec.Containers[0].Image,
 		State: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{ExitCode: 1, Reason: "Error", Message: message, StartedAt: now, FinishedAt: now}}}}
-	if err := cluster.client.Status().Update(ctx, pod); err != nil {
+	if err := w.api.client.Status().Update(ctx, pod); err != nil {
 		w.t.Errorf("playing the kubelet: %v", err)
 	}
 }
@@ -226,7 +227,7 @@ func (w *benchWorld) playTerminatedPod(ctx context.Context, j *batchv1.Job, mess
 func (w *benchWorld) restartState(ctx context.Context) string {
 	g := &unstructured.Unstructured{}
 	g.SetGroupVersionKind(graphGVK)
-	if err := cluster.client.Get(ctx, client.ObjectKey{Namespace: w.ns, Name: disaggGraph}, g); err != nil {
+	if err := w.api.client.Get(ctx, client.ObjectKey{Namespace: w.ns, Name: disaggGraph}, g); err != nil {
 		return err.Error()
 	}
 	id, _, _ := unstructured.NestedString(g.Object, "status", "restart", "observedID")
@@ -235,19 +236,19 @@ func (w *benchWorld) restartState(ctx context.Context) string {
 }
 
 // newBenchWorld plays the world around a sweep in a namespace, with a kubelet of its own.
-func newBenchWorld(t *testing.T, ns string) (*benchWorld, *rest.Config) {
-	cfg, err := clientcmd.BuildConfigFromFlags("", cluster.kubeconfig)
+func newBenchWorld(t *testing.T, api *apiServer, ns string) (*benchWorld, *rest.Config) {
+	cfg, err := clientcmd.BuildConfigFromFlags("", api.kubeconfig)
 	require.NoError(t, err)
 	kube, err := kubernetes.NewForConfig(cfg)
 	require.NoError(t, err)
-	w := &benchWorld{t: t, ns: ns, claim: t.TempDir(), kube: kube}
+	w := &benchWorld{t: t, api: api, ns: ns, claim: t.TempDir(), kube: kube}
 	w.kubelet = startKubelet(t, kube, "kubelet-"+ns, w.runInContainer)
 	return w, cfg
 }
 
-// kubeClients are typed and dynamic clients of the local API server, as cmd/bench makes them.
-func kubeClients(t *testing.T) (kubernetes.Interface, dynamic.Interface) {
-	cfg, err := clientcmd.BuildConfigFromFlags("", cluster.kubeconfig)
+// kubeClients are typed and dynamic clients of a local API server, as cmd/bench makes them.
+func kubeClients(t *testing.T, kubeconfig string) (kubernetes.Interface, dynamic.Interface) {
+	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	require.NoError(t, err)
 	kube, err := kubernetes.NewForConfig(cfg)
 	require.NoError(t, err)
@@ -271,17 +272,17 @@ type benchRun struct {
 
 // upWithRealOperator brings a stack up with the real Dynamo operator (startPlainOperator, running until
 // the test ends), playing what no process here does beside it (playCluster).
-func upWithRealOperator(t *testing.T, s *testStack) {
+func upWithRealOperator(t *testing.T, api *apiServer, s *testStack) {
 	t.Helper()
-	startPlainOperator(t)
-	stop := playCluster(t, s.ns)
+	startPlainOperator(t, api)
+	stop := playCluster(t, api.client, s.ns)
 	defer stop()
 	_, _, err := s.up(context.Background())
 	require.NoError(t, err, s.log.String())
 }
 
 // newBenchRun deploys the stack in ns with the real operator and starts playing the world.
-func newBenchRun(t *testing.T, ns string) *benchRun {
+func newBenchRun(t *testing.T, api *apiServer, ns string) *benchRun {
 	ctx := context.Background()
 	b := &benchRun{trace: filepath.Join(t.TempDir(), "trace.jsonl"), out: t.TempDir()}
 	line := `{"timestamp":0,"input_length":65536,"output_length":400,"hash_ids":[1,2,3]}` + "\n"
@@ -289,22 +290,22 @@ func newBenchRun(t *testing.T, ns string) *benchRun {
 	sum := sha256.Sum256([]byte(line))
 	b.traceSHA = hex.EncodeToString(sum[:])
 
-	b.stack = newStack(t, "disagg", ns, auto.ConfigMap{
+	b.stack = makeStack(t, api.kubeconfig, "disagg", ns, auto.ConfigMap{
 		"minimax-m3:benchmark.enabled":     {Value: "true"},
 		"minimax-m3:benchmark.traceSHA256": {Value: b.traceSHA},
-	})
-	upWithRealOperator(t, b.stack)
+	}, api.client)
+	upWithRealOperator(t, api, b.stack)
 	var err error
 	b.config, err = b.stack.stack.Config(ctx)
 	require.NoError(t, err)
 
-	world, restConfig := newBenchWorld(t, ns)
+	world, restConfig := newBenchWorld(t, api, ns)
 	b.world = world
 	playCtx, stopPlaying := context.WithCancel(ctx)
 	t.Cleanup(stopPlaying)
 	go world.play(playCtx)
 
-	kube, dyn := kubeClients(t)
+	kube, dyn := kubeClients(t, api.kubeconfig)
 	b.sweep = &benchmark.Sweep{
 		Config: &b.config, Namespace: ns, Kube: kube, Dynamic: dyn, Exec: benchmark.PodExecutor{Config: restConfig, Client: kube},
 		Restart: func(ctx context.Context, id string) error {
@@ -352,9 +353,9 @@ func sweepSteps(w *benchWorld) []string {
 // given) the operator's restart through the stack's restart.id and `up`, one Job with its own
 // ARTIFACT_DIR started only once the operator reports that restart Completed, its artifacts
 // copied out; the merged table and plot parsed back; nothing left behind.
-func TestBenchmarkSweep(t *testing.T) {
+func benchmarkSweep(t *testing.T, api *apiServer) {
 	ctx := context.Background()
-	b := newBenchRun(t, "bench")
+	b := newBenchRun(t, api, "bench")
 	traceSHA, c, world, s, sweep, out := b.traceSHA, b.config, b.world, b.stack, b.sweep, b.out
 	sweep.Concurrency = []int{32, 16, 64}
 
@@ -392,7 +393,7 @@ func TestBenchmarkSweep(t *testing.T) {
 	cfg, err := s.stack.GetConfigWithOptions(ctx, "minimax-m3:restart.id", &auto.ConfigOptions{Path: true})
 	require.NoError(t, err)
 	assert.Equal(t, "bench-run1-c64", cfg.Value)
-	g, _ := get(t, graphGVK, s.ns, disaggGraph)
+	g, _ := getOn(t, api.client, graphGVK, s.ns, disaggGraph)
 	id, _, _ := unstructured.NestedString(g.Object, "spec", "restart", "id")
 	assert.Equal(t, "bench-run1-c64", id)
 	id, _, _ = unstructured.NestedString(g.Object, "status", "restart", "observedID")
@@ -468,20 +469,20 @@ func TestBenchmarkSweep(t *testing.T) {
 
 // Interrupting a sweep (its context cancelled) deletes the running Job and the helper pod; a failed
 // write check stops the sweep with the Job's own account of it.
-func TestBenchmarkSweepInterruptAndFailedWriteCheck(t *testing.T) {
+func benchmarkSweepInterruptAndFailedWriteCheck(t *testing.T, api *apiServer) {
 	ctx := context.Background()
-	s := newStack(t, "disagg", "bench-stop", auto.ConfigMap{"minimax-m3:benchmark.enabled": {Value: "true"}})
-	upWithRealOperator(t, s)
+	s := makeStack(t, api.kubeconfig, "disagg", "bench-stop", auto.ConfigMap{"minimax-m3:benchmark.enabled": {Value: "true"}}, api.client)
+	upWithRealOperator(t, api, s)
 	c, err := s.stack.Config(ctx)
 	require.NoError(t, err)
-	world, restConfig := newBenchWorld(t, s.ns)
+	world, restConfig := newBenchWorld(t, api, s.ns)
 	world.hold = true // before playing starts
 	require.NoError(t, os.MkdirAll(filepath.Dir(world.onClaim("/model-cache/"+c.Benchmark.TraceFile)), 0o755))
 	require.NoError(t, os.WriteFile(world.onClaim("/model-cache/"+c.Benchmark.TraceFile), []byte("{}\n"), 0o644))
 	playCtx, stopPlaying := context.WithCancel(ctx)
 	defer stopPlaying()
 	go world.play(playCtx)
-	kube, dyn := kubeClients(t)
+	kube, dyn := kubeClients(t, api.kubeconfig)
 
 	sweep := benchmark.Sweep{
 		Config: &c, Namespace: s.ns, Kube: kube, Dynamic: dyn, Exec: benchmark.PodExecutor{Config: restConfig, Client: kube},
@@ -537,18 +538,18 @@ func assertNothingLeft(t *testing.T, kube kubernetes.Interface, ns string) {
 
 // The command itself, as a user runs it from the project directory with the stack's backend in the
 // environment: progress on the terminal, the table at the end; Ctrl-C deletes the running Job.
-func TestBenchCommand(t *testing.T) {
+func benchCommand(t *testing.T, api *apiServer) {
 	ctx := context.Background()
 	trace := filepath.Join(t.TempDir(), "trace.jsonl")
 	content := []byte(`{"timestamp":0,"input_length":1000,"output_length":10,"hash_ids":[1]}` + "\n")
 	require.NoError(t, os.WriteFile(trace, content, 0o644))
 	sum := sha256.Sum256(content)
-	s := newStack(t, "disagg", "bench-cli", auto.ConfigMap{
+	s := makeStack(t, api.kubeconfig, "disagg", "bench-cli", auto.ConfigMap{
 		"minimax-m3:benchmark.enabled":     {Value: "true"},
 		"minimax-m3:benchmark.traceSHA256": {Value: hex.EncodeToString(sum[:])},
-	})
-	upWithRealOperator(t, s)
-	world, _ := newBenchWorld(t, s.ns)
+	}, api.client)
+	upWithRealOperator(t, api, s)
+	world, _ := newBenchWorld(t, api, s.ns)
 	playCtx, stopPlaying := context.WithCancel(ctx)
 	defer stopPlaying()
 	go world.play(playCtx)
@@ -625,20 +626,20 @@ var dcdGVK = schema.GroupVersionKind{Group: "nvidia.com", Version: "v1beta1", Ki
 // playCluster plays, in ns, what no process on the plain API server does beside the real operator:
 // the Job controller (download Jobs complete), the Deployment controller with ready pods, and the
 // garbage collector. stop ends it.
-func playCluster(t *testing.T, ns string) (stop func()) {
+func playCluster(t *testing.T, on client.Client, ns string) (stop func()) {
 	return playEvery(func(ctx context.Context) {
-		playJobController(ctx, t, ns, "complete")
-		playDeployments(ctx, t, ns)
-		playForegroundGC(ctx, t, ns)
+		playJobController(ctx, t, on, ns, "complete")
+		playDeployments(ctx, t, on, ns)
+		playForegroundGC(ctx, t, on, ns)
 	})
 }
 
 // playDeployments marks each Deployment ready: its replicas updated, ready and available at its
 // current generation, with the Available condition, as the Deployment controller reports once the
 // scheduler placed its pods and the kubelet found them ready.
-func playDeployments(ctx context.Context, t *testing.T, ns string) {
+func playDeployments(ctx context.Context, t *testing.T, on client.Client, ns string) {
 	var list appsv1.DeploymentList
-	if err := cluster.client.List(ctx, &list, client.InNamespace(ns)); err != nil {
+	if err := on.List(ctx, &list, client.InNamespace(ns)); err != nil {
 		return
 	}
 	for i := range list.Items {
@@ -659,7 +660,7 @@ func playDeployments(ctx context.Context, t *testing.T, ns string) {
 				{Type: appsv1.DeploymentProgressing, Status: corev1.ConditionTrue, Reason: "NewReplicaSetAvailable", Message: "set by the test playing the Deployment controller", LastUpdateTime: now, LastTransitionTime: now},
 			},
 		}
-		if err := cluster.client.Status().Update(ctx, d); err != nil && !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) && ctx.Err() == nil {
+		if err := on.Status().Update(ctx, d); err != nil && !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) && ctx.Err() == nil {
 			t.Logf("playing the Deployment controller: %v", err)
 		}
 	}
@@ -686,12 +687,12 @@ var gcKinds = []schema.GroupVersionKind{
 // deleted in the foreground has its dependents (by ownerReferences) deleted, and loses its
 // foregroundDeletion finalizer once no dependent blocks it; an object whose owners are all gone
 // is deleted. It never removes another finalizer.
-func playForegroundGC(ctx context.Context, t *testing.T, ns string) {
+func playForegroundGC(ctx context.Context, t *testing.T, on client.Client, ns string) {
 	var objs []*unstructured.Unstructured
 	for _, k := range gcKinds {
 		var list unstructured.UnstructuredList
 		list.SetGroupVersionKind(k.GroupVersion().WithKind(k.Kind + "List"))
-		if err := cluster.client.List(ctx, &list, client.InNamespace(ns)); err != nil {
+		if err := on.List(ctx, &list, client.InNamespace(ns)); err != nil {
 			continue
 		}
 		for i := range list.Items {
@@ -716,7 +717,7 @@ func playForegroundGC(ctx context.Context, t *testing.T, ns string) {
 				}
 			}
 			if gone {
-				_ = cluster.client.Delete(ctx, o, &client.DeleteOptions{PropagationPolicy: &foreground})
+				_ = on.Delete(ctx, o, &client.DeleteOptions{PropagationPolicy: &foreground})
 			}
 		}
 		if o.GetDeletionTimestamp() == nil || !slices.Contains(o.GetFinalizers(), metav1.FinalizerDeleteDependents) {
@@ -729,7 +730,7 @@ func playForegroundGC(ctx context.Context, t *testing.T, ns string) {
 					continue
 				}
 				if d.GetDeletionTimestamp() == nil {
-					_ = cluster.client.Delete(ctx, d, &client.DeleteOptions{PropagationPolicy: &foreground})
+					_ = on.Delete(ctx, d, &client.DeleteOptions{PropagationPolicy: &foreground})
 				}
 				if r.BlockOwnerDeletion != nil && *r.BlockOwnerDeletion {
 					blocked = true
@@ -741,7 +742,7 @@ func playForegroundGC(ctx context.Context, t *testing.T, ns string) {
 		}
 		rest := slices.DeleteFunc(slices.Clone(o.GetFinalizers()), func(f string) bool { return f == metav1.FinalizerDeleteDependents })
 		o.SetFinalizers(rest)
-		if err := cluster.client.Update(ctx, o); err != nil && !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) && ctx.Err() == nil {
+		if err := on.Update(ctx, o); err != nil && !apierrors.IsConflict(err) && !apierrors.IsNotFound(err) && ctx.Err() == nil {
 			t.Logf("playing the garbage collector: %v", err)
 		}
 	}

@@ -96,7 +96,7 @@ func TestBoxAdoptingAKubectlAppliedRecipeThenChangingIt(t *testing.T) {
 		"minimax-m3:modelCache.storageClass":    {Value: rackbox.StorageClass},
 		"minimax-m3:worker.rollout.strategy":    {Value: "OperatorDefault"},
 		"minimax-m3:adopt":                      {Value: "true"},
-	}, false)
+	}, nil)
 	require.NoError(t, s.stack.RemoveConfig(ctx, "minimax-m3:hfToken"))
 	_, _, err = s.up(ctx)
 	require.NoError(t, err, s.log.String())

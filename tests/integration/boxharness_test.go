@@ -128,7 +128,7 @@ func newBoxStackOn(t *testing.T, kubeconfig, stack, ns string, r rackbox.Rack, e
 	for k, v := range extra {
 		cfg[k] = v
 	}
-	return makeStack(t, kubeconfig, stack, ns, cfg, false)
+	return makeStack(t, kubeconfig, stack, ns, cfg, nil)
 }
 
 // readyBoxStack is newBoxStack on a rack of its own, brought up to Ready.

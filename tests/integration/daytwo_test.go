@@ -32,7 +32,7 @@ const aggGraph = "minimax-m3-agg-gb200-agentic"
 func upReady(t *testing.T, s *testStack, c controllers) []operation {
 	t.Helper()
 	c.jobOutcome, c.graphReady = "complete", true
-	stop := playControllers(t, s.ns, c)
+	stop := playControllers(t, cluster.client, s.ns, c)
 	defer stop()
 	return upOK(t, s)
 }
@@ -41,7 +41,7 @@ func upReady(t *testing.T, s *testStack, c controllers) []operation {
 // Job completes) and the garbage collector.
 func upWithJobs(t *testing.T, s *testStack) []operation {
 	t.Helper()
-	stop := playControllers(t, s.ns, controllers{jobOutcome: "complete"})
+	stop := playControllers(t, cluster.client, s.ns, controllers{jobOutcome: "complete"})
 	defer stop()
 	return upOK(t, s)
 }
@@ -130,6 +130,7 @@ func TestBoxSwitchingToAnotherContextOfTheSameClusterReplacesNothing(t *testing.
 // writes only status.observedGeneration or none, are states the real operator cannot reach. They
 // are what an older or patched operator writes.
 func TestUpWaitsForTheOperatorToObserveTheNewGeneration(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	s := newStack(t, "agg", "observed-generation", nil)
 	// The test plays an operator that writes the generation only in status.observedGeneration.
@@ -147,7 +148,7 @@ func TestUpWaitsForTheOperatorToObserveTheNewGeneration(t *testing.T) {
 		t.Fatalf("up returned on the old generation's Ready: %v", err)
 	default:
 	}
-	stop := playControllers(t, s.ns, controllers{graphReady: true})
+	stop := playControllers(t, cluster.client, s.ns, controllers{graphReady: true})
 	select {
 	case err := <-done:
 		require.NoError(t, err, s.log.String())

@@ -65,18 +65,13 @@ func siteConfig(ns string) auto.ConfigMap {
 
 func newStack(t *testing.T, stackName, ns string, extra auto.ConfigMap) *testStack {
 	t.Helper()
-	return newStackOn(t, cluster.kubeconfig, stackName, ns, extra)
+	return makeStack(t, cluster.kubeconfig, stackName, ns, extra, cluster.client)
 }
 
-// newStackOn is newStack with a kubeconfig of the test's own.
-func newStackOn(t *testing.T, kubeconfig, stackName, ns string, extra auto.ConfigMap) *testStack {
-	t.Helper()
-	return makeStack(t, kubeconfig, stackName, ns, extra, true)
-}
-
-// makeStack is newStackOn; playGC plays the garbage collector while the test's cleanup destroys
-// the stack, which a cluster whose controllers run (the rack box) must not.
-func makeStack(t *testing.T, kubeconfig, stackName, ns string, extra auto.ConfigMap, playGC bool) *testStack {
+// makeStack is newStack on the cluster of kubeconfig. With gc, a client of that cluster, the
+// test's cleanup plays the garbage collector while it destroys the stack, which a cluster whose
+// controllers run (the rack box) must not: gc is nil there.
+func makeStack(t *testing.T, kubeconfig, stackName, ns string, extra auto.ConfigMap, gc client.Client) *testStack {
 	t.Helper()
 	dir := t.TempDir()
 	require.NoError(t, automation.CopyProject(cluster.root, dir))
@@ -97,8 +92,8 @@ func makeStack(t *testing.T, kubeconfig, stackName, ns string, extra auto.Config
 	ts := &testStack{t: t, name: stackName, ns: ns, dir: dir, env: env, stack: s, log: &syncBuffer{}}
 	t.Cleanup(func() {
 		// Each test leaves nothing behind in the shared API server but its retained claim.
-		if playGC {
-			stop := playControllers(t, ns, controllers{})
+		if gc != nil {
+			stop := playControllers(t, gc, ns, controllers{})
 			defer stop()
 		}
 		_, _ = s.Destroy(ctx, optdestroy.ProgressStreams(ts.log))
@@ -205,15 +200,15 @@ type controllers struct {
 
 // playControllers plays the missing controllers in a namespace until stop is called. It always
 // plays the garbage collector, which releases foreground deletions.
-func playControllers(t *testing.T, ns string, c controllers) (stop func()) {
+func playControllers(t *testing.T, on client.Client, ns string, c controllers) (stop func()) {
 	return playEvery(func(ctx context.Context) {
 		if c.jobOutcome != "" {
-			playJobController(ctx, t, ns, c.jobOutcome)
+			playJobController(ctx, t, on, ns, c.jobOutcome)
 		}
 		if c.graphReady {
-			playReadyWithStatusGeneration(ctx, t, ns)
+			playReadyWithStatusGeneration(ctx, t, on, ns)
 		}
-		playGarbageCollector(ctx, t, ns)
+		playGarbageCollector(ctx, t, on, ns)
 	})
 }
 
@@ -239,9 +234,9 @@ func playEvery(play func(context.Context)) (stop func()) {
 
 // playJobController marks every unfinished Job complete or failed, with the status fields the API
 // server requires for each.
-func playJobController(ctx context.Context, t *testing.T, ns, outcome string) {
+func playJobController(ctx context.Context, t *testing.T, on client.Client, ns, outcome string) {
 	var jobs batchv1.JobList
-	if err := cluster.client.List(ctx, &jobs, client.InNamespace(ns)); err != nil {
+	if err := on.List(ctx, &jobs, client.InNamespace(ns)); err != nil {
 		return
 	}
 	for i := range jobs.Items {
@@ -249,7 +244,7 @@ func playJobController(ctx context.Context, t *testing.T, ns, outcome string) {
 		if len(job.Status.Conditions) > 0 || job.DeletionTimestamp != nil {
 			continue
 		}
-		if err := finishJob(ctx, job, outcome != "complete"); err != nil && ctx.Err() == nil {
+		if err := finishJob(ctx, on, job, outcome != "complete"); err != nil && ctx.Err() == nil {
 			t.Logf("playing the Job controller: %v", err)
 		}
 	}
@@ -257,7 +252,7 @@ func playJobController(ctx context.Context, t *testing.T, ns, outcome string) {
 
 // finishJob marks a Job complete, or failed with BackoffLimitExceeded, with the status fields the
 // API server requires for each, as the Job controller does.
-func finishJob(ctx context.Context, job *batchv1.Job, failed bool) error {
+func finishJob(ctx context.Context, on client.Client, job *batchv1.Job, failed bool) error {
 	now := metav1.Now()
 	job.Status.StartTime = &now
 	cond := func(typ batchv1.JobConditionType, reason string) batchv1.JobCondition {
@@ -271,15 +266,15 @@ func finishJob(ctx context.Context, job *batchv1.Job, failed bool) error {
 		job.Status.Succeeded = 1
 		job.Status.Conditions = []batchv1.JobCondition{cond(batchv1.JobSuccessCriteriaMet, "CompletionsReached"), cond(batchv1.JobComplete, "CompletionsReached")}
 	}
-	return cluster.client.Status().Update(ctx, job)
+	return on.Status().Update(ctx, job)
 }
 
 // playReadyWithStatusGeneration marks each graph Ready for its current generation, writing the
 // generation only in status.observedGeneration (not in the condition).
-func playReadyWithStatusGeneration(ctx context.Context, t *testing.T, ns string) {
+func playReadyWithStatusGeneration(ctx context.Context, t *testing.T, on client.Client, ns string) {
 	var graphs unstructured.UnstructuredList
 	graphs.SetGroupVersionKind(graphGVK.GroupVersion().WithKind("DynamoGraphDeploymentList"))
-	if err := cluster.client.List(ctx, &graphs, client.InNamespace(ns)); err != nil {
+	if err := on.List(ctx, &graphs, client.InNamespace(ns)); err != nil {
 		return
 	}
 	for i := range graphs.Items {
@@ -293,7 +288,7 @@ func playReadyWithStatusGeneration(ctx context.Context, t *testing.T, ns string)
 		}
 		patch := fmt.Sprintf(`{"status":{"state":"successful","observedGeneration":%d,"conditions":[{"type":"Ready","status":"True","reason":"AllComponentsReady","message":"set by the test playing an operator","lastTransitionTime":%q}]}}`,
 			g.GetGeneration(), time.Now().UTC().Format(time.RFC3339))
-		if err := cluster.client.Status().Patch(ctx, g, client.RawPatch(types.MergePatchType, []byte(patch))); err != nil && ctx.Err() == nil {
+		if err := on.Status().Patch(ctx, g, client.RawPatch(types.MergePatchType, []byte(patch))); err != nil && ctx.Err() == nil {
 			t.Logf("playing an operator: %v (%s)", err, patch)
 		}
 	}
@@ -315,7 +310,7 @@ func readyGeneration(g *unstructured.Unstructured) int64 {
 
 // playGarbageCollector releases objects the provider deleted with foreground propagation: with no
 // garbage collector running, their foregroundDeletion finalizer would hold them forever.
-func playGarbageCollector(ctx context.Context, t *testing.T, ns string) {
+func playGarbageCollector(ctx context.Context, t *testing.T, on client.Client, ns string) {
 	kinds := []schema.GroupVersionKind{
 		{Group: "batch", Version: "v1", Kind: "JobList"},
 		{Version: "v1", Kind: "ConfigMapList"},
@@ -327,7 +322,7 @@ func playGarbageCollector(ctx context.Context, t *testing.T, ns string) {
 	for _, k := range kinds {
 		var list unstructured.UnstructuredList
 		list.SetGroupVersionKind(k)
-		if err := cluster.client.List(ctx, &list, client.InNamespace(ns)); err != nil {
+		if err := on.List(ctx, &list, client.InNamespace(ns)); err != nil {
 			continue
 		}
 		for i := range list.Items {
@@ -335,7 +330,7 @@ func playGarbageCollector(ctx context.Context, t *testing.T, ns string) {
 			if o.GetDeletionTimestamp() == nil || len(o.GetFinalizers()) == 0 {
 				continue
 			}
-			if err := cluster.client.Patch(ctx, o, client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`))); err != nil && !apierrors.IsNotFound(err) && ctx.Err() == nil {
+			if err := on.Patch(ctx, o, client.RawPatch(types.MergePatchType, []byte(`{"metadata":{"finalizers":null}}`))); err != nil && !apierrors.IsNotFound(err) && ctx.Err() == nil {
 				t.Logf("playing the garbage collector: %v", err)
 			}
 		}

@@ -30,13 +30,19 @@ import (
 	"minimax-m3/tests/localcluster"
 )
 
-// cluster is the local API server every test shares.
-var cluster struct {
-	root       string // the project checkout
-	bin        string // the built toolchain
+// apiServer is a plain local API server (no controllers): the one every test shares (cluster),
+// or the real-operator tests' own (operator_test.go).
+type apiServer struct {
 	kubeconfig string
 	config     *rest.Config
 	client     client.Client
+}
+
+// cluster is the local API server every test shares.
+var cluster struct {
+	root string // the project checkout
+	bin  string // the built toolchain
+	apiServer
 }
 
 func TestMain(m *testing.M) { os.Exit(run(m)) }

@@ -18,13 +18,39 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"minimax-m3/tests/dynamooperator"
+	"minimax-m3/tests/localcluster"
 	"minimax-m3/tests/rackbox"
 )
 
 // The tests in this file run the real Dynamo operator (built by `make toolchain` from the source
 // in MINIMAX_M3_DYNAMO_OPERATOR, default ../shared/reference/dynamo-operator) where the operator
-// itself fails or is down: what `up` and `destroy` then tell the user. Everything the operator
-// does is the operator's; the graph's own lifecycle with it is tested in the rack box (box_test.go).
+// itself fails or is down: what `up` and `destroy` then tell the user; and on a plain API server
+// of their own, the benchmark sweep's fast tier (bench_test.go). Everything the operator does is
+// the operator's; the graph's own lifecycle with it is tested in the rack box (box_test.go).
+
+// The tests that run the real operator on a plain API server (no controller runs there but the
+// operator; what else a cluster runs is played) share one of their own, beside the suite's: the
+// operator is cluster-wide, and on the suite's API server it would reconcile every other test's
+// graph. They run one after another (each starts and stops its operator), while the other tests
+// run in parallel.
+func TestRealOperatorOnItsOwnAPIServer(t *testing.T) {
+	t.Parallel()
+	c, err := localcluster.Start(cluster.bin, os.Getenv("MINIMAX_M3_CRDS"))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Stop() })
+	api := &apiServer{kubeconfig: c.Kubeconfig, config: c.Config, client: c.Client}
+	for _, tc := range []struct {
+		name string
+		test func(*testing.T, *apiServer)
+	}{
+		{"FailureReasonInUpsError", failureReasonInUpsError},
+		{"BenchmarkSweep", benchmarkSweep},
+		{"BenchmarkSweepInterruptAndFailedWriteCheck", benchmarkSweepInterruptAndFailedWriteCheck},
+		{"BenchCommand", benchCommand},
+	} {
+		t.Run(tc.name, func(t *testing.T) { tc.test(t, api) })
+	}
+}
 
 // operatorSource is the operator's source folder; its CRD folder holds the CRD the operator
 // watches beyond MINIMAX_M3_CRDS (dynamocheckpoints).
@@ -35,15 +61,15 @@ func operatorSource() string {
 	return filepath.Join(cluster.root, "..", "shared", "reference", "dynamo-operator")
 }
 
-// startPlainOperator runs the real operator, cluster-wide, on the plain API server until the test
+// startPlainOperator runs the real operator, cluster-wide, on a plain API server until the test
 // ends; its log goes to the test's log when the test fails.
-func startPlainOperator(t *testing.T) *dynamooperator.Operator {
+func startPlainOperator(t *testing.T, api *apiServer) *dynamooperator.Operator {
 	t.Helper()
 	log := &syncBuffer{}
 	op, err := dynamooperator.Start(context.Background(), dynamooperator.Options{
 		Binary:     filepath.Join(cluster.bin, "dynamo-operator"),
-		Kubeconfig: cluster.kubeconfig,
-		Config:     cluster.config,
+		Kubeconfig: api.kubeconfig,
+		Config:     api.config,
 		CRDDir:     filepath.Join(operatorSource(), "config", "crd", "bases"),
 		Log:        log,
 	})
@@ -81,22 +107,22 @@ func readyCondition(g *unstructured.Unstructured) (status, reason, message strin
 
 // A graph the operator fails (here: its planner ClusterRole is missing, a site problem the schema
 // cannot see): the operator's reason and message are in `up`'s output while it waits, and in its
-// error when the wait ends. It runs on the plain API server, where no other test's graph needs the
-// ClusterRole it deletes, and plays nothing: the stack does not wait for its download (no Job
+// error when the wait ends. It runs on the real-operator tests' own API server, where no other
+// test's graph needs the ClusterRole it deletes, and plays nothing: the stack does not wait for its download (no Job
 // controller runs there), and the operator fails the graph before it makes any Deployment.
-func TestRealOperatorFailureReasonInUpsError(t *testing.T) {
+func failureReasonInUpsError(t *testing.T, api *apiServer) {
 	ctx := context.Background()
-	startPlainOperator(t)
+	startPlainOperator(t, api)
 	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: dynamooperator.ClusterRoles[0]}}
-	require.NoError(t, cluster.client.Delete(ctx, role))
+	require.NoError(t, api.client.Delete(ctx, role))
 	t.Cleanup(func() {
-		_ = cluster.client.Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: role.Name}})
+		_ = api.client.Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: role.Name}})
 	})
 	ns := "real-failed"
-	s := newStack(t, "agg", ns, auto.ConfigMap{
+	s := makeStack(t, api.kubeconfig, "agg", ns, auto.ConfigMap{
 		"minimax-m3:readiness.timeout":               {Value: "30s"},
 		"minimax-m3:modelDownload.waitForCompletion": {Value: "false"},
-	})
+	}, api.client)
 	_, _, err := s.up(ctx)
 	require.Error(t, err)
 	want := `failed_to_reconcile_the_resources: failed to ensure planner RBAC: cluster role "dynamo-planner" does not exist`
@@ -107,7 +133,7 @@ func TestRealOperatorFailureReasonInUpsError(t *testing.T) {
 	assert.True(t, live >= 0 && live < summary, "reported while up waited, before its summary:\n%s", out)
 	assert.Equal(t, 2, strings.Count(out, want), "once while waiting, once in the summary")
 	var deployments appsv1.DeploymentList
-	require.NoError(t, cluster.client.List(ctx, &deployments, client.InNamespace(ns)))
+	require.NoError(t, api.client.List(ctx, &deployments, client.InNamespace(ns)))
 	assert.Empty(t, deployments.Items, "the operator made nothing for the failed graph")
 }
 

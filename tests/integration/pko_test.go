@@ -128,7 +128,7 @@ func playFailedUpdate(ctx context.Context, t *testing.T, dyn dynamic.Interface, 
 // outputs; then a stalled update).
 func TestOperatorRunner(t *testing.T) {
 	ctx := context.Background()
-	kube, dyn := kubeClients(t)
+	kube, dyn := kubeClients(t, cluster.kubeconfig)
 	cfg, err := restConfigOf(cluster.kubeconfig)
 	require.NoError(t, err)
 	_, err = envtest.InstallCRDs(cfg, envtest.CRDInstallOptions{Paths: []string{pkoCRDs(t)}, ErrorIfPathMissing: true})

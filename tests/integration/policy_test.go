@@ -27,7 +27,7 @@ func TestPolicyPackInThePulumiCLI(t *testing.T) {
 	ctx := context.Background()
 	pack := command(t, "./policy/pack", "minimax-m3-policy-pack")
 	ns := "policy-pack"
-	s := makeStack(t, cluster.kubeconfig, "agg", ns, nil, false)
+	s := makeStack(t, cluster.kubeconfig, "agg", ns, nil, nil)
 	copyProgramInto(t, s.dir)
 	out, err := s.cli("preview", "--policy-pack", pack)
 	require.NoError(t, err, out)

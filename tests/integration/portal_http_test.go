@@ -201,7 +201,7 @@ func TestPortalService(t *testing.T) {
 	assert.Contains(t, string(body), `<section class="stack" id="stack-agg-http" data-stack="agg-http">`)
 	assert.Contains(t, string(body), "<tr><th>namespace</th><td>portal-http</td></tr>")
 
-	stop := playControllers(t, "portal-http", controllers{})
+	stop := playControllers(t, cluster.client, "portal-http", controllers{})
 	code, _ = c.do(http.MethodPost, "/api/stacks/agg-http/destroy", nil)
 	require.Equal(t, http.StatusAccepted, code)
 	_, errText = c.sse("agg-http")
@@ -544,7 +544,7 @@ func TestPortalServiceLimits(t *testing.T) {
 			"readiness": map[string]any{"timeout": "3m"}, "smokeTest": map[string]any{"enabled": false}}})
 	require.Equal(t, http.StatusAccepted, code, string(body))
 	t.Cleanup(func() {
-		stop := playControllers(t, "portal-limits", controllers{})
+		stop := playControllers(t, cluster.client, "portal-limits", controllers{})
 		defer stop()
 		_ = m.Destroy(context.Background(), "agg-limits-3", true, portal.RunOptions{Wait: true})
 	})

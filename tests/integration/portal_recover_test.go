@@ -141,7 +141,7 @@ func TestPortalRecoversWhatAKilledPortalLeft(t *testing.T) {
 	c = second.client(t)
 	// (A portal without operations: destroy the stack when the test ends.)
 	t.Cleanup(func() {
-		stop := playControllers(t, ns, controllers{})
+		stop := playControllers(t, cluster.client, ns, controllers{})
 		defer stop()
 		m := newPortalAt(t, stateDir)
 		_, _ = m.Recover(t.Context(), stack, portal.RunOptions{Wait: true})

@@ -89,7 +89,7 @@ func noWaits(ns string) map[string]any {
 // plain API server does not run).
 func destroyAfter(t *testing.T, m *portal.Manager, stack, ns string) {
 	t.Cleanup(func() {
-		stop := playControllers(t, ns, controllers{})
+		stop := playControllers(t, cluster.client, ns, controllers{})
 		defer stop()
 		_ = m.Destroy(context.Background(), stack, true, portal.RunOptions{Wait: true})
 	})

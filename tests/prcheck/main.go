@@ -131,6 +131,9 @@ func run(ctx context.Context, o options, out io.Writer) (bool, error) {
 		return false, err
 	}
 	cli.NamespacePrefix = o.prefix
+	// Each checkout is a new folder, and without -trimpath Go's build cache keys the program's
+	// packages by their folder: with it, a commit's packages compile once, not once per checkout.
+	cli.Env = append(cli.Env, "GOFLAGS="+strings.TrimSpace(os.Getenv("GOFLAGS")+" -trimpath"))
 	if o.kubeconfig != "" {
 		if err := namespacesAreFree(ctx, cli, strings.Split(o.stacks, ",")); err != nil {
 			return false, err
