@@ -89,7 +89,11 @@ func stack(ctx context.Context, o Options, open func(context.Context, string, st
 		opts.ConfigKeys = keys.get()
 		return components.NewProgram(opts)(pctx)
 	}
-	wsOpts := []auto.LocalWorkspaceOption{auto.WorkDir(o.ProjectDir), auto.EnvVars(o.EnvVars)}
+	cli, err := pulumiCommand()
+	if err != nil {
+		return Stack{}, fmt.Errorf("stack %s: %w", o.Stack, err)
+	}
+	wsOpts := []auto.LocalWorkspaceOption{auto.WorkDir(o.ProjectDir), auto.EnvVars(o.EnvVars), auto.Pulumi(cli)}
 	if o.SecretsProvider != "" {
 		wsOpts = append(wsOpts, auto.SecretsProvider(o.SecretsProvider))
 	}
@@ -116,6 +120,28 @@ func stack(ctx context.Context, o Options, open func(context.Context, string, st
 		}
 	}
 	return Stack{Stack: s, keys: keys}, nil
+}
+
+// pulumiCLI is the Pulumi CLI on PATH once found and checked.
+var pulumiCLI struct {
+	mu  sync.Mutex
+	cmd auto.PulumiCommand
+}
+
+// pulumiCommand is the Pulumi CLI on PATH, its version checked (a `pulumi version` run) the first
+// time a stack opens and shared by every stack the process opens after it, instead of checked for
+// each (a portal opens one per request). A failed check is not kept: the next stack checks again.
+func pulumiCommand() (auto.PulumiCommand, error) {
+	pulumiCLI.mu.Lock()
+	defer pulumiCLI.mu.Unlock()
+	if pulumiCLI.cmd == nil {
+		cmd, err := auto.NewPulumiCommand(nil)
+		if err != nil {
+			return nil, err
+		}
+		pulumiCLI.cmd = cmd
+	}
+	return pulumiCLI.cmd, nil
 }
 
 // readKeys hands the program the keys the stack's config sets now.
