@@ -18,6 +18,7 @@ import (
 	"github.com/pulumi/pulumi/sdk/v3/go/auto/optpreview"
 	"github.com/pulumi/pulumi/sdk/v3/go/auto/optrefresh"
 	"github.com/pulumi/pulumi/sdk/v3/go/auto/optup"
+	"github.com/pulumi/pulumi/sdk/v3/go/common/util/cmdutil"
 	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
 
 	"minimax-m3/components"
@@ -89,11 +90,14 @@ func stack(ctx context.Context, o Options, open func(context.Context, string, st
 		opts.ConfigKeys = keys.get()
 		return components.NewProgram(opts)(pctx)
 	}
-	cli, err := pulumiCommand()
-	if err != nil {
-		return Stack{}, fmt.Errorf("stack %s: %w", o.Stack, err)
+	wsOpts := []auto.LocalWorkspaceOption{auto.WorkDir(o.ProjectDir), auto.EnvVars(o.EnvVars)}
+	if !cmdutil.IsTruthy(o.EnvVars[skipVersionCheck]) {
+		cli, err := PulumiCommand()
+		if err != nil {
+			return Stack{}, fmt.Errorf("stack %s: %w", o.Stack, err)
+		}
+		wsOpts = append(wsOpts, auto.Pulumi(cli))
 	}
-	wsOpts := []auto.LocalWorkspaceOption{auto.WorkDir(o.ProjectDir), auto.EnvVars(o.EnvVars), auto.Pulumi(cli)}
 	if o.SecretsProvider != "" {
 		wsOpts = append(wsOpts, auto.SecretsProvider(o.SecretsProvider))
 	}
@@ -128,10 +132,15 @@ var pulumiCLI struct {
 	cmd auto.PulumiCommand
 }
 
-// pulumiCommand is the Pulumi CLI on PATH, its version checked (a `pulumi version` run) the first
-// time a stack opens and shared by every stack the process opens after it, instead of checked for
-// each (a portal opens one per request). A failed check is not kept: the next stack checks again.
-func pulumiCommand() (auto.PulumiCommand, error) {
+// skipVersionCheck, set in Options.EnvVars, has the stack's workspace skip the CLI's version
+// check, as the Automation API does; the stack then does not use PulumiCommand.
+const skipVersionCheck = "PULUMI_AUTOMATION_API_SKIP_VERSION_CHECK"
+
+// PulumiCommand is the Pulumi CLI on PATH, its version checked (a `pulumi version` run) the first
+// time a stack or workspace opens and shared by every one the process opens after it, instead of
+// checked for each (a portal opens one per request): pass it as auto.Pulumi to a workspace of your
+// own. A failed check is not kept: the next call checks again.
+func PulumiCommand() (auto.PulumiCommand, error) {
 	pulumiCLI.mu.Lock()
 	defer pulumiCLI.mu.Unlock()
 	if pulumiCLI.cmd == nil {

@@ -62,4 +62,11 @@ func TestTheCLIIsCheckedOncePerProcess(t *testing.T) {
 	}
 	assert.Equal(t, 1, versions, "two stacks opened, one version check:\n%s", strings.Join(calls(t, log), "\n"))
 	assert.Greater(t, len(calls(t, log)), 2, "each stack still ran its own commands")
+
+	// A stack whose environment skips the check leaves it to the Automation API, as before.
+	pulumiCLI.cmd = nil
+	fakePulumi(t, false)
+	_, err := SelectStack(ctx, Options{ProjectDir: t.TempDir(), Stack: "agg", EnvVars: map[string]string{skipVersionCheck: "true"}})
+	require.Error(t, err)
+	assert.Nil(t, pulumiCLI.cmd, "the shared CLI is neither made nor used")
 }

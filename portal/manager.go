@@ -579,7 +579,11 @@ func (m *Manager) Stacks(ctx context.Context) ([]string, error) {
 	if err := m.writeProjectFile(dir); err != nil {
 		return nil, err
 	}
-	ws, err := auto.NewLocalWorkspace(ctx, auto.WorkDir(filepath.Join(m.o.StateDir, dir)), auto.EnvVars(m.env()))
+	cli, err := automation.PulumiCommand()
+	if err != nil {
+		return nil, err
+	}
+	ws, err := auto.NewLocalWorkspace(ctx, auto.WorkDir(filepath.Join(m.o.StateDir, dir)), auto.EnvVars(m.env()), auto.Pulumi(cli))
 	if err != nil {
 		return nil, err
 	}

@@ -91,7 +91,7 @@ func makeStack(t *testing.T, kubeconfig, stackName, ns string, extra auto.Config
 	require.NoError(t, err)
 	ts := &testStack{t: t, name: stackName, ns: ns, dir: dir, env: env, stack: s, log: &syncBuffer{}}
 	t.Cleanup(func() {
-		// Each test leaves nothing behind in the shared API server but its retained claim.
+		// Each test leaves nothing behind in its cluster but its retained claim.
 		if gc != nil {
 			stop := playControllers(t, gc, ns, controllers{})
 			defer stop()

@@ -15,9 +15,11 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -71,19 +73,19 @@ func run(m *testing.M) int {
 	// The tests' clients log the API server's warnings (deprecated versions the operator reads)
 	// through controller-runtime's logger; they are not the tests' output.
 	ctrllog.SetLogger(logr.Discard())
-	c, err := localcluster.Start(cluster.bin, os.Getenv("MINIMAX_M3_CRDS"))
+	flag.Parse()
+	if f := flag.Lookup("test.timeout"); f != nil {
+		if d, ok := f.Value.(flag.Getter).Get().(time.Duration); ok {
+			servers.timeout = d
+		}
+	}
+	stopServersOnSignal()
+	c, err := startAPIServer()
 	if err != nil {
 		return fail(err)
 	}
 	// Stopped on every path out, failures included; on a signal; and before `go test -timeout`
-	// would end the process.
-	c.StopOnSignal()
-	flag.Parse()
-	if f := flag.Lookup("test.timeout"); f != nil {
-		if d, ok := f.Value.(flag.Getter).Get().(time.Duration); ok {
-			c.StopBefore(d)
-		}
-	}
+	// would end the process (startAPIServer).
 	defer func() {
 		if err := c.Stop(); err != nil {
 			fmt.Fprintln(os.Stderr, "stopping the API server:", err)
@@ -96,6 +98,45 @@ func run(m *testing.M) int {
 	}
 	defer func() { _ = os.RemoveAll(built.dir) }()
 	return m.Run()
+}
+
+// servers are the local API servers the suite started. A signal, or `go test -timeout`, ends the
+// process without running deferred calls or test cleanups, and kube-apiserver and etcd would
+// outlive it: each is stopped on a signal and shortly before the timeout.
+var servers struct {
+	mu      sync.Mutex
+	all     []*localcluster.Cluster
+	timeout time.Duration
+}
+
+// startAPIServer starts a plain local API server with the CRDs of MINIMAX_M3_CRDS, stopped on a
+// signal and before the test timeout; the caller stops it when done with it.
+func startAPIServer() (*localcluster.Cluster, error) {
+	c, err := localcluster.Start(cluster.bin, os.Getenv("MINIMAX_M3_CRDS"))
+	if err != nil {
+		return nil, err
+	}
+	servers.mu.Lock()
+	defer servers.mu.Unlock()
+	servers.all = append(servers.all, c)
+	if servers.timeout > 0 {
+		c.StopBefore(servers.timeout)
+	}
+	return c, nil
+}
+
+func stopServersOnSignal() {
+	ch := make(chan os.Signal, 1)
+	signal.Notify(ch, os.Interrupt, syscall.SIGTERM)
+	go func() {
+		s := <-ch
+		fmt.Fprintf(os.Stderr, "%v: stopping the local API servers\n", s)
+		servers.mu.Lock()
+		for _, c := range servers.all {
+			_ = c.Stop()
+		}
+		os.Exit(130)
+	}()
 }
 
 // built are the project's commands the tests run, each built once for every test.

@@ -18,7 +18,6 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"minimax-m3/tests/dynamooperator"
-	"minimax-m3/tests/localcluster"
 	"minimax-m3/tests/rackbox"
 )
 
@@ -35,7 +34,7 @@ import (
 // run in parallel.
 func TestRealOperatorOnItsOwnAPIServer(t *testing.T) {
 	t.Parallel()
-	c, err := localcluster.Start(cluster.bin, os.Getenv("MINIMAX_M3_CRDS"))
+	c, err := startAPIServer()
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = c.Stop() })
 	api := &apiServer{kubeconfig: c.Kubeconfig, config: c.Config, client: c.Client}

@@ -133,7 +133,12 @@ func run(ctx context.Context, o options, out io.Writer) (bool, error) {
 	cli.NamespacePrefix = o.prefix
 	// Each checkout is a new folder, and without -trimpath Go's build cache keys the program's
 	// packages by their folder: with it, a commit's packages compile once, not once per checkout.
-	cli.Env = append(cli.Env, "GOFLAGS="+strings.TrimSpace(os.Getenv("GOFLAGS")+" -trimpath"))
+	// Added to the user's flags, from the environment or `go env -w`.
+	goflags, err := exec.CommandContext(ctx, "go", "env", "GOFLAGS").Output()
+	if err != nil {
+		return false, fmt.Errorf("go env GOFLAGS: %w", err)
+	}
+	cli.Env = append(cli.Env, "GOFLAGS="+strings.TrimSpace(strings.TrimSpace(string(goflags))+" -trimpath"))
 	if o.kubeconfig != "" {
 		if err := namespacesAreFree(ctx, cli, strings.Split(o.stacks, ",")); err != nil {
 			return false, err
