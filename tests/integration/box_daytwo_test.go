@@ -103,7 +103,7 @@ func TestBoxAdoptingAKubectlAppliedRecipeThenChangingIt(t *testing.T) {
 	live = boxGraph(t, ns, aggGraph)
 	assert.Equal(t, uid, live.GetUID(), "the same graph")
 	assert.Equal(t, generation, live.GetGeneration(), "adoption restarts nothing")
-	_, err = s.preview(ctx, optpreview.ExpectNoChanges())
+	_, err = s.preview(ctx, optpreview.ExpectNoChanges(), optpreview.Diff())
 	require.NoError(t, err, "after adoption, preview shows no diff\n%s", s.log.String())
 
 	const image = "nvcr.io/nvidia/ai-dynamo/vllm-runtime:1.6.0-minimax-m3-dev.2"
