@@ -35,7 +35,14 @@ func TestBoxPortalPageShowsAnUpLive(t *testing.T) {
 	require.NoError(t, err)
 	ts := httptest.NewServer(srv.Handler())
 	t.Cleanup(ts.Close)
-	t.Cleanup(func() { _ = m.Destroy(context.Background(), "agg-page", true, portal.RunOptions{Wait: true}) })
+	t.Cleanup(func() {
+		// A failed test may leave its up running (its download held): stop it, and bound the wait,
+		// so a failure ends the test instead of holding the suite until its timeout.
+		_ = m.Cancel("agg-page")
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		_ = m.Destroy(ctx, "agg-page", true, portal.RunOptions{Wait: true})
+	})
 	c := &httpClient{t: t, base: ts.URL}
 
 	worker := map[string]any{"scheduling": map[string]any{
