@@ -140,13 +140,17 @@ type RunOptions struct {
 	AllowRoll string
 }
 
-// acquire reserves a stack for an operation; release with the returned function.
+// holdsKey marks the context of an operation with the stack it holds (acquire).
+type holdsKey struct{}
+
+// acquire reserves a stack for an operation; release with the returned function. The returned
+// context is the operation's.
 func (m *Manager) acquire(ctx context.Context, stack, op string, wait bool) (context.Context, func(), error) {
 	for {
 		m.mu.Lock()
 		r, ok := m.running[stack]
 		if !ok {
-			ctx, cancel := context.WithCancel(ctx)
+			ctx, cancel := context.WithCancel(context.WithValue(ctx, holdsKey{}, stack))
 			r = &running{op: op, cancel: cancel, done: make(chan struct{})}
 			m.running[stack] = r
 			m.mu.Unlock()
@@ -252,7 +256,14 @@ func (m *Manager) open(ctx context.Context, stack string, create bool) (automati
 	s, err := automation.SelectStack(ctx, o)
 	if err != nil && auto.IsSelectStack404Error(err) {
 		if fresh {
-			_ = m.root.RemoveAll(dir)
+			// The directory this call made, unless another operation holds the stack: it may
+			// be creating the stack in that directory right now. (Under m.mu: an operation
+			// that reserves the stack after this check writes its directory anew.)
+			m.mu.Lock()
+			if _, busy := m.running[stack]; !busy || ctx.Value(holdsKey{}) == stack {
+				_ = m.root.RemoveAll(dir)
+			}
+			m.mu.Unlock()
 		}
 		return s, fmt.Errorf("%w: %s", ErrUnknownStack, stack)
 	}
@@ -573,7 +584,8 @@ func (m *Manager) Destroy(ctx context.Context, stack string, removeStack bool, o
 	return nil
 }
 
-// Stacks lists the stacks on the backend.
+// Stacks lists the stacks on the backend, and those whose first operation here has reserved them
+// but not yet created them there: a stack being started shows at once, to every client.
 func (m *Manager) Stacks(ctx context.Context) ([]string, error) {
 	dir := filepath.Join("workspaces", ".list")
 	if err := m.writeProjectFile(dir); err != nil {
@@ -591,12 +603,12 @@ func (m *Manager) Stacks(ctx context.Context) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	var names []string
+	names := m.RunningStacks()
 	for _, s := range list {
 		names = append(names, s.Name)
 	}
 	slices.Sort(names)
-	return names, nil
+	return slices.Compact(names), nil
 }
 
 // Outputs reads a stack's outputs, decrypting nothing.

@@ -692,6 +692,8 @@ type pageData struct {
 	Nonce string
 	// Base is the portal's base path, which the page's requests start with.
 	Base string
+	// Error is why the stacks could not be listed (the page then shows those running here).
+	Error string
 }
 
 type pageStack struct {
@@ -710,6 +712,7 @@ table{border-collapse:collapse;margin:.5rem 0}td,th{border:1px solid #ccc;paddin
 .running{color:#b60}.failed{color:#b00}.done{color:#060}pre{background:#f6f6f6;padding:.5rem;max-height:20rem;overflow:auto}
 </style></head><body data-base="{{.Base}}">
 <h1>minimax-m3 stacks</h1>
+{{if .Error}}<p class="failed" id="list-error">{{.Error}}</p>{{end}}
 {{if not .Stacks}}<p id="empty">No stacks yet.</p>{{end}}
 {{range .Stacks}}
 <section class="stack" id="stack-{{.Name}}" data-stack="{{.Name}}">
@@ -768,23 +771,25 @@ for (const section of document.querySelectorAll("section.stack")) {
 
 func (s *Server) page(w http.ResponseWriter, r *http.Request) {
 	names, err := s.m.Stacks(r.Context())
+	listErr := ""
 	if err != nil {
-		http.Error(w, err.Error(), http.StatusInternalServerError)
-		return
+		// The page still shows what runs here, with the error: one failed listing does not
+		// blank it for everyone watching an operation.
+		names, listErr = s.m.RunningStacks(), "listing the stacks failed: "+err.Error()
 	}
 	nonce := make([]byte, 16)
 	if _, err := rand.Read(nonce); err != nil {
 		http.Error(w, err.Error(), http.StatusInternalServerError)
 		return
 	}
-	data := pageData{Nonce: hex.EncodeToString(nonce), Base: s.BasePath}
+	data := pageData{Nonce: hex.EncodeToString(nonce), Base: s.BasePath, Error: listErr}
 	for _, n := range names {
 		ps := pageStack{Name: n, Running: s.m.Running(n), Interrupted: s.interruption(n)}
-		if out, err := s.m.Outputs(r.Context(), n); err == nil {
-			if out.GraphName != "" { // a stack whose first update has not completed has none
-				ps.Outputs = &out
-			}
-		} else {
+		out, err := s.m.Outputs(r.Context(), n)
+		switch {
+		case err == nil && out.GraphName != "": // a stack whose first update has not completed has none
+			ps.Outputs = &out
+		case err != nil && (ps.Running == "" || !errors.Is(err, ErrUnknownStack)): // (one being created has no state yet)
 			ps.Error = err.Error()
 		}
 		data.Stacks = append(data.Stacks, ps)

@@ -73,8 +73,13 @@ func TestBoxPortalPageShowsAnUpLive(t *testing.T) {
 	}
 	text := func(sel string) string {
 		t.Helper()
-		s, err := chromedp.Run(page, chromedp.Text(sel))
-		require.NoError(t, err)
+		wait, cancel := context.WithTimeout(page, time.Minute)
+		defer cancel()
+		s, err := chromedp.Run(wait, chromedp.Text(sel))
+		if err != nil {
+			html, _ := chromedp.Run(page, chromedp.OuterHTML("html"))
+			require.NoError(t, err, "reading %s from the page:\n%s", sel, html)
+		}
 		return s
 	}
 
