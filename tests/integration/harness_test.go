@@ -3,6 +3,7 @@ package integration
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"os/exec"
@@ -169,6 +170,28 @@ func (s *testStack) export() string {
 	out, err := cmd.Output()
 	require.NoError(s.t, err)
 	return string(out)
+}
+
+// stored is the live object the stack's state holds for the resource of type typ (the last one
+// the provider recorded), from `pulumi stack export`.
+func (s *testStack) stored(typ string) *unstructured.Unstructured {
+	s.t.Helper()
+	var state struct {
+		Deployment struct {
+			Resources []struct {
+				Type    string         `json:"type"`
+				Outputs map[string]any `json:"outputs"`
+			} `json:"resources"`
+		} `json:"deployment"`
+	}
+	require.NoError(s.t, json.Unmarshal([]byte(s.export()), &state))
+	for _, r := range state.Deployment.Resources {
+		if r.Type == typ {
+			return &unstructured.Unstructured{Object: r.Outputs}
+		}
+	}
+	require.Failf(s.t, "not in the state", "no %s in stack %s", typ, s.name)
+	return nil
 }
 
 // cli runs the real Pulumi CLI on the stack's project copy, as a user would.
