@@ -41,6 +41,10 @@ func rackBox(t *testing.T) *rackbox.Box {
 		if box.err != nil {
 			return
 		}
+		// Like every server of the suite (startAPIServer); its controllers and kwok die with the
+		// suite's process on their own (Pdeathsig).
+		box.StopOnSignal()
+		box.StopBefore(testTimeout)
 		box.operator, box.err = startBoxOperator()
 	})
 	require.NoError(t, box.err, "the rack box cannot start\n%s", boxLogs())

@@ -15,11 +15,9 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
-	"os/signal"
 	"path/filepath"
 	"strings"
 	"sync"
-	"syscall"
 	"testing"
 	"time"
 
@@ -76,10 +74,9 @@ func run(m *testing.M) int {
 	flag.Parse()
 	if f := flag.Lookup("test.timeout"); f != nil {
 		if d, ok := f.Value.(flag.Getter).Get().(time.Duration); ok {
-			servers.timeout = d
+			testTimeout = d
 		}
 	}
-	stopServersOnSignal()
 	c, err := startAPIServer()
 	if err != nil {
 		return fail(err)
@@ -100,14 +97,10 @@ func run(m *testing.M) int {
 	return m.Run()
 }
 
-// servers are the local API servers the suite started. A signal, or `go test -timeout`, ends the
-// process without running deferred calls or test cleanups, and kube-apiserver and etcd would
-// outlive it: each is stopped on a signal and shortly before the timeout.
-var servers struct {
-	mu      sync.Mutex
-	all     []*localcluster.Cluster
-	timeout time.Duration
-}
+// testTimeout is `go test -timeout`. A signal, or that timeout, ends the process without running
+// deferred calls or test cleanups, and kube-apiserver and etcd would outlive it: every server the
+// suite starts is stopped on a signal (localcluster.OnSignal) and shortly before the timeout.
+var testTimeout time.Duration
 
 // startAPIServer starts a plain local API server with the CRDs of MINIMAX_M3_CRDS, stopped on a
 // signal and before the test timeout; the caller stops it when done with it.
@@ -116,27 +109,9 @@ func startAPIServer() (*localcluster.Cluster, error) {
 	if err != nil {
 		return nil, err
 	}
-	servers.mu.Lock()
-	defer servers.mu.Unlock()
-	servers.all = append(servers.all, c)
-	if servers.timeout > 0 {
-		c.StopBefore(servers.timeout)
-	}
+	c.StopOnSignal()
+	c.StopBefore(testTimeout)
 	return c, nil
-}
-
-func stopServersOnSignal() {
-	ch := make(chan os.Signal, 1)
-	signal.Notify(ch, os.Interrupt, syscall.SIGTERM)
-	go func() {
-		s := <-ch
-		fmt.Fprintf(os.Stderr, "%v: stopping the local API servers\n", s)
-		servers.mu.Lock()
-		for _, c := range servers.all {
-			_ = c.Stop()
-		}
-		os.Exit(130)
-	}()
 }
 
 // built are the project's commands the tests run, each built once for every test.

@@ -121,16 +121,36 @@ func (c *Cluster) Stop() error {
 }
 
 // StopOnSignal stops the servers and exits when the process is interrupted or terminated, so an
-// aborted run leaves no kube-apiserver or etcd behind.
-func (c *Cluster) StopOnSignal() {
-	ch := make(chan os.Signal, 1)
-	signal.Notify(ch, os.Interrupt, syscall.SIGTERM)
-	go func() {
-		s := <-ch
-		fmt.Fprintf(os.Stderr, "%v: stopping the local API server\n", s)
-		_ = c.Stop()
-		os.Exit(130)
-	}()
+// aborted run leaves no kube-apiserver or etcd behind (OnSignal).
+func (c *Cluster) StopOnSignal() { OnSignal(c.Stop) }
+
+// onSignal are the stops OnSignal registered.
+var onSignal struct {
+	mu    sync.Mutex
+	once  sync.Once
+	stops []func() error
+}
+
+// OnSignal runs stop when the process is interrupted or terminated, then exits (deferred calls and
+// test cleanups do not run on that path). Every stop registered in the process runs, newest first,
+// before the one handler exits: a process that starts several servers leaves none behind.
+func OnSignal(stop func() error) {
+	onSignal.mu.Lock()
+	onSignal.stops = append(onSignal.stops, stop)
+	onSignal.mu.Unlock()
+	onSignal.once.Do(func() {
+		ch := make(chan os.Signal, 1)
+		signal.Notify(ch, os.Interrupt, syscall.SIGTERM)
+		go func() {
+			s := <-ch
+			fmt.Fprintf(os.Stderr, "%v: stopping the local servers\n", s)
+			onSignal.mu.Lock()
+			for _, stop := range slices.Backward(onSignal.stops) {
+				_ = stop()
+			}
+			os.Exit(130)
+		}()
+	})
 }
 
 // StopBefore stops the servers shortly before a deadline (such as `go test -timeout`, which ends

@@ -29,9 +29,7 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"path/filepath"
-	"syscall"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -266,17 +264,9 @@ func (b *Box) Stop() error {
 }
 
 // StopOnSignal stops the box and exits when the process is interrupted or terminated, so an
-// aborted run leaves no server behind.
-func (b *Box) StopOnSignal() {
-	ch := make(chan os.Signal, 1)
-	signal.Notify(ch, os.Interrupt, syscall.SIGTERM)
-	go func() {
-		s := <-ch
-		fmt.Fprintf(os.Stderr, "%v: stopping the rack box\n", s)
-		_ = b.Stop()
-		os.Exit(130)
-	}()
-}
+// aborted run leaves no server behind (localcluster.OnSignal: with every other server the process
+// registered).
+func (b *Box) StopOnSignal() { localcluster.OnSignal(b.Stop) }
 
 // ignoreExists makes AlreadyExists a success.
 func ignoreExists(err error) error {
