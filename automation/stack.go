@@ -153,21 +153,42 @@ func PulumiCommand() (auto.PulumiCommand, error) {
 	return pulumiCLI.cmd, nil
 }
 
-// readKeys hands the program the keys the stack's config sets now.
+// readKeys hands the program the keys the stack's config sets now: from the stack's settings file
+// in its workspace when that file holds all of its config (no CLI run, nothing decrypted), else
+// through `pulumi config` (the project's file or an environment adds keys; no settings file).
 func (s Stack) readKeys(ctx context.Context) error {
-	cfg, err := s.GetAllConfig(ctx)
-	if err != nil {
-		return fmt.Errorf("stack %s: reading config: %w", s.Name(), err)
+	keys, ok := s.keysFromSettings(ctx)
+	if !ok {
+		cfg, err := s.GetAllConfig(ctx)
+		if err != nil {
+			return fmt.Errorf("stack %s: reading config: %w", s.Name(), err)
+		}
+		keys = slices.Sorted(maps.Keys(cfg))
 	}
-	keys := make([]string, 0, len(cfg))
-	for k := range cfg {
-		keys = append(keys, k)
-	}
-	slices.Sort(keys)
 	s.keys.mu.Lock()
 	s.keys.keys = keys
 	s.keys.mu.Unlock()
 	return nil
+}
+
+// keysFromSettings lists the keys of the stack's settings file (Pulumi.<stack>.yaml), when no
+// other source adds any: the project file sets no config and the stack imports no environment.
+func (s Stack) keysFromSettings(ctx context.Context) ([]string, bool) {
+	ws := s.Workspace()
+	project, err := ws.ProjectSettings(ctx)
+	if err != nil || len(project.Config) > 0 {
+		return nil, false
+	}
+	settings, err := ws.StackSettings(ctx, s.Name())
+	if err != nil || settings.Environment != nil {
+		return nil, false
+	}
+	keys := make([]string, 0, len(settings.Config))
+	for k := range settings.Config {
+		keys = append(keys, k.String())
+	}
+	slices.Sort(keys)
+	return keys, true
 }
 
 // Preview is auto.Stack.Preview with the stack's current config keys.

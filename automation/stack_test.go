@@ -70,3 +70,67 @@ func TestTheCLIIsCheckedOncePerProcess(t *testing.T) {
 	require.Error(t, err)
 	assert.Nil(t, pulumiCLI.cmd, "the shared CLI is neither made nor used")
 }
+
+// A Pulumi CLI on PATH that logs its arguments, selects any stack, and answers `config` with one
+// key no settings file holds.
+func fakeStackCLI(t *testing.T) (logFile string) {
+	t.Helper()
+	dir := t.TempDir()
+	logFile = filepath.Join(dir, "calls")
+	script := `#!/bin/sh
+echo "$*" >> ` + logFile + `
+case " $* " in
+*" version "*) echo v3.276.0 ;;
+*" config "*) echo '{"minimax-m3:fromTheCLI": {"value": "1", "secret": false}}' ;;
+esac
+exit 0
+`
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "pulumi"), []byte(script), 0o755))
+	t.Setenv("PATH", dir+string(os.PathListSeparator)+os.Getenv("PATH"))
+	return logFile
+}
+
+// The program is handed the keys of the stack's settings file, read without a CLI run (or any
+// secret decrypted); when the project file or an environment adds config, or there is no settings
+// file, the CLI's `pulumi config` lists them.
+func TestConfigKeysAreReadFromTheStackSettingsFile(t *testing.T) {
+	ctx := context.Background()
+	pulumiCLI.cmd = nil
+	t.Cleanup(func() { pulumiCLI.cmd = nil })
+	log := fakeStackCLI(t)
+	keysOf := func(project, settings string) ([]string, bool) {
+		dir := t.TempDir()
+		require.NoError(t, os.WriteFile(filepath.Join(dir, "Pulumi.yaml"), []byte("name: minimax-m3\nruntime: go\n"+project), 0o600))
+		if settings != "" {
+			require.NoError(t, os.WriteFile(filepath.Join(dir, "Pulumi.agg.yaml"), []byte(settings), 0o600))
+		}
+		s, err := SelectStack(ctx, Options{ProjectDir: dir, Stack: "agg"})
+		require.NoError(t, err)
+		require.NoError(t, os.Remove(log))
+		require.NoError(t, s.readKeys(ctx))
+		b, err := os.ReadFile(log)
+		ranConfig := err == nil && strings.Contains(string(b), "config")
+		return s.keys.get(), ranConfig
+	}
+
+	keys, ranConfig := keysOf("", `encryptionsalt: v1:abc
+config:
+  minimax-m3:namespace:
+    name: inference
+  minimax-m3:hfToken:
+    secure: v1:AAAA
+  minimax-m3:typo: "1"
+`)
+	assert.Equal(t, []string{"minimax-m3:hfToken", "minimax-m3:namespace", "minimax-m3:typo"}, keys)
+	assert.False(t, ranConfig, "no `pulumi config` run")
+
+	for name, c := range map[string]struct{ project, settings string }{
+		"the project file sets config": {"config:\n  minimax-m3:image: x\n", "config:\n  minimax-m3:typo: \"1\"\n"},
+		"an environment is imported":   {"", "environment:\n  - team/agg\nconfig:\n  minimax-m3:typo: \"1\"\n"},
+		"no settings file":             {"", ""},
+	} {
+		keys, ranConfig := keysOf(c.project, c.settings)
+		assert.Equal(t, []string{"minimax-m3:fromTheCLI"}, keys, name)
+		assert.True(t, ranConfig, name)
+	}
+}
