@@ -3,10 +3,10 @@ package portal
 import (
 	"bytes"
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
 	"maps"
 	"os"
 	"path/filepath"
@@ -57,12 +57,17 @@ type Manager struct {
 	project []byte
 	mu      sync.Mutex
 	running map[string]*running
+	// opening counts the opens of each stack in flight (open).
+	opening map[string]int
 }
 
 type running struct {
 	op     string
 	cancel context.CancelFunc
 	done   chan struct{}
+	// unknown: the operation found no such stack on the backend; its release removes the
+	// workspace directory (once no open of the stack is in flight).
+	unknown bool
 }
 
 // New checks the options and makes the state directory.
@@ -95,7 +100,7 @@ func New(o Options) (*Manager, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Manager{o: o, root: root, project: project, running: map[string]*running{}}, nil
+	return &Manager{o: o, root: root, project: project, running: map[string]*running{}, opening: map[string]int{}}, nil
 }
 
 // ErrBusy is what every BusyError is.
@@ -146,6 +151,9 @@ type holdsKey struct{}
 // acquire reserves a stack for an operation; release with the returned function. The returned
 // context is the operation's.
 func (m *Manager) acquire(ctx context.Context, stack, op string, wait bool) (context.Context, func(), error) {
+	if err := CheckStackName(stack); err != nil {
+		return nil, nil, err
+	}
 	for {
 		m.mu.Lock()
 		r, ok := m.running[stack]
@@ -157,6 +165,9 @@ func (m *Manager) acquire(ctx context.Context, stack, op string, wait bool) (con
 			return ctx, func() {
 				m.mu.Lock()
 				delete(m.running, stack)
+				if r.unknown && m.opening[stack] == 0 {
+					_ = m.root.RemoveAll(workspace(stack))
+				}
 				m.mu.Unlock()
 				cancel()
 				close(r.done)
@@ -238,14 +249,40 @@ func (m *Manager) env() map[string]string {
 }
 
 // open selects or creates the stack in its own workspace, on the backend. The name is checked
-// first; an unknown stack leaves no workspace behind.
+// first; an unknown stack leaves no workspace behind, whoever asked: the last open of it in
+// flight removes the directory, or the operation holding the stack does when it ends, if that
+// operation found no stack either (another one may be creating the stack in it).
 func (m *Manager) open(ctx context.Context, stack string, create bool) (automation.Stack, error) {
 	if err := CheckStackName(stack); err != nil {
 		return automation.Stack{}, err
 	}
 	dir := workspace(stack)
-	_, statErr := m.root.Stat(dir)
-	fresh := errors.Is(statErr, fs.ErrNotExist)
+	m.mu.Lock()
+	m.opening[stack]++
+	m.mu.Unlock()
+	s, err := m.selectStack(ctx, stack, dir, create)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.opening[stack]--; m.opening[stack] == 0 {
+		delete(m.opening, stack)
+	}
+	if err != nil && !create && auto.IsSelectStack404Error(err) {
+		r, held := m.running[stack]
+		switch {
+		case held && ctx.Value(holdsKey{}) == stack:
+			r.unknown = true
+			if m.opening[stack] == 0 {
+				_ = m.root.RemoveAll(dir)
+			}
+		case !held && m.opening[stack] == 0:
+			_ = m.root.RemoveAll(dir)
+		}
+		return s, fmt.Errorf("%w: %s", ErrUnknownStack, stack)
+	}
+	return s, err
+}
+
+func (m *Manager) selectStack(ctx context.Context, stack, dir string, create bool) (automation.Stack, error) {
 	if err := m.writeProjectFile(dir); err != nil {
 		return automation.Stack{}, err
 	}
@@ -253,25 +290,12 @@ func (m *Manager) open(ctx context.Context, stack string, create bool) (automati
 	if create {
 		return automation.NewStack(ctx, o)
 	}
-	s, err := automation.SelectStack(ctx, o)
-	if err != nil && auto.IsSelectStack404Error(err) {
-		if fresh {
-			// The directory this call made, unless another operation holds the stack: it may
-			// be creating the stack in that directory right now. (Under m.mu: an operation
-			// that reserves the stack after this check writes its directory anew.)
-			m.mu.Lock()
-			if _, busy := m.running[stack]; !busy || ctx.Value(holdsKey{}) == stack {
-				_ = m.root.RemoveAll(dir)
-			}
-			m.mu.Unlock()
-		}
-		return s, fmt.Errorf("%w: %s", ErrUnknownStack, stack)
-	}
-	return s, err
+	return automation.SelectStack(ctx, o)
 }
 
 // writeProjectFile puts the program's Pulumi.yaml in a workspace directory (relative to the
-// state directory) once: an operation reading it is never raced by a rewrite.
+// state directory): written beside it and renamed into place, so a CLI reading it never sees
+// it half written.
 func (m *Manager) writeProjectFile(dir string) error {
 	if err := m.root.MkdirAll(dir, 0o700); err != nil {
 		return err
@@ -280,7 +304,15 @@ func (m *Manager) writeProjectFile(dir string) error {
 	if b, err := m.root.ReadFile(file); err == nil && bytes.Equal(b, m.project) {
 		return nil
 	}
-	return m.root.WriteFile(file, m.project, 0o644)
+	tmp := filepath.Join(dir, ".Pulumi.yaml."+rand.Text())
+	if err := m.root.WriteFile(tmp, m.project, 0o644); err != nil {
+		return err
+	}
+	if err := m.root.Rename(tmp, file); err != nil {
+		_ = m.root.Remove(tmp)
+		return err
+	}
+	return nil
 }
 
 // baseValues are the `minimax-m3:` values the committed base stack file sets.

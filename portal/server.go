@@ -713,7 +713,7 @@ table{border-collapse:collapse;margin:.5rem 0}td,th{border:1px solid #ccc;paddin
 </style></head><body data-base="{{.Base}}">
 <h1>minimax-m3 stacks</h1>
 {{if .Error}}<p class="failed" id="list-error">{{.Error}}</p>{{end}}
-{{if not .Stacks}}<p id="empty">No stacks yet.</p>{{end}}
+{{if and (not .Stacks) (not .Error)}}<p id="empty">No stacks yet.</p>{{end}}
 {{range .Stacks}}
 <section class="stack" id="stack-{{.Name}}" data-stack="{{.Name}}">
 <h2>{{.Name}}{{if .Running}} <span class="running">({{.Running}} running)</span>{{end}}</h2>
@@ -773,8 +773,8 @@ func (s *Server) page(w http.ResponseWriter, r *http.Request) {
 	names, err := s.m.Stacks(r.Context())
 	listErr := ""
 	if err != nil {
-		// The page still shows what runs here, with the error: one failed listing does not
-		// blank it for everyone watching an operation.
+		// The page still shows what runs here, with the error (and 503, for a monitor): one
+		// failed listing does not blank it for everyone watching an operation.
 		names, listErr = s.m.RunningStacks(), "listing the stacks failed: "+err.Error()
 	}
 	nonce := make([]byte, 16)
@@ -797,5 +797,8 @@ func (s *Server) page(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.Header().Set("Content-Security-Policy", fmt.Sprintf("default-src 'none'; script-src 'nonce-%[1]s'; style-src 'nonce-%[1]s'; "+
 		"connect-src 'self'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'", data.Nonce))
+	if listErr != "" {
+		w.WriteHeader(http.StatusServiceUnavailable)
+	}
 	_ = pageTemplate.Execute(w, data)
 }
