@@ -18,7 +18,7 @@ GO_FILES = $(shell git ls-files '*.go')
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
 
-toolchain: ## build the pinned Pulumi CLI, Go language host, Kubernetes provider, kube-apiserver, etcd, kube-controller-manager, kube-scheduler, kwok, linters and the Dynamo operator (cached)
+toolchain: ## build the pinned Pulumi CLI, Go language host, Kubernetes provider, kube-apiserver, etcd, kube-controller-manager, kube-scheduler, kwok, linters, the Dynamo operator and the DRA driver's compute-domain-controller (cached)
 	bash tools/build.sh
 
 browser: ## install Chromium from Debian's packages if missing (the portal page's test drives it headless)

@@ -2,7 +2,8 @@
 # Builds the pinned toolchain the tests and the offline main job need, from Go modules:
 # the Pulumi CLI, the Go language host, the Kubernetes provider plugin, kube-apiserver, etcd,
 # golangci-lint, actionlint, the rest of the local control plane (kube-controller-manager,
-# kube-scheduler), kwok (the simulated GB200 rack's nodes) and the Dynamo operator.
+# kube-scheduler), kwok (the simulated GB200 rack's nodes), the Dynamo operator and the NVIDIA DRA
+# driver's compute-domain-controller.
 #
 # Binaries live in a per-user cache keyed by tool and version, so a fresh clone (as in CI) reuses
 # them; $ROOT/.toolchain/bin only links to them. A binary whose version is already built is skipped.
@@ -127,6 +128,44 @@ if [ -f "$operator_src/go.mod" ]; then
 else
   log "no Dynamo operator source at $operator_src (MINIMAX_M3_DYNAMO_OPERATOR): the operator tests will fail"
   rm -f "$bin/dynamo-operator"
+fi
+
+# The NVIDIA DRA driver's compute-domain-controller, for the rack box (MINIMAX_M3_DRA_DRIVER,
+# default the reference copy beside the project; never copied into the project). It builds in
+# tools/compute-domain-controller against the control plane's Kubernetes libraries above (their
+# compiled packages are reused), not its vendored copies. It reads its templates from /templates;
+# the build points it at a copy beside the binary instead, through a `go build -overlay` of the
+# two files that name the path (the source tree is not changed).
+dra_src="${MINIMAX_M3_DRA_DRIVER:-$root/../shared/reference/dra-driver-nvidia-gpu}"
+if [ -f "$dra_src/go.mod" ]; then
+  dra_src=$(cd "$dra_src" && pwd)
+  dra_version=$(cd "$dra_src" &&
+    { find api cmd/compute-domain-controller pkg internal -name '*.go' -not -name '*_test.go' 2>/dev/null; ls templates/*; } |
+    LC_ALL=C sort | xargs sha256sum | cat - "$tools/compute-domain-controller/go.sum" | sha256sum | cut -c1-12)
+  dra_out="$cache/compute-domain-controller-src-$dra_version"
+  if [ ! -x "$dra_out/compute-domain-controller" ]; then
+    log "building compute-domain-controller src-$dra_version"
+    start=$SECONDS
+    work="$dra_out.build" && rm -rf "$work" && mkdir -p "$work/overlay" "$dra_out"
+    cp "$tools/compute-domain-controller/go.mod" "$tools/compute-domain-controller/go.sum" "$work/"
+    go mod edit -modfile "$work/go.mod" -replace "sigs.k8s.io/dra-driver-nvidia-gpu=$dra_src"
+    cp "$dra_src"/templates/compute-domain-*.tmpl.yaml "$dra_out/"
+    overlay="{\"Replace\":{"
+    for f in daemonset.go resourceclaimtemplate.go; do
+      sed "s|\"/templates/|\"$dra_out/|" "$dra_src/cmd/compute-domain-controller/$f" > "$work/overlay/$f"
+      overlay+="\"$dra_src/cmd/compute-domain-controller/$f\":\"$work/overlay/$f\","
+    done
+    printf '%s}}' "${overlay%,}" > "$work/overlay.json"
+    (cd "$tools/compute-domain-controller" && go build -trimpath -ldflags "-s -w" -modfile "$work/go.mod" \
+      -overlay "$work/overlay.json" -o "$dra_out/compute-domain-controller.tmp" sigs.k8s.io/dra-driver-nvidia-gpu/cmd/compute-domain-controller)
+    mv "$dra_out/compute-domain-controller.tmp" "$dra_out/compute-domain-controller"
+    rm -rf "$work"
+    log "built compute-domain-controller in $((SECONDS - start))s"
+  fi
+  ln -sfn "$dra_out/compute-domain-controller" "$bin/compute-domain-controller"
+else
+  log "no NVIDIA DRA driver source at $dra_src (MINIMAX_M3_DRA_DRIVER): the rack box will not start"
+  rm -f "$bin/compute-domain-controller"
 fi
 
 # Install the provider into the project's PULUMI_HOME so the engine finds it without a download

@@ -16,6 +16,7 @@ import (
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
 	resourcev1 "k8s.io/api/resource/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -28,9 +29,10 @@ import (
 // The tests in this file run in the rack box (boxharness_test.go): nothing of the cluster is
 // played by the test. The Deployment, ReplicaSet, Job, garbage-collection, namespace, PV and
 // ResourceClaim controllers are kube-controller-manager's, placement is kube-scheduler's, the
-// graph is the real Dynamo operator's. What the box plays (the kubelet through kwok, the DRA
-// kubelet plugin's ResourceSlices, GPUs, the compute-domain-controller's channel template and
-// finalizer, a storage provisioner) is listed in package rackbox.
+// graph is the real Dynamo operator's, the ComputeDomain's channel template and finalizer the
+// NVIDIA DRA driver's compute-domain-controller's. What the box plays (the kubelet through kwok,
+// the DRA kubelet plugin's ResourceSlices, GPUs, a storage provisioner) is listed in package
+// rackbox.
 
 const graphLabelKey = "nvidia.com/dynamo-graph-deployment-name"
 
@@ -151,6 +153,11 @@ func TestBoxStackLifecycle(t *testing.T) {
 			assert.Equal(t, "kubectl -n "+ns+" port-forward service/"+tc.graph+"-frontend 8000:8000", out["portForwardCommand"].Value)
 			assert.EqualValues(t, tc.gpus, out["gpuCount"].Value)
 			assert.Equal(t, tc.graph+"-cd", out["computeDomain"].Value)
+			cd, found := getOn(t, box.Client, computeDomainGVK, ns, tc.graph+"-cd")
+			require.True(t, found, "the ComputeDomain")
+			assert.Contains(t, cd.GetFinalizers(), rackbox.ComputeDomainFinalizer, "the compute-domain-controller owns the ComputeDomain")
+			imex := client.ObjectKey{Namespace: rackbox.DriverNamespace, Name: "computedomain-daemon-" + string(cd.GetUID())}
+			require.NoError(t, box.Client.Get(ctx, imex, &appsv1.DaemonSet{}), "the controller's IMEX DaemonSet")
 			assert.Equal(t, "shared-model-cache", out["cacheClaimName"].Value)
 			svc := &corev1.Service{}
 			require.NoError(t, box.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: out["frontendService"].Value.(string)}, svc),
@@ -269,6 +276,7 @@ func TestBoxStackLifecycle(t *testing.T) {
 				require.NoError(t, box.Client.List(ctx, &list, client.InNamespace(ns)))
 				assert.Empty(t, list.Items, "%v left in %s", gvk, ns)
 			}
+			assert.True(t, apierrors.IsNotFound(box.Client.Get(ctx, imex, &appsv1.DaemonSet{})), "the controller deleted the IMEX DaemonSet before its finalizer")
 			_, exists := getOn(t, box.Client, secretGVK, ns, "hf-token-secret")
 			assert.False(t, exists, "the stack's token Secret is deleted")
 			require.NoError(t, box.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "shared-model-cache"}, pvc), "destroy keeps the cache claim")

@@ -6,19 +6,18 @@
 // What runs for real: every controller of kube-controller-manager (Deployment, ReplicaSet, Job,
 // garbage collector, namespace, PV binder, ResourceClaim, service accounts, node lifecycle, ...),
 // the scheduler with its DRA plugin (it allocates the ComputeDomain channel from the
-// ResourceSlices), and kwok's node and pod lifecycles.
+// ResourceSlices), kwok's node and pod lifecycles, and the NVIDIA DRA driver's
+// compute-domain-controller (built from the driver's source by `make toolchain`): it owns the
+// ComputeDomain's finalizer, creates its channel ResourceClaimTemplate and its IMEX DaemonSet.
 //
 // What the box plays, because it needs hardware or a container runtime:
 //   - the kubelet: kwok moves pods to Running and Ready and ends Job pods (stages.go); no image is
 //     pulled and no process runs;
 //   - the NVIDIA DRA driver's kubelet plugin (it needs NVML): the ResourceSlice of each tray
-//     (ResourceSlice in rack.go);
+//     (ResourceSlice in rack.go). Without it no tray is labelled for a ComputeDomain, so the
+//     controller's IMEX DaemonSet schedules no daemon (those need GPUs) and the ComputeDomain's
+//     status stays NotReady, as on a rack whose workloads have not started yet;
 //   - the NVIDIA device plugin: each tray registers nvidia.com/gpu capacity;
-//   - the compute-domain-controller's part for the workloads (computedomain.go): its finalizer and
-//     the channel ResourceClaimTemplate. The controller builds from the driver's source, but its
-//     build (about 18 minutes on two cores, measured) does not fit CI's cold budget beside the rest
-//     of the control plane; its IMEX DaemonSet needs the kubelet plugin's node labels and is not
-//     played;
 //   - a storage provisioner for the RWX class (provisioner.go), the way an external provisioner
 //     answers the PV controller; the binding itself is the PV controller's.
 package rackbox
@@ -65,7 +64,7 @@ type Box struct {
 	played   chan struct{}
 }
 
-// Start starts the control plane, kwok and the box's played parts, creates the CPU nodes, the
+// Start starts the control plane, kwok, the compute-domain-controller and the provisioner, creates the CPU nodes, the
 // DeviceClasses and the storage class, and returns once the CPU nodes are Ready and schedulable.
 func Start(ctx context.Context, o Options) (*Box, error) {
 	if o.CPUNodes == 0 {
@@ -125,20 +124,36 @@ func (b *Box) start(ctx context.Context, o Options) error {
 	if err := b.install(ctx); err != nil {
 		return err
 	}
+	// The driver's compute-domain-controller, as its Helm chart runs it (in the driver's
+	// namespace, which its IMEX DaemonSets go to). Its daemon image is never pulled here.
+	cdc, err := startProcess("compute-domain-controller", filepath.Join(o.Bin, "compute-domain-controller"), []string{
+		"--kubeconfig=" + b.Kubeconfig, "--namespace=" + DriverNamespace, "--pod-name=compute-domain-controller",
+		"--image-name=nvcr.io/nvidia/k8s-dra-driver-gpu:rackbox", "--log-verbosity-cd-daemon=0",
+	}, o.Log)
+	if err != nil {
+		return err
+	}
+	b.procs = append(b.procs, cdc)
 	for i := range o.CPUNodes {
 		if err := b.Client.Create(ctx, CPUNode(fmt.Sprintf("cpu-%02d", i+1))); err != nil {
 			return err
 		}
 	}
-	if err := b.playHardware(); err != nil {
+	if err := b.startProvisioner(); err != nil {
 		return err
 	}
 	return b.waitNodes(ctx, client.MatchingLabels{PoolLabel: "cpu"}, o.CPUNodes)
 }
 
-// install creates what a GB200 cluster's operators install: the compute-domain DeviceClasses
-// (the DRA driver's chart) and the default RWX storage class.
+// DriverNamespace is the NVIDIA DRA driver's namespace (its Helm chart's default).
+const DriverNamespace = "nvidia-dra-driver-gpu"
+
+// install creates what a GB200 cluster's operators install: the DRA driver's namespace and its
+// compute-domain DeviceClasses (the driver's chart) and the default RWX storage class.
 func (b *Box) install(ctx context.Context) error {
+	if err := b.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: DriverNamespace}}); err != nil {
+		return err
+	}
 	for _, dc := range DeviceClasses() {
 		if err := b.Client.Create(ctx, dc); err != nil {
 			return err
@@ -248,7 +263,8 @@ func tailString(s string, n int) string {
 	return s[len(s)-n:]
 }
 
-// Stop stops the played parts, kwok, the scheduler, the controller-manager and the API server.
+// Stop stops the provisioner, the compute-domain-controller, kwok, the scheduler, the
+// controller-manager and the API server.
 func (b *Box) Stop() error {
 	if b.stopPlay != nil {
 		b.stopPlay()

@@ -137,7 +137,18 @@ func TestBox(t *testing.T) {
 		rct := &resourcev1.ResourceClaimTemplate{}
 		require.Eventually(t, func() bool {
 			return c.Get(ctx, client.ObjectKey{Namespace: "box", Name: "cd-channel"}, rct) == nil
-		}, 30*time.Second, 200*time.Millisecond, "the channel template of the ComputeDomain")
+		}, 30*time.Second, 200*time.Millisecond, "the compute-domain-controller creates the channel template of the ComputeDomain")
+		require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(cd), cd))
+		assert.Contains(t, cd.GetFinalizers(), rackbox.ComputeDomainFinalizer, "the controller owns the ComputeDomain's finalizer")
+		assert.Equal(t, map[string]string{"resource.nvidia.com/computeDomain": string(cd.GetUID()), "resource.nvidia.com/computeDomainTarget": "Workload"}, rct.Labels)
+		assert.Equal(t, rackbox.ChannelDeviceClass, rct.Spec.Spec.Devices.Requests[0].Exactly.DeviceClassName)
+		// Its IMEX DaemonSet, in the driver's namespace, selects the trays the kubelet plugin labels
+		// for the domain: the plugin is played (it needs NVML), so none is, and no daemon runs.
+		ds := &appsv1.DaemonSet{}
+		require.Eventually(t, func() bool {
+			return c.Get(ctx, client.ObjectKey{Namespace: rackbox.DriverNamespace, Name: "computedomain-daemon-" + string(cd.GetUID())}, ds) == nil
+		}, 30*time.Second, 200*time.Millisecond, "the compute-domain-controller creates the IMEX DaemonSet")
+		assert.Equal(t, map[string]string{"resource.nvidia.com/computeDomain": string(cd.GetUID())}, ds.Spec.Template.Spec.NodeSelector)
 
 		labels := map[string]string{"app": "worker"}
 		d := &appsv1.Deployment{
@@ -196,8 +207,9 @@ func TestBox(t *testing.T) {
 			var left corev1.PodList
 			err := c.List(ctx, &left, client.InNamespace("box"), client.MatchingLabels(labels))
 			return err == nil && len(left.Items) == 0 &&
-				apierrors.IsNotFound(c.Get(ctx, client.ObjectKeyFromObject(cd), cd)) && apierrors.IsNotFound(c.Get(ctx, client.ObjectKeyFromObject(rct), rct))
-		}, time.Minute, 200*time.Millisecond, "the garbage collector deletes the pods, the ComputeDomain's finalizer goes with its template")
+				apierrors.IsNotFound(c.Get(ctx, client.ObjectKeyFromObject(cd), cd)) && apierrors.IsNotFound(c.Get(ctx, client.ObjectKeyFromObject(rct), rct)) &&
+				apierrors.IsNotFound(c.Get(ctx, client.ObjectKeyFromObject(ds), ds))
+		}, time.Minute, 200*time.Millisecond, "the garbage collector deletes the pods; the controller deletes the templates and the DaemonSet, then removes its finalizer")
 	})
 }
 

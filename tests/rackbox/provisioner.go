@@ -1,0 +1,81 @@
+package rackbox
+
+import (
+	"context"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	"sigs.k8s.io/controller-runtime/pkg/builder"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+	"sigs.k8s.io/controller-runtime/pkg/reconcile"
+)
+
+// startProvisioner runs, until Stop, what the box plays in place of a storage system: the
+// provisioner of its storage class.
+func (b *Box) startProvisioner() error {
+	scheme := runtime.NewScheme()
+	if err := clientgoscheme.AddToScheme(scheme); err != nil {
+		return err
+	}
+	mgr, err := manager.New(b.Config, manager.Options{Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0"})
+	if err != nil {
+		return err
+	}
+	if err := builder.ControllerManagedBy(mgr).Named("rackbox-provisioner").For(&corev1.PersistentVolumeClaim{}).
+		Complete(&provisioner{c: mgr.GetClient()}); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	b.stopPlay, b.played = cancel, make(chan struct{})
+	go func() {
+		defer close(b.played)
+		_ = mgr.Start(ctx)
+	}()
+	return nil
+}
+
+// ComputeDomainGVK is the NVIDIA DRA driver's ComputeDomain.
+var ComputeDomainGVK = schema.GroupVersionKind{Group: "resource.nvidia.com", Version: "v1beta1", Kind: "ComputeDomain"}
+
+// ComputeDomainFinalizer is the compute-domain-controller's finalizer on a ComputeDomain.
+const ComputeDomainFinalizer = "resource.nvidia.com/computeDomain"
+
+// provisionerName is the box's storage class provisioner.
+const provisionerName = "rackbox.minimax-m3.io/rwx"
+
+// provisioner answers the PV controller the way an external provisioner does: for a claim the PV
+// controller marked for this provisioner (volume.kubernetes.io/storage-provisioner), a
+// PersistentVolume of the claim's size, modes and class, reserved for it (claimRef). The PV
+// controller then binds the two. The volume is an NFS export nobody mounts (no kubelet here).
+type provisioner struct{ c client.Client }
+
+func (p *provisioner) Reconcile(ctx context.Context, req reconcile.Request) (reconcile.Result, error) {
+	pvc := &corev1.PersistentVolumeClaim{}
+	if err := p.c.Get(ctx, req.NamespacedName, pvc); err != nil {
+		return reconcile.Result{}, client.IgnoreNotFound(err)
+	}
+	if pvc.Annotations["volume.kubernetes.io/storage-provisioner"] != provisionerName || pvc.Spec.VolumeName != "" || pvc.DeletionTimestamp != nil {
+		return reconcile.Result{}, nil
+	}
+	pv := &corev1.PersistentVolume{
+		ObjectMeta: metav1.ObjectMeta{
+			Name:        "pvc-" + string(pvc.UID),
+			Annotations: map[string]string{"pv.kubernetes.io/provisioned-by": provisionerName},
+		},
+		Spec: corev1.PersistentVolumeSpec{
+			Capacity:                      corev1.ResourceList{corev1.ResourceStorage: pvc.Spec.Resources.Requests[corev1.ResourceStorage]},
+			AccessModes:                   pvc.Spec.AccessModes,
+			StorageClassName:              StorageClass,
+			PersistentVolumeReclaimPolicy: corev1.PersistentVolumeReclaimRetain,
+			ClaimRef:                      &corev1.ObjectReference{Kind: "PersistentVolumeClaim", APIVersion: "v1", Namespace: pvc.Namespace, Name: pvc.Name, UID: pvc.UID},
+			PersistentVolumeSource:        corev1.PersistentVolumeSource{NFS: &corev1.NFSVolumeSource{Server: "rwx.rackbox.invalid", Path: "/" + string(pvc.UID)}},
+			VolumeMode:                    pvc.Spec.VolumeMode,
+		},
+	}
+	return reconcile.Result{}, ignoreExists(p.c.Create(ctx, pv))
+}
