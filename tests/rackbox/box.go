@@ -15,8 +15,7 @@
 //     pulled and no process runs;
 //   - the NVIDIA DRA driver's kubelet plugin (it needs NVML): the ResourceSlice of each tray
 //     (ResourceSlice in rack.go). Without it no tray is labelled for a ComputeDomain, so the
-//     controller's IMEX DaemonSet schedules no daemon (those need GPUs) and the ComputeDomain's
-//     status stays NotReady, as on a rack whose workloads have not started yet;
+//     controller's IMEX DaemonSet schedules no daemon (those need GPUs);
 //   - the NVIDIA device plugin: each tray registers nvidia.com/gpu capacity;
 //   - a storage provisioner for the RWX class (provisioner.go), the way an external provisioner
 //     answers the PV controller; the binding itself is the PV controller's.
@@ -64,8 +63,9 @@ type Box struct {
 	played   chan struct{}
 }
 
-// Start starts the control plane, kwok, the compute-domain-controller and the provisioner, creates the CPU nodes, the
-// DeviceClasses and the storage class, and returns once the CPU nodes are Ready and schedulable.
+// Start starts the control plane, kwok, the compute-domain-controller and the provisioner, creates
+// the CPU nodes, the DeviceClasses and the storage class, and returns once the CPU nodes are Ready
+// and schedulable.
 func Start(ctx context.Context, o Options) (*Box, error) {
 	if o.CPUNodes == 0 {
 		o.CPUNodes = 2
