@@ -42,6 +42,8 @@ type Options struct {
 	// ServiceAccount plugin, which envtest turns off, is turned back on when it is listed (its
 	// controllers then have to run: kube-controller-manager's service-account controller).
 	Admission []string
+	// APIServerFlags are kube-apiserver flags beyond envtest's (name without dashes, value).
+	APIServerFlags map[string]string
 }
 
 // Start starts the API server with binaries from binDir and the CRDs in crdDir.
@@ -62,8 +64,11 @@ func StartWith(binDir, crdDir string, o Options) (*Cluster, error) {
 		CRDDirectoryPaths:     []string{crdDir},
 		ErrorIfCRDPathMissing: true,
 	}
+	args := env.ControlPlane.GetAPIServer().Configure()
+	for k, v := range o.APIServerFlags {
+		args.Set(k, v)
+	}
 	if len(o.Admission) > 0 {
-		args := env.ControlPlane.GetAPIServer().Configure()
 		args.Set("enable-admission-plugins", strings.Join(o.Admission, ","))
 		if slices.Contains(o.Admission, "ServiceAccount") {
 			args.Disable("disable-admission-plugins")

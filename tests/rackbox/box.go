@@ -12,7 +12,8 @@
 //
 // What the box plays, because it needs hardware or a container runtime:
 //   - the kubelet: kwok moves pods to Running and Ready and ends Job pods (stages.go); no image is
-//     pulled and no process runs;
+//     pulled and no process runs; every node's kubelet endpoint is the box's exec server
+//     (kubelet.go), where a test says what a command does in its namespace (HandleExec);
 //   - the NVIDIA DRA driver's kubelet plugin (it needs NVML): the ResourceSlice of each tray
 //     (ResourceSlice in rack.go). Without it no tray is labelled for a ComputeDomain, so the
 //     controller's IMEX DaemonSet schedules no daemon (those need GPUs);
@@ -28,6 +29,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strconv"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -61,6 +63,7 @@ type Box struct {
 	dir      string
 	stopPlay context.CancelFunc
 	played   chan struct{}
+	kubelet  *kubelet
 }
 
 // Start starts the control plane, kwok, the compute-domain-controller and the provisioner, creates
@@ -70,30 +73,50 @@ func Start(ctx context.Context, o Options) (*Box, error) {
 	if o.CPUNodes == 0 {
 		o.CPUNodes = 2
 	}
+	dir, err := os.MkdirTemp("", "rackbox")
+	if err != nil {
+		return nil, err
+	}
+	// The kubelets' endpoint and the API server trust each other (kubeletPKI): the server's
+	// certificate checked against the kubelet CA, the API server's client certificate required.
+	pki, err := newKubeletPKI(dir)
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, err
+	}
 	cluster, err := localcluster.StartWith(o.Bin, o.CRDs, localcluster.Options{
 		// ServiceAccount as in any cluster; ExtendedResourceToleration as on managed GPU pools: a
 		// pod that requests nvidia.com/gpu tolerates the nvidia.com/gpu taint.
 		Admission: []string{"ServiceAccount", "ExtendedResourceToleration"},
+		APIServerFlags: map[string]string{
+			// As kubeadm sets it: the API server reaches a kubelet (exec) at its node's InternalIP.
+			"kubelet-preferred-address-types": "InternalIP,ExternalIP,Hostname",
+			"kubelet-certificate-authority":   pki.caFile,
+			"kubelet-client-certificate":      pki.clientCertFile,
+			"kubelet-client-key":              pki.clientKeyFile,
+		},
 	})
 	if err != nil {
+		_ = os.RemoveAll(dir)
 		return nil, err
 	}
-	b := &Box{Cluster: cluster}
-	if err := b.start(ctx, o); err != nil {
+	b := &Box{Cluster: cluster, dir: dir}
+	if err := b.start(ctx, o, pki); err != nil {
 		_ = b.Stop()
 		return nil, err
 	}
 	return b, nil
 }
 
-func (b *Box) start(ctx context.Context, o Options) error {
-	dir, err := os.MkdirTemp("", "rackbox")
-	if err != nil {
-		return err
-	}
-	b.dir = dir
+func (b *Box) start(ctx context.Context, o Options, pki *kubeletPKI) error {
+	dir := b.dir
 	stagesFile := filepath.Join(dir, "kwok-stages.yaml")
 	if err := os.WriteFile(stagesFile, []byte(stages), 0o600); err != nil {
+		return err
+	}
+	// Every node's kubelet endpoint (for exec): kwok writes its port into each node's status.
+	var err error
+	if b.kubelet, err = startKubelet(b.Client, pki); err != nil {
 		return err
 	}
 	servers := []struct {
@@ -111,7 +134,7 @@ func (b *Box) start(ctx context.Context, o Options) error {
 		{"kwok", []string{
 			"--kubeconfig=" + b.Kubeconfig, "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
 			"--config=" + stagesFile, "--server-address=127.0.0.1:0", "--node-lease-duration-seconds=40",
-			"--cidr=10.128.0.1/16", "--node-ip=10.127.0.1",
+			"--cidr=10.128.0.1/16", "--node-ip=127.0.0.1", "--node-port=" + strconv.Itoa(b.kubelet.port),
 		}},
 	}
 	for _, s := range servers {
@@ -264,7 +287,7 @@ func tailString(s string, n int) string {
 }
 
 // Stop stops the provisioner, the compute-domain-controller, kwok, the scheduler, the
-// controller-manager and the API server.
+// controller-manager, the kubelets' exec endpoint (ending the execs it runs) and the API server.
 func (b *Box) Stop() error {
 	if b.stopPlay != nil {
 		b.stopPlay()
@@ -272,6 +295,9 @@ func (b *Box) Stop() error {
 	}
 	for i := len(b.procs) - 1; i >= 0; i-- {
 		b.procs[i].stop()
+	}
+	if b.kubelet != nil {
+		b.kubelet.stop()
 	}
 	if b.dir != "" {
 		_ = os.RemoveAll(b.dir)

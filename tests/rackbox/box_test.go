@@ -2,7 +2,12 @@ package rackbox_test
 
 import (
 	"context"
+	"crypto/tls"
+	"fmt"
+	"io"
+	"net/http"
 	"os"
+	osexec "os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -18,9 +23,11 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"minimax-m3/benchmark"
 	"minimax-m3/tests/rackbox"
 )
 
@@ -124,6 +131,57 @@ func TestBox(t *testing.T) {
 			require.NoError(t, c.Patch(ctx, &pod, patch))
 			assert.True(t, jobReaches(ctx, c, job, want), "exit code %s: %s", code, want)
 		}
+	})
+
+	t.Run("exec reaches the node's kubelet through the API server", func(t *testing.T) {
+		pod := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "box", Name: "shell"},
+			Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "main", Image: "busybox:1.36"}}},
+		}
+		require.NoError(t, c.Create(ctx, pod))
+		require.Eventually(t, func() bool {
+			return c.Get(ctx, client.ObjectKeyFromObject(pod), pod) == nil && pod.Status.Phase == corev1.PodRunning
+		}, time.Minute, 200*time.Millisecond)
+		kube, err := kubernetes.NewForConfig(b.Config)
+		require.NoError(t, err)
+		exec := benchmark.PodExecutor{Config: b.Config, Client: kube}
+
+		// No handler: the exec fails, as in a container without the command.
+		err = exec.Exec(ctx, "box", "shell", "main", []string{"true"}, nil, io.Discard)
+		require.ErrorContains(t, err, "no container runtime in the box")
+
+		seen := make(chan string, 4)
+		remove := b.HandleExec("box", func(_ context.Context, p *corev1.Pod, container string, command []string, stdin io.Reader, stdout, _ io.Writer) error {
+			seen <- p.Spec.NodeName + " " + container
+			if command[0] == "false" {
+				return osexec.Command("false").Run()
+			}
+			in, _ := io.ReadAll(stdin)
+			_, err := fmt.Fprintf(stdout, "%s <%s>", strings.Join(command, " "), in)
+			return err
+		})
+		defer remove()
+		var out strings.Builder
+		require.NoError(t, exec.Exec(ctx, "box", "shell", "main", []string{"cat", "-"}, strings.NewReader("stdin"), &out))
+		assert.Equal(t, "cat - <stdin>", out.String())
+		assert.Equal(t, pod.Spec.NodeName+" main", <-seen, "the scheduler's node, the named container")
+		assert.ErrorContains(t, exec.Exec(ctx, "box", "shell", "main", []string{"false"}, nil, io.Discard), "exit code 1")
+		<-seen
+		assert.ErrorContains(t, exec.Exec(ctx, "box", "shell", "other", []string{"true"}, nil, io.Discard), "is not valid for pod")
+
+		// Only the API server, with its kubelet client certificate, reaches the endpoint: a
+		// client without one is refused in the TLS handshake, before any command runs.
+		node := &corev1.Node{}
+		require.NoError(t, c.Get(ctx, client.ObjectKey{Name: pod.Spec.NodeName}, node))
+		port := node.Status.DaemonEndpoints.KubeletEndpoint.Port
+		require.NotZero(t, port, "kwok wrote the endpoint's port into the node")
+		require.NotEmpty(t, node.Status.Addresses)
+		assert.Equal(t, "127.0.0.1", node.Status.Addresses[0].Address)
+		direct := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // the attacker's client
+		_, err = direct.Post(fmt.Sprintf("https://127.0.0.1:%d/exec/box/shell/main?command=true&output=1", port), "", nil)
+		require.Error(t, err, "refused at the handshake (TLS 1.3: certificate required; 1.2: bad certificate)")
+		assert.Empty(t, seen, "no command ran")
+		require.NoError(t, c.Delete(ctx, pod))
 	})
 
 	t.Run("GPU pods fill the rack and the channel is allocated per tray", func(t *testing.T) {

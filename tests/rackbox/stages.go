@@ -25,7 +25,8 @@ const (
 // (stages): how the box's simulated kubelets move nodes and pods through their lives. Written for
 // the box after kwok's own stage library (kustomize/stage: node-initialize,
 // node-heartbeat-with-lease, pod-ready, pod-complete, pod-delete, pod-container-running-failed):
-//   - a node becomes Ready with the capacity it registered;
+//   - a node becomes Ready with the capacity it registered, its kubelet endpoint the box's exec
+//     server (kubelet.go) on 127.0.0.1;
 //   - a pod bound to a node starts and is Ready about a second later (no image is pulled and no
 //     process runs: readiness here says the pod would have started, not that a model is loaded);
 //   - a Job's pod then exits 0, or 1 when its image is FailingImage (a benchmark run's pod when the
@@ -64,6 +65,11 @@ spec:
         type: InternalIP
       - address: {{ NodeName | Quote }}
         type: Hostname
+      {{ with NodePort }}
+      daemonEndpoints:
+        kubeletEndpoint:
+          Port: {{ . }}
+      {{ end }}
       allocatable:
       {{ YAML .status.allocatable 1 }}
       capacity:
