@@ -33,16 +33,18 @@ import (
 	"minimax-m3/tests/rackbox"
 )
 
-// boxBench is what the benchmark sweep's box test plays around the box. Everything else is real:
+// boxBench is what the benchmark sweep's box tests play around the box. Everything else is real:
 // the scheduler places the helper pod and each AIPerf Job's pod (beside the frontend), the Job
-// controller runs the write check and the points, the recipe's restart deletes the graph's pods
-// and their ReplicaSets and the Dynamo operator bring them back.
+// controller runs the write check and the points, the restarts (the recipe's: deleting the
+// graph's pods; or the operator's, through spec.restart) are the controllers' and the Dynamo
+// operator's, and each exec goes through the API server's exec subresource to the node's kubelet
+// endpoint (rackbox: the box's, with the kubelet's own streaming library).
 //   - AIPerf (it needs a served model): when a point's pod runs, the test writes what AIPerf
 //     0.12 leaves in ARTIFACT_DIR (package aiperfexport: its summary, records and log, in its own
 //     format) into the claim's directory, then sets the pod's exit code (rackbox.ExitCodeAnnotation):
 //     only then does kwok end the pod;
-//   - the kubelet's exec into the helper pod (no container runtime here): the command runs on this
-//     machine, with the claim's mount a local directory, once the pod is Running on a node.
+//   - the helper's container (no container runtime here): the command the kubelet is asked to run
+//     runs on this machine, with the claim's mount a local directory.
 type boxBench struct {
 	t     *testing.T
 	ns    string
@@ -57,27 +59,41 @@ type boxBench struct {
 	before func(run string, concurrency int)
 }
 
-// Exec is the played kubelet's exec.
-func (b *boxBench) Exec(ctx context.Context, namespace, pod, container string, command []string, stdin io.Reader, stdout io.Writer) error {
-	p, err := b.kube.CoreV1().Pods(namespace).Get(ctx, pod, metav1.GetOptions{})
-	if err != nil {
-		return err
-	}
-	if p.Spec.NodeName == "" || p.Status.Phase != corev1.PodRunning || container != "helper" {
-		return fmt.Errorf("exec in %s[%s]: not a running helper (%s on %q)", pod, container, p.Status.Phase, p.Spec.NodeName)
+// exec is what the container runtime would run in the helper pod (the box's kubelet endpoint
+// calls it for every exec into the namespace's pods): the command, on this machine, with the
+// claim's mount mapped to the local directory.
+func (b *boxBench) exec(ctx context.Context, p *corev1.Pod, container string, command []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	if container != "helper" || p.Labels["minimax-m3.io/benchmark-step"] != "helper" {
+		return fmt.Errorf("exec in %s[%s]: not the helper", p.Name, container)
 	}
 	args := make([]string, len(command))
 	for i, a := range command {
 		args[i] = strings.ReplaceAll(a, config.BenchmarkMountPath, b.claim)
 	}
 	cmd := exec.CommandContext(ctx, args[0], args[1:]...)
-	cmd.Stdin, cmd.Stdout = stdin, stdout
-	var stderr strings.Builder
-	cmd.Stderr = &stderr
-	if err := cmd.Run(); err != nil {
-		return fmt.Errorf("%w: %s", err, stderr.String())
-	}
-	return nil
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdin, stdout, stderr
+	// Once ctx ends (the box stops), the command's streams are not waited for long.
+	cmd.WaitDelay = 5 * time.Second
+	return cmd.Run()
+}
+
+// newBoxBench plays AIPerf and the helper's container in ns until the test ends.
+func newBoxBench(t *testing.T, ns string) *boxBench {
+	kube, err := kubernetes.NewForConfig(box.Config)
+	require.NoError(t, err)
+	played := &boxBench{t: t, ns: ns, claim: t.TempDir(), kube: kube, outcome: map[int]aiperfexport.Point{}}
+	t.Cleanup(box.HandleExec(ns, played.exec))
+	ctx, stop := context.WithCancel(context.Background())
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		played.playAIPerf(ctx)
+	}()
+	t.Cleanup(func() {
+		stop()
+		<-stopped
+	})
+	return played
 }
 
 // playAIPerf plays AIPerf in every running point pod of the namespace until ctx is done.
@@ -139,6 +155,13 @@ func (b *boxBench) run(ctx context.Context, p *corev1.Pod) {
 	}
 }
 
+// onRun sets what runs when a point's AIPerf pod runs, before it ends (nil: nothing).
+func (b *boxBench) onRun(f func(run string, concurrency int)) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.before = f
+}
+
 func (b *boxBench) runs() []string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
@@ -155,6 +178,12 @@ func (e *sweepEvents) add(ev benchmark.Event) {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	e.all = append(e.all, ev)
+}
+
+func (e *sweepEvents) list() []benchmark.Event {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return slices.Clone(e.all)
 }
 
 func (e *sweepEvents) has(substr string) bool {
@@ -175,14 +204,14 @@ func csvRows(t *testing.T, dir string) [][]string {
 }
 
 // boxBenchLeftovers asserts that no sweep object is left: the Lease, the Jobs, the helper.
-func boxBenchLeftovers(t *testing.T, kube kubernetes.Interface, ns string) {
+func boxBenchLeftovers(t *testing.T, kube kubernetes.Interface, ns, graph string) {
 	t.Helper()
 	require.EventuallyWithT(t, func(c *assert.CollectT) {
 		ctx := context.Background()
 		jobs, err := kube.BatchV1().Jobs(ns).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=benchmark"})
 		require.NoError(c, err)
 		assert.Empty(c, jobs.Items)
-		_, err = kube.CoreV1().Pods(ns).Get(ctx, aggGraph+"-bench-helper", metav1.GetOptions{})
+		_, err = kube.CoreV1().Pods(ns).Get(ctx, graph+"-bench-helper", metav1.GetOptions{})
 		assert.True(c, apierrors.IsNotFound(err), "helper pod deleted")
 		_, err = kube.CoordinationV1().Leases(ns).Get(ctx, benchmark.LeaseName, metav1.GetOptions{})
 		assert.True(c, apierrors.IsNotFound(err), "Lease released")
@@ -215,25 +244,15 @@ func TestBoxBenchmarkSweepResumesComparesAndFailsOverBudget(t *testing.T) {
 	})
 	c, err := s.stack.Config(ctx)
 	require.NoError(t, err)
-	kube, err := kubernetes.NewForConfig(box.Config)
-	require.NoError(t, err)
+	played := newBoxBench(t, ns)
+	kube := played.kube
 	dyn, err := dynamic.NewForConfig(box.Config)
 	require.NoError(t, err)
-	played := &boxBench{t: t, ns: ns, claim: t.TempDir(), kube: kube, outcome: map[int]aiperfexport.Point{}}
-	playCtx, stopPlaying := context.WithCancel(ctx)
-	stopped := make(chan struct{})
-	go func() {
-		defer close(stopped)
-		played.playAIPerf(playCtx)
-	}()
-	defer func() {
-		stopPlaying()
-		<-stopped
-	}()
+	podExec := benchmark.PodExecutor{Config: box.Config, Client: kube}
 
 	newSweep := func(run, out string, ev *sweepEvents) *benchmark.Sweep {
 		return &benchmark.Sweep{
-			Config: &c, Namespace: ns, Kube: kube, Dynamic: dyn, Exec: played,
+			Config: &c, Namespace: ns, Kube: kube, Dynamic: dyn, Exec: podExec,
 			Concurrency: []int{4, 8, 16}, RunID: run, OutDir: out, StageTrace: traceFile, ErrorBudget: 0.01,
 			Stack: "agg", ProgramCommit: "0123abc", Heartbeat: 500 * time.Millisecond, Progress: ev.add,
 		}
@@ -242,7 +261,7 @@ func TestBoxBenchmarkSweepResumesComparesAndFailsOverBudget(t *testing.T) {
 	// The uninterrupted sweep; a second one tries to start while its first point runs.
 	whole, wholeEvents := t.TempDir(), &sweepEvents{}
 	var busyErr error
-	played.before = func(run string, concurrency int) {
+	played.onRun(func(run string, concurrency int) {
 		if run != "whole" || concurrency != 4 {
 			return
 		}
@@ -254,7 +273,7 @@ func TestBoxBenchmarkSweepResumesComparesAndFailsOverBudget(t *testing.T) {
 		for !wholeEvents.has("AIPerf: 3 of 3 requests done") && time.Now().Before(deadline) {
 			time.Sleep(100 * time.Millisecond)
 		}
-	}
+	})
 	res, err := newSweep("whole", whole, wholeEvents).Run(ctx)
 	require.NoError(t, err)
 	assert.True(t, wholeEvents.has("AIPerf: 3 of 3 requests done"), "progress in requests out of the trace's")
@@ -285,22 +304,22 @@ func TestBoxBenchmarkSweepResumesComparesAndFailsOverBudget(t *testing.T) {
 	require.Len(t, wholeRows, 4)
 	assert.Equal(t, []string{"4", "real", "ok", "3", "0"}, wholeRows[1][:5])
 	assert.Equal(t, "0.20", wholeRows[1][18], "goodput, with benchmark.goodput's SLO")
-	boxBenchLeftovers(t, kube, ns)
+	boxBenchLeftovers(t, kube, ns, aggGraph)
 
 	// Interrupted in its third point, then resumed: only that point runs again.
 	cut := t.TempDir()
 	runCtx, interrupt := context.WithCancel(ctx)
-	played.before = func(run string, concurrency int) {
+	played.onRun(func(run string, concurrency int) {
 		if run == "cut" && concurrency == 16 {
 			interrupt()
 		}
-	}
+	})
 	_, err = newSweep("cut", cut, &sweepEvents{}).Run(runCtx)
 	require.ErrorIs(t, err, context.Canceled)
 	assert.Len(t, csvRows(t, cut), 3, "the two points done are written")
-	boxBenchLeftovers(t, kube, ns)
+	boxBenchLeftovers(t, kube, ns, aggGraph)
 
-	played.before = nil
+	played.onRun(nil)
 	resumed := newSweep("cut", cut, &sweepEvents{})
 	resumed.Resume, resumed.PruneClaim = true, true
 	_, err = resumed.Run(ctx)
@@ -337,7 +356,7 @@ func TestBoxBenchmarkSweepResumesComparesAndFailsOverBudget(t *testing.T) {
 	md, err := os.ReadFile(filepath.Join(failing, "results.md"))
 	require.NoError(t, err)
 	assert.Contains(t, string(md), "Failed requests at c=8:\n- 2 × 503 Service Unavailable no worker available")
-	boxBenchLeftovers(t, kube, ns)
+	boxBenchLeftovers(t, kube, ns, aggGraph)
 
 	// The two sweeps side by side.
 	cmp := t.TempDir()

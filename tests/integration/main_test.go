@@ -1,13 +1,12 @@
 // Package integration runs the program through the real Pulumi engine and Kubernetes provider
 // against a real kube-apiserver (started by controller-runtime's envtest) with the real Dynamo and
 // ComputeDomain CRDs installed from $MINIMAX_M3_CRDS, and in the rack box (package rackbox), whose
-// Kubernetes controllers, scheduler and Dynamo operator run for real (the TestBox* tests).
+// Kubernetes controllers, scheduler, Dynamo operator and compute-domain-controller run for real
+// (the TestBox* tests: every test of a graph's lifecycle, the benchmark sweep's included).
 //
 // The plain API server runs no controllers. Where a test there needs one, it plays it and says so:
-// the Job controller (marking the download Job complete or failed), the Dynamo operator (marking the
-// graph Ready) and the garbage collector (releasing foreground deletions). The benchmark sweep's
-// fast tier (bench_test.go) runs the real Dynamo operator there and plays the Deployment controller
-// with ready pods, the Job controller, the garbage collector and a kubelet for exec.
+// the Job controller (marking the download Job complete or failed), an operator (marking the
+// graph Ready) and the garbage collector (releasing foreground deletions).
 package integration
 
 import (
@@ -30,8 +29,7 @@ import (
 	"minimax-m3/tests/localcluster"
 )
 
-// apiServer is a plain local API server (no controllers): the one every test shares (cluster),
-// or the real-operator tests' own (operator_test.go).
+// apiServer is a plain local API server (no controllers): the one every test shares (cluster).
 type apiServer struct {
 	kubeconfig string
 	config     *rest.Config

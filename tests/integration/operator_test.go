@@ -6,50 +6,25 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/pulumi/pulumi/sdk/v3/go/auto"
 	"github.com/pulumi/pulumi/sdk/v3/go/auto/optdestroy"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	appsv1 "k8s.io/api/apps/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"minimax-m3/tests/dynamooperator"
 	"minimax-m3/tests/rackbox"
 )
 
 // The tests in this file run the real Dynamo operator (built by `make toolchain` from the source
-// in MINIMAX_M3_DYNAMO_OPERATOR, default ../shared/reference/dynamo-operator) where the operator
-// itself fails or is down: what `up` and `destroy` then tell the user; and on a plain API server
-// of their own, the benchmark sweep's fast tier (bench_test.go). Everything the operator does is
-// the operator's; the graph's own lifecycle with it is tested in the rack box (box_test.go).
-
-// The tests that run the real operator on a plain API server (no controller runs there but the
-// operator; what else a cluster runs is played) share one of their own, beside the suite's: the
-// operator is cluster-wide, and on the suite's API server it would reconcile every other test's
-// graph. They run one after another (each starts and stops its operator), while the other tests
-// run in parallel.
-func TestRealOperatorOnItsOwnAPIServer(t *testing.T) {
-	t.Parallel()
-	c, err := startAPIServer()
-	require.NoError(t, err)
-	t.Cleanup(func() { _ = c.Stop() })
-	api := &apiServer{kubeconfig: c.Kubeconfig, config: c.Config, client: c.Client}
-	for _, tc := range []struct {
-		name string
-		test func(*testing.T, *apiServer)
-	}{
-		{"FailureReasonInUpsError", failureReasonInUpsError},
-		{"BenchmarkSweep", benchmarkSweep},
-		{"BenchmarkSweepInterruptAndFailedWriteCheck", benchmarkSweepInterruptAndFailedWriteCheck},
-		{"BenchCommand", benchCommand},
-	} {
-		t.Run(tc.name, func(t *testing.T) { tc.test(t, api) })
-	}
-}
+// in MINIMAX_M3_DYNAMO_OPERATOR, default ../shared/reference/dynamo-operator) in the rack box where
+// the operator itself fails or is down: what `up` and `destroy` then tell the user.
 
 // operatorSource is the operator's source folder; its CRD folder holds the CRD the operator
 // watches beyond MINIMAX_M3_CRDS (dynamocheckpoints).
@@ -58,28 +33,6 @@ func operatorSource() string {
 		return dir
 	}
 	return filepath.Join(cluster.root, "..", "shared", "reference", "dynamo-operator")
-}
-
-// startPlainOperator runs the real operator, cluster-wide, on a plain API server until the test
-// ends; its log goes to the test's log when the test fails.
-func startPlainOperator(t *testing.T, api *apiServer) *dynamooperator.Operator {
-	t.Helper()
-	log := &syncBuffer{}
-	op, err := dynamooperator.Start(context.Background(), dynamooperator.Options{
-		Binary:     filepath.Join(cluster.bin, "dynamo-operator"),
-		Kubeconfig: api.kubeconfig,
-		Config:     api.config,
-		CRDDir:     filepath.Join(operatorSource(), "config", "crd", "bases"),
-		Log:        log,
-	})
-	require.NoError(t, err, "operator log:\n%s", log.String())
-	t.Cleanup(func() {
-		_ = op.Stop()
-		if t.Failed() {
-			t.Logf("operator log (last 8 kB):\n%s", tail(log.String(), 8<<10))
-		}
-	})
-	return op
 }
 
 func tail(s string, n int) string {
@@ -104,35 +57,53 @@ func readyCondition(g *unstructured.Unstructured) (status, reason, message strin
 	return
 }
 
-// A graph the operator fails (here: its planner ClusterRole is missing, a site problem the schema
-// cannot see): the operator's reason and message are in `up`'s output while it waits, and in its
-// error when the wait ends. It runs on the real-operator tests' own API server, where no other
-// test's graph needs the ClusterRole it deletes, and plays nothing: the stack does not wait for its download (no Job
-// controller runs there), and the operator fails the graph before it makes any Deployment.
-func failureReasonInUpsError(t *testing.T, api *apiServer) {
+// A graph the operator fails: here the namespace's ResourceQuota allows no more ServiceAccounts
+// (a site's limit the schema cannot see), so the quota admission refuses the operator's planner
+// ServiceAccount. The operator's reason and message are in `up`'s output while it waits, and in
+// its error when the wait ends; the operator made no workload. Nothing is played: the quota is
+// enforced by the API server's admission and counted by kube-controller-manager's quota controller.
+func TestBoxOperatorFailureReasonInUpsError(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
-	startPlainOperator(t, api)
-	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: dynamooperator.ClusterRoles[0]}}
-	require.NoError(t, api.client.Delete(ctx, role))
-	t.Cleanup(func() {
-		_ = api.client.Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: role.Name}})
+	b := rackBox(t)
+	ns := "box-quota"
+	namespace := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}
+	require.NoError(t, b.Client.Create(ctx, namespace))
+	// The stack does not manage the namespace it was given; the test removes it, and its quota.
+	t.Cleanup(func() { _ = b.Client.Delete(context.Background(), namespace) })
+	// The namespace's default ServiceAccount first (the service-account controller's), then a
+	// quota of one, once the quota controller has counted it.
+	require.Eventually(t, func() bool {
+		return b.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "default"}, &corev1.ServiceAccount{}) == nil
+	}, time.Minute, 200*time.Millisecond, "the default ServiceAccount")
+	quota := &corev1.ResourceQuota{
+		ObjectMeta: metav1.ObjectMeta{Name: "service-accounts", Namespace: ns},
+		Spec:       corev1.ResourceQuotaSpec{Hard: corev1.ResourceList{"count/serviceaccounts": resource.MustParse("1")}},
+	}
+	require.NoError(t, b.Client.Create(ctx, quota))
+	require.Eventually(t, func() bool {
+		if b.Client.Get(ctx, client.ObjectKeyFromObject(quota), quota) != nil {
+			return false
+		}
+		used, ok := quota.Status.Used["count/serviceaccounts"]
+		return ok && used.Value() == 1
+	}, time.Minute, 200*time.Millisecond, "the quota controller counts the default ServiceAccount")
+
+	s := newBoxStack(t, "agg", ns, addRack(t, rackbox.NVL72("quota").WithGPUs(4)), auto.ConfigMap{
+		"minimax-m3:namespace.create":  {Value: "false"},
+		"minimax-m3:readiness.timeout": {Value: "30s"},
 	})
-	ns := "real-failed"
-	s := makeStack(t, api.kubeconfig, "agg", ns, auto.ConfigMap{
-		"minimax-m3:readiness.timeout":               {Value: "30s"},
-		"minimax-m3:modelDownload.waitForCompletion": {Value: "false"},
-	}, api.client)
 	_, _, err := s.up(ctx)
 	require.Error(t, err)
-	want := `failed_to_reconcile_the_resources: failed to ensure planner RBAC: cluster role "dynamo-planner" does not exist`
-	assert.Contains(t, err.Error(), "the Dynamo operator reports DynamoGraphDeployment real-failed/"+aggGraph+" failed at generation 1: "+want)
+	want := `failed_to_reconcile_the_resources: failed to ensure planner RBAC: failed to create service account: serviceaccounts "planner-serviceaccount" is forbidden: exceeded quota: service-accounts`
+	assert.Contains(t, err.Error(), "the Dynamo operator reports DynamoGraphDeployment "+ns+"/"+aggGraph+" failed at generation 1: "+want)
 	assert.Contains(t, err.Error(), "timed out waiting for the condition")
 	out := s.log.String()
 	live, summary := strings.Index(out, want), strings.Index(out, "Diagnostics:")
 	assert.True(t, live >= 0 && live < summary, "reported while up waited, before its summary:\n%s", out)
 	assert.Equal(t, 2, strings.Count(out, want), "once while waiting, once in the summary")
 	var deployments appsv1.DeploymentList
-	require.NoError(t, api.client.List(ctx, &deployments, client.InNamespace(ns)))
+	require.NoError(t, b.Client.List(ctx, &deployments, client.InNamespace(ns)))
 	assert.Empty(t, deployments.Items, "the operator made nothing for the failed graph")
 }
 

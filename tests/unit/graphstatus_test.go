@@ -13,7 +13,7 @@ import (
 )
 
 // What counts as the operator failing a graph: status.state failed with Ready=False written for
-// the graph's current generation (the shape TestRealOperatorOnItsOwnAPIServer/FailureReasonInUpsError gets from the
+// the graph's current generation (the shape TestBoxOperatorFailureReasonInUpsError gets from the
 // real operator). A pending graph, or a failure of an older generation, is not one.
 func TestGraphFailureOf(t *testing.T) {
 	graph := func(generation int64, state, status string, observed int64) *unstructured.Unstructured {
