@@ -62,14 +62,13 @@ func (c CLI) Run(ctx context.Context, dir, stdin string, out io.Writer, args ...
 // namespace, a placeholder token (through stdin, never an argument) and no waits for the
 // controllers that do not run there.
 func (c CLI) Configure(ctx context.Context, dir, stack string) error {
-	for _, kv := range [][2]string{
-		{"minimax-m3:namespace.name", c.Namespace(stack)},
-		{"minimax-m3:modelDownload.waitForCompletion", "false"},
-		{"minimax-m3:readiness.waitForReady", "false"},
-	} {
-		if err := c.Run(ctx, dir, "", io.Discard, "config", "set", "--stack", stack, "--path", kv[0], kv[1]); err != nil {
-			return err
-		}
+	// One CLI run for the plain values (each run costs the CLI's start), one for the token.
+	err := c.Run(ctx, dir, "", io.Discard, "config", "set-all", "--stack", stack, "--path",
+		"--plaintext", "minimax-m3:namespace.name="+c.Namespace(stack),
+		"--plaintext", "minimax-m3:modelDownload.waitForCompletion=false",
+		"--plaintext", "minimax-m3:readiness.waitForReady=false")
+	if err != nil {
+		return err
 	}
 	return c.Run(ctx, dir, "hf_local_placeholder\n", io.Discard, "config", "set", "--stack", stack, "--secret", "minimax-m3:hfToken")
 }
