@@ -161,11 +161,16 @@ func OnSignal(stop func() error) {
 // StopBefore stops the servers shortly before a deadline (such as `go test -timeout`, which ends
 // the process without running deferred calls).
 func (c *Cluster) StopBefore(timeout time.Duration) {
+	StopBefore(timeout, "the local API server", c.Stop)
+}
+
+// StopBefore runs stop (of what) 30 s before timeout, when the timeout is over a minute.
+func StopBefore(timeout time.Duration, what string, stop func() error) {
 	if timeout <= time.Minute {
 		return
 	}
 	time.AfterFunc(timeout-30*time.Second, func() {
-		fmt.Fprintln(os.Stderr, "the test timeout is near: stopping the local API server")
-		_ = c.Stop()
+		fmt.Fprintf(os.Stderr, "the test timeout is near: stopping %s\n", what)
+		_ = stop()
 	})
 }

@@ -30,6 +30,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -64,6 +65,8 @@ type Box struct {
 	stopPlay context.CancelFunc
 	played   chan struct{}
 	kubelet  *kubelet
+	stopOnce sync.Once
+	stopErr  error
 }
 
 // Start starts the control plane, kwok, the compute-domain-controller and the provisioner, creates
@@ -288,7 +291,13 @@ func tailString(s string, n int) string {
 
 // Stop stops the provisioner, the compute-domain-controller, kwok, the scheduler, the
 // controller-manager, the kubelets' exec endpoint (ending the execs it runs) and the API server.
+// It is safe to call more than once (StopOnSignal, StopBefore, a test's cleanup).
 func (b *Box) Stop() error {
+	b.stopOnce.Do(func() { b.stopErr = b.stop() })
+	return b.stopErr
+}
+
+func (b *Box) stop() error {
 	if b.stopPlay != nil {
 		b.stopPlay()
 		<-b.played
@@ -309,6 +318,13 @@ func (b *Box) Stop() error {
 // aborted run leaves no server behind (localcluster.OnSignal: with every other server the process
 // registered).
 func (b *Box) StopOnSignal() { localcluster.OnSignal(b.Stop) }
+
+// StopBefore stops the box (its servers, the kubelet endpoint and its folder, with the kubelet
+// client's key) shortly before a deadline such as `go test -timeout`, which ends the process
+// without running deferred calls.
+func (b *Box) StopBefore(timeout time.Duration) {
+	localcluster.StopBefore(timeout, "the rack box", b.Stop)
+}
 
 // ignoreExists makes AlreadyExists a success.
 func ignoreExists(err error) error {

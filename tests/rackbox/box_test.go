@@ -153,8 +153,13 @@ func TestBox(t *testing.T) {
 		seen := make(chan string, 4)
 		remove := b.HandleExec("box", func(_ context.Context, p *corev1.Pod, container string, command []string, stdin io.Reader, stdout, _ io.Writer) error {
 			seen <- p.Spec.NodeName + " " + container
-			if command[0] == "false" {
+			switch command[0] {
+			case "false":
 				return osexec.Command("false").Run()
+			case "killed":
+				return osexec.Command("sh", "-c", "kill -KILL $$").Run()
+			case "true":
+				return nil
 			}
 			in, _ := io.ReadAll(stdin)
 			_, err := fmt.Fprintf(stdout, "%s <%s>", strings.Join(command, " "), in)
@@ -169,18 +174,51 @@ func TestBox(t *testing.T) {
 		<-seen
 		assert.ErrorContains(t, exec.Exec(ctx, "box", "shell", "other", []string{"true"}, nil, io.Discard), "is not valid for pod")
 
+		assert.ErrorContains(t, exec.Exec(ctx, "box", "shell", "main", []string{"killed"}, nil, io.Discard), "exit code 137",
+			"a command a signal ended: 128 plus its number, as a container runtime reports it")
+		<-seen
+
 		// Only the API server, with its kubelet client certificate, reaches the endpoint: a
-		// client without one is refused in the TLS handshake, before any command runs.
+		// client without one, or with one another CA signed, is refused in the TLS handshake,
+		// before any command runs.
 		node := &corev1.Node{}
 		require.NoError(t, c.Get(ctx, client.ObjectKey{Name: pod.Spec.NodeName}, node))
 		port := node.Status.DaemonEndpoints.KubeletEndpoint.Port
 		require.NotZero(t, port, "kwok wrote the endpoint's port into the node")
 		require.NotEmpty(t, node.Status.Addresses)
 		assert.Equal(t, "127.0.0.1", node.Status.Addresses[0].Address)
-		direct := &http.Client{Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}} //nolint:gosec // the attacker's client
-		_, err = direct.Post(fmt.Sprintf("https://127.0.0.1:%d/exec/box/shell/main?command=true&output=1", port), "", nil)
-		require.Error(t, err, "refused at the handshake (TLS 1.3: certificate required; 1.2: bad certificate)")
+		post := func(cfg *tls.Config) error {
+			direct := &http.Client{Transport: &http.Transport{TLSClientConfig: cfg}}
+			defer direct.CloseIdleConnections()
+			resp, err := direct.Post(fmt.Sprintf("https://127.0.0.1:%d/exec/box/shell/main?command=true&output=1", port), "", nil)
+			if err == nil {
+				_ = resp.Body.Close()
+			}
+			return err
+		}
+		apiServers, err := b.KubeletClientTLS(true)
+		require.NoError(t, err)
+		require.NoError(t, post(apiServers),
+			"with the API server's client certificate the handshake passes, the endpoint's certificate the kubelet CA's for 127.0.0.1 (a plain POST then opens no exec stream)")
+		assert.ErrorContains(t, post(&tls.Config{InsecureSkipVerify: true}), "certificate", //nolint:gosec // the attacker's client
+			"no client certificate (TLS 1.3: certificate required; 1.2: bad certificate)")
+		foreign, err := b.KubeletClientTLS(false)
+		require.NoError(t, err)
+		assert.ErrorContains(t, post(foreign), "certificate", "a client certificate another CA signed")
 		assert.Empty(t, seen, "no command ran")
+
+		// The API server checks the endpoint's serving certificate against the kubelet CA: one
+		// another CA signed fails the exec before any command runs.
+		restore, err := b.ServeForeignCertificate()
+		require.NoError(t, err)
+		err = exec.Exec(ctx, "box", "shell", "main", []string{"true"}, nil, io.Discard)
+		restore()
+		assert.ErrorContains(t, err, "certificate signed by unknown authority")
+		assert.Empty(t, seen, "no command ran")
+		require.NoError(t, exec.Exec(ctx, "box", "shell", "main", []string{"true"}, nil, io.Discard), "its own certificate again")
+		<-seen
+		// An exec's connection is let go when it ends.
+		assert.Eventually(t, func() bool { return b.ExecConnections() == 0 }, 10*time.Second, 100*time.Millisecond)
 		require.NoError(t, c.Delete(ctx, pod))
 	})
 

@@ -14,6 +14,8 @@ import (
 	"os/exec"
 	"strings"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -23,8 +25,9 @@ import (
 )
 
 // ExecFunc runs a command in a container of a running pod, the way a container runtime would for
-// the kubelet. An *exec.ExitError it returns is the command's exit code. ctx ends when the box
-// stops; a client that goes away shows as a failed write or the end of stdin.
+// the kubelet. An *exec.ExitError it returns is the command's exit code (128 plus the signal's
+// number when a signal ended it). ctx ends when the box stops; as with a container runtime, a
+// client that goes away does not stop the command: it shows as a failed write or the end of stdin.
 type ExecFunc func(ctx context.Context, pod *corev1.Pod, container string, command []string, stdin io.Reader, stdout, stderr io.Writer) error
 
 // kubelet is the part of every box node's kubelet the API server talks to for `kubectl exec`:
@@ -39,6 +42,9 @@ type kubelet struct {
 	srv  *http.Server
 	port int
 	pods client.Reader
+	pki  *kubeletPKI
+	// serving is the certificate the endpoint presents (a test may swap it: export_test.go).
+	serving atomic.Pointer[tls.Certificate]
 	// ctx ends every exec when the box stops; running counts them.
 	ctx     context.Context
 	cancel  context.CancelFunc
@@ -47,9 +53,13 @@ type kubelet struct {
 	mu       sync.Mutex
 	handlers map[string]*execHandler
 	stopped  bool
-	// hijacked are the exec streams' connections, which the server no longer closes itself.
-	hijacked []net.Conn
+	// hijacked are the exec streams' connections, which the server no longer closes itself,
+	// until their exec ends.
+	hijacked map[net.Conn]struct{}
 }
+
+// connKey is the request context's key for its connection (http.Server.ConnContext).
+type connKey struct{}
 
 type execHandler struct{ run ExecFunc }
 
@@ -58,19 +68,25 @@ func startKubelet(pods client.Reader, pki *kubeletPKI) (*kubelet, error) {
 	if err != nil {
 		return nil, err
 	}
-	k := &kubelet{pods: pods, handlers: map[string]*execHandler{}, port: ln.Addr().(*net.TCPAddr).Port}
+	k := &kubelet{pods: pods, pki: pki, handlers: map[string]*execHandler{}, hijacked: map[net.Conn]struct{}{}, port: ln.Addr().(*net.TCPAddr).Port}
 	k.ctx, k.cancel = context.WithCancel(context.Background())
+	k.serving.Store(&pki.serving)
 	k.srv = &http.Server{
 		Handler: http.HandlerFunc(k.serveExec),
 		TLSConfig: &tls.Config{
-			MinVersion:   tls.VersionTLS12,
-			Certificates: []tls.Certificate{pki.serving},
+			MinVersion: tls.VersionTLS12,
+			GetCertificate: func(*tls.ClientHelloInfo) (*tls.Certificate, error) {
+				return k.serving.Load(), nil
+			},
 			// Only the API server, with its kubelet client certificate, may call.
 			ClientAuth: tls.RequireAndVerifyClientCert,
 			ClientCAs:  pki.pool,
 		},
 		ReadHeaderTimeout: 10 * time.Second,
 		ConnState:         k.track,
+		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
+			return context.WithValue(ctx, connKey{}, c)
+		},
 		// A refused handshake is the client's error to report; anything else (a handler's panic)
 		// goes to stderr.
 		ErrorLog: log.New(skipHandshakeErrors{os.Stderr}, "rackbox kubelet: ", 0),
@@ -84,10 +100,10 @@ func (k *kubelet) stop() {
 	k.mu.Lock()
 	k.stopped = true
 	conns := k.hijacked
-	k.hijacked = nil
+	k.hijacked = map[net.Conn]struct{}{}
 	k.mu.Unlock()
 	_ = k.srv.Close()
-	for _, c := range conns {
+	for c := range conns {
 		_ = c.Close()
 	}
 	k.cancel()
@@ -105,7 +121,16 @@ func (k *kubelet) track(c net.Conn, state http.ConnState) {
 		_ = c.Close()
 		return
 	}
-	k.hijacked = append(k.hijacked, c)
+	k.hijacked[c] = struct{}{}
+}
+
+// untrack forgets the connection of an exec that ended (the streaming library has closed it).
+func (k *kubelet) untrack(req *http.Request) {
+	if c, ok := req.Context().Value(connKey{}).(net.Conn); ok {
+		k.mu.Lock()
+		delete(k.hijacked, c)
+		k.mu.Unlock()
+	}
 }
 
 // begin counts an exec unless the endpoint is stopping.
@@ -159,6 +184,7 @@ func (k *kubelet) serveExec(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	defer k.running.Done()
+	defer k.untrack(req)
 	ns, name, container := parts[1], parts[2], parts[3]
 	// The kubelet execs only into a container it runs.
 	pod := &corev1.Pod{}
@@ -184,8 +210,9 @@ func (k *kubelet) serveExec(w http.ResponseWriter, req *http.Request) {
 		http.Error(w, err.Error(), http.StatusBadRequest)
 		return
 	}
+	// The kubelet's defaults: streamingConnectionIdleTimeout 4h, 30 s to create the streams.
 	remotecommand.ServeExec(w, req, containerRuntime{box: k.ctx, pod: pod, run: run}, name, string(pod.UID), container, req.URL.Query()["command"], opts,
-		time.Minute, 30*time.Second, remotecommand.SupportedStreamingProtocols)
+		4*time.Hour, 30*time.Second, remotecommand.SupportedStreamingProtocols)
 }
 
 func hasContainer(pod *corev1.Pod, name string) bool {
@@ -218,8 +245,12 @@ func (r containerRuntime) ExecInContainer(ctx context.Context, _, _ string, cont
 	err := r.run(ctx, r.pod, container, cmd, in, stdout, stderr)
 	var exit *exec.ExitError
 	if errors.As(err, &exit) {
-		// The exit code, as a container runtime reports it.
-		return utilexec.CodeExitError{Err: err, Code: exit.ExitCode()}
+		// The exit code, as a container runtime reports it: 128+n for a command that signal n ended.
+		code := exit.ExitCode()
+		if ws, ok := exit.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			code = 128 + int(ws.Signal())
+		}
+		return utilexec.CodeExitError{Err: err, Code: code}
 	}
 	return err
 }

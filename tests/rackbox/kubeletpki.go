@@ -28,41 +28,72 @@ type kubeletPKI struct {
 	pool                                  *x509.CertPool
 }
 
-func newKubeletPKI(dir string) (*kubeletPKI, error) {
-	caKey, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+// certAuthority signs the box's certificates.
+type certAuthority struct {
+	cert *x509.Certificate
+	key  *ecdsa.PrivateKey
+}
+
+func newCertAuthority(name string) (*certAuthority, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
 	if err != nil {
 		return nil, err
 	}
 	now := time.Now()
-	ca := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "rackbox-kubelet-ca"},
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: name},
 		NotBefore: now.Add(-time.Minute), NotAfter: now.Add(7 * 24 * time.Hour),
 		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
 	}
-	caDER, err := x509.CreateCertificate(rand.Reader, ca, ca, &caKey.PublicKey, caKey)
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
 	if err != nil {
 		return nil, err
 	}
-	if ca, err = x509.ParseCertificate(caDER); err != nil {
-		return nil, err
-	}
-	issue := func(serial int64, name string, usage x509.ExtKeyUsage, ips []net.IP) ([]byte, *ecdsa.PrivateKey, error) {
-		key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-		if err != nil {
-			return nil, nil, err
-		}
-		der, err := x509.CreateCertificate(rand.Reader, &x509.Certificate{
-			SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: name},
-			NotBefore: now.Add(-time.Minute), NotAfter: now.Add(7 * 24 * time.Hour),
-			KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{usage}, IPAddresses: ips,
-		}, ca, &key.PublicKey, caKey)
-		return der, key, err
-	}
-	servingDER, servingKey, err := issue(2, "rackbox-kubelet", x509.ExtKeyUsageServerAuth, []net.IP{net.IPv4(127, 0, 0, 1)})
+	cert, err := x509.ParseCertificate(der)
 	if err != nil {
 		return nil, err
 	}
-	clientDER, clientKey, err := issue(3, "kube-apiserver-kubelet-client", x509.ExtKeyUsageClientAuth, nil)
+	return &certAuthority{cert: cert, key: key}, nil
+}
+
+// issue signs a certificate for name with one extended key usage (and IP addresses, for a server).
+func (ca *certAuthority) issue(serial int64, name string, usage x509.ExtKeyUsage, ips []net.IP) (tls.Certificate, error) {
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		return tls.Certificate{}, err
+	}
+	now := time.Now()
+	der, err := x509.CreateCertificate(rand.Reader, &x509.Certificate{
+		SerialNumber: big.NewInt(serial), Subject: pkix.Name{CommonName: name},
+		NotBefore: now.Add(-time.Minute), NotAfter: now.Add(7 * 24 * time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature, ExtKeyUsage: []x509.ExtKeyUsage{usage}, IPAddresses: ips,
+	}, ca.cert, &key.PublicKey, ca.key)
+	if err != nil {
+		return tls.Certificate{}, err
+	}
+	return tls.Certificate{Certificate: [][]byte{der}, PrivateKey: key}, nil
+}
+
+// servingCertificate is a kubelet serving certificate for the nodes' address, 127.0.0.1.
+func (ca *certAuthority) servingCertificate() (tls.Certificate, error) {
+	return ca.issue(2, "rackbox-kubelet", x509.ExtKeyUsageServerAuth, []net.IP{net.IPv4(127, 0, 0, 1)})
+}
+
+// clientCertificate is a client certificate, as the API server's kubelet client has.
+func (ca *certAuthority) clientCertificate() (tls.Certificate, error) {
+	return ca.issue(3, "kube-apiserver-kubelet-client", x509.ExtKeyUsageClientAuth, nil)
+}
+
+func newKubeletPKI(dir string) (*kubeletPKI, error) {
+	ca, err := newCertAuthority("rackbox-kubelet-ca")
+	if err != nil {
+		return nil, err
+	}
+	serving, err := ca.servingCertificate()
+	if err != nil {
+		return nil, err
+	}
+	client, err := ca.clientCertificate()
 	if err != nil {
 		return nil, err
 	}
@@ -70,17 +101,17 @@ func newKubeletPKI(dir string) (*kubeletPKI, error) {
 		caFile:         filepath.Join(dir, "kubelet-ca.crt"),
 		clientCertFile: filepath.Join(dir, "apiserver-kubelet-client.crt"),
 		clientKeyFile:  filepath.Join(dir, "apiserver-kubelet-client.key"),
-		serving:        tls.Certificate{Certificate: [][]byte{servingDER}, PrivateKey: servingKey},
+		serving:        serving,
 		pool:           x509.NewCertPool(),
 	}
-	p.pool.AddCert(ca)
-	clientKeyDER, err := x509.MarshalECPrivateKey(clientKey)
+	p.pool.AddCert(ca.cert)
+	clientKeyDER, err := x509.MarshalECPrivateKey(client.PrivateKey.(*ecdsa.PrivateKey))
 	if err != nil {
 		return nil, err
 	}
 	for file, block := range map[string]*pem.Block{
-		p.caFile:         {Type: "CERTIFICATE", Bytes: caDER},
-		p.clientCertFile: {Type: "CERTIFICATE", Bytes: clientDER},
+		p.caFile:         {Type: "CERTIFICATE", Bytes: ca.cert.Raw},
+		p.clientCertFile: {Type: "CERTIFICATE", Bytes: client.Certificate[0]},
 		p.clientKeyFile:  {Type: "EC PRIVATE KEY", Bytes: clientKeyDER},
 	} {
 		if err := os.WriteFile(file, pem.EncodeToMemory(block), 0o600); err != nil {
