@@ -23,8 +23,6 @@ import (
 	"minimax-m3/tests/rackbox"
 )
 
-const disaggGraph = "minimax-m3-disagg-gb200-agentic"
-
 // The sweep restarting through the operator (benchmark.RestartSpec, `make bench -restart-by spec`;
 // the command itself: TestBoxBenchCommand), on a disagg stack on a full rack (24 GPUs):
 //   - a trace whose checksum is not benchmark.traceSHA256 is refused before anything is created;

@@ -26,7 +26,10 @@ import (
 	"minimax-m3/tests/rackbox"
 )
 
-const aggGraph = "minimax-m3-agg-gb200-agentic"
+const (
+	aggGraph    = "minimax-m3-agg-gb200-agentic"
+	disaggGraph = "minimax-m3-disagg-gb200-agentic"
+)
 
 // upReady runs `up` while the test plays the Job controller and the Dynamo operator.
 func upReady(t *testing.T, s *testStack, c controllers) []operation {

@@ -45,5 +45,5 @@ func (b *Box) KubeletClientTLS(apiServers bool) (*tls.Config, error) {
 func (b *Box) ExecConnections() int {
 	b.kubelet.mu.Lock()
 	defer b.kubelet.mu.Unlock()
-	return len(b.kubelet.hijacked)
+	return len(b.kubelet.conns)
 }

@@ -53,9 +53,9 @@ type kubelet struct {
 	mu       sync.Mutex
 	handlers map[string]*execHandler
 	stopped  bool
-	// hijacked are the exec streams' connections, which the server no longer closes itself,
-	// until their exec ends.
-	hijacked map[net.Conn]struct{}
+	// conns are the running execs' connections, for stop to close: the streaming library
+	// hijacks them from the server, which then no longer closes them itself.
+	conns map[net.Conn]struct{}
 }
 
 // connKey is the request context's key for its connection (http.Server.ConnContext).
@@ -68,7 +68,7 @@ func startKubelet(pods client.Reader, pki *kubeletPKI) (*kubelet, error) {
 	if err != nil {
 		return nil, err
 	}
-	k := &kubelet{pods: pods, pki: pki, handlers: map[string]*execHandler{}, hijacked: map[net.Conn]struct{}{}, port: ln.Addr().(*net.TCPAddr).Port}
+	k := &kubelet{pods: pods, pki: pki, handlers: map[string]*execHandler{}, conns: map[net.Conn]struct{}{}, port: ln.Addr().(*net.TCPAddr).Port}
 	k.ctx, k.cancel = context.WithCancel(context.Background())
 	k.serving.Store(&pki.serving)
 	k.srv = &http.Server{
@@ -83,7 +83,6 @@ func startKubelet(pods client.Reader, pki *kubeletPKI) (*kubelet, error) {
 			ClientCAs:  pki.pool,
 		},
 		ReadHeaderTimeout: 10 * time.Second,
-		ConnState:         k.track,
 		ConnContext: func(ctx context.Context, c net.Conn) context.Context {
 			return context.WithValue(ctx, connKey{}, c)
 		},
@@ -99,8 +98,8 @@ func startKubelet(pods client.Reader, pki *kubeletPKI) (*kubelet, error) {
 func (k *kubelet) stop() {
 	k.mu.Lock()
 	k.stopped = true
-	conns := k.hijacked
-	k.hijacked = map[net.Conn]struct{}{}
+	conns := k.conns
+	k.conns = map[net.Conn]struct{}{}
 	k.mu.Unlock()
 	_ = k.srv.Close()
 	for c := range conns {
@@ -110,38 +109,24 @@ func (k *kubelet) stop() {
 	k.running.Wait()
 }
 
-// track keeps the connections the streaming library hijacks, for stop to close.
-func (k *kubelet) track(c net.Conn, state http.ConnState) {
-	if state != http.StateHijacked {
-		return
-	}
-	k.mu.Lock()
-	defer k.mu.Unlock()
-	if k.stopped {
-		_ = c.Close()
-		return
-	}
-	k.hijacked[c] = struct{}{}
-}
-
-// untrack forgets the connection of an exec that ended (the streaming library has closed it).
-func (k *kubelet) untrack(req *http.Request) {
-	if c, ok := req.Context().Value(connKey{}).(net.Conn); ok {
-		k.mu.Lock()
-		delete(k.hijacked, c)
-		k.mu.Unlock()
-	}
-}
-
-// begin counts an exec unless the endpoint is stopping.
-func (k *kubelet) begin() bool {
+// begin counts an exec and keeps its connection, unless the endpoint is stopping.
+func (k *kubelet) begin(c net.Conn) bool {
 	k.mu.Lock()
 	defer k.mu.Unlock()
 	if k.stopped {
 		return false
 	}
 	k.running.Add(1)
+	k.conns[c] = struct{}{}
 	return true
+}
+
+// end forgets an exec that ended (the streaming library has closed its connection).
+func (k *kubelet) end(c net.Conn) {
+	k.mu.Lock()
+	delete(k.conns, c)
+	k.mu.Unlock()
+	k.running.Done()
 }
 
 // skipHandshakeErrors drops the server's log lines about refused TLS handshakes.
@@ -179,12 +164,12 @@ func (k *kubelet) serveExec(w http.ResponseWriter, req *http.Request) {
 		http.NotFound(w, req)
 		return
 	}
-	if !k.begin() {
+	conn, _ := req.Context().Value(connKey{}).(net.Conn)
+	if !k.begin(conn) {
 		http.Error(w, "the box is stopping", http.StatusServiceUnavailable)
 		return
 	}
-	defer k.running.Done()
-	defer k.untrack(req)
+	defer k.end(conn)
 	ns, name, container := parts[1], parts[2], parts[3]
 	// The kubelet execs only into a container it runs.
 	pod := &corev1.Pod{}
