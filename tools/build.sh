@@ -5,8 +5,15 @@
 # kube-scheduler), kwok (the simulated GB200 rack's nodes), the Dynamo operator and the NVIDIA DRA
 # driver's compute-domain-controller.
 #
-# Binaries live in a per-user cache keyed by tool and version, so a fresh clone (as in CI) reuses
-# them; $ROOT/.toolchain/bin only links to them. A binary whose version is already built is skipped.
+#   bash tools/build.sh            every tool
+#   bash tools/build.sh linters    golangci-lint and actionlint only (what `make check` needs)
+#
+# Each tool's version has one source: the go.mod of its module under tools/ (tools/version.sh
+# reads it; the Kubernetes provider's is the SDK's version in the project's go.mod, which the
+# plugin must match). Binaries live in a per-user cache keyed by tool, version and a hash of what
+# is built (the tool module's go.mod and go.sum, the package, the link flags and the Go version),
+# so a fresh clone (as in CI) reuses them, and a changed go.mod builds anew instead of reusing a
+# stale binary. $ROOT/.toolchain/bin only links to them.
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -19,19 +26,27 @@ bin="$root/.toolchain/bin"
 plugins="$root/.toolchain/plugins"
 mkdir -p "$cache" "$bin" "$plugins"
 
-PULUMI_VERSION=v3.276.0
-LANGUAGE_GO_VERSION=v3.66.0
-KUBERNETES_PROVIDER_VERSION=4.25.0
-KUBERNETES_VERSION=v1.37.2
-ETCD_VERSION=v3.6.8
-KWOK_VERSION=v0.8.0
+version() { bash "$tools/version.sh" "$1"; }
+PULUMI_VERSION=$(version pulumi)
+LANGUAGE_GO_VERSION=$(version pulumi-language-go)
+KUBERNETES_PROVIDER_VERSION=$(version pulumi-resource-kubernetes)
+KUBERNETES_VERSION=$(version kubernetes)
+ETCD_VERSION=$(version etcd)
+KWOK_VERSION=$(version kwok)
+GO_VERSION=$(go env GOVERSION)
 
 log() { printf 'toolchain: %s\n' "$*" >&2; }
+
+# key DIR PACKAGE LDFLAGS: a hash of what a build from tools module DIR depends on.
+key() {
+  { cat "$1/go.mod" "$1/go.sum"; printf '%s\n' "$2" "$3" "$GO_VERSION"; } | sha256sum | cut -c1-12
+}
 
 # build NAME VERSION MODULE_DIR PACKAGE [LDFLAGS] [LINK_DIR]
 build() {
   local name=$1 version=$2 dir=$3 pkg=$4 ldflags=${5:-} link=${6:-$bin}
-  local out="$cache/$name-$version/$name"
+  local out
+  out="$cache/$name-$version-$(key "$dir" "$pkg" "$ldflags")/$name"
   if [ ! -x "$out" ]; then
     log "building $name $version (cold builds take minutes)"
     local start=$SECONDS
@@ -43,8 +58,17 @@ build() {
   [ "$link/$name" = "$out" ] || ln -sfn "$out" "$link/$name"
 }
 
-build pulumi "$PULUMI_VERSION" "$tools/pulumi" github.com/pulumi/pulumi/pkg/v3/cmd/pulumi \
-  "-X github.com/pulumi/pulumi/sdk/v3/go/common/version.Version=$PULUMI_VERSION" "$cache/pulumi-$PULUMI_VERSION"
+build golangci-lint "$(version golangci-lint)" "$tools/golangci-lint" github.com/golangci/golangci-lint/v2/cmd/golangci-lint
+build actionlint "$(version actionlint)" "$tools/actionlint" github.com/rhysd/actionlint/cmd/actionlint
+if [ "${1:-}" = linters ]; then
+  log "linters ready in $bin ($((SECONDS))s)"
+  exit 0
+fi
+
+# The CLI's own folder holds the language host (below), so it is linked to itself.
+pulumi_ldflags="-X github.com/pulumi/pulumi/sdk/v3/go/common/version.Version=$PULUMI_VERSION"
+pulumi_dir="$cache/pulumi-$PULUMI_VERSION-$(key "$tools/pulumi" github.com/pulumi/pulumi/pkg/v3/cmd/pulumi "$pulumi_ldflags")"
+build pulumi "$PULUMI_VERSION" "$tools/pulumi" github.com/pulumi/pulumi/pkg/v3/cmd/pulumi "$pulumi_ldflags" "$pulumi_dir"
 # install_script TEMPLATE DEST SED_EXPRESSIONS...: a wrapper from tools/, written atomically.
 install_script() {
   local template=$1 dest=$2; shift 2
@@ -54,12 +78,14 @@ install_script() {
 }
 # bin/pulumi is a wrapper that sets the project's offline defaults (tools/pulumi.sh).
 rm -f "$bin/pulumi"
-install_script "$tools/pulumi.sh" "$bin/pulumi" "s|@ROOT@|$root|" "s|@CLI@|$cache/pulumi-$PULUMI_VERSION/pulumi|"
+install_script "$tools/pulumi.sh" "$bin/pulumi" "s|@ROOT@|$root|" "s|@CLI@|$pulumi_dir/pulumi|"
 
 # The provider's module zip lacks the files its main package embeds: build a copy of the command
 # inside the tools module after running upstream's generate step, which writes them.
 provider_cmd="$tools/pulumi-resource-kubernetes/.build/pulumi-resource-kubernetes"
-if [ ! -x "$cache/pulumi-resource-kubernetes-$KUBERNETES_PROVIDER_VERSION/pulumi-resource-kubernetes" ]; then
+provider_ldflags="-X github.com/pulumi/pulumi-kubernetes/provider/v4/pkg/version.Version=$KUBERNETES_PROVIDER_VERSION"
+provider_key=$(key "$tools/pulumi-resource-kubernetes" ./.build/pulumi-resource-kubernetes "$provider_ldflags")
+if [ ! -x "$cache/pulumi-resource-kubernetes-$KUBERNETES_PROVIDER_VERSION-$provider_key/pulumi-resource-kubernetes" ]; then
   # `go list -m` prints nothing for a module that is not in the module cache yet: download it first.
   src=$(cd "$tools/pulumi-resource-kubernetes" &&
     go mod download github.com/pulumi/pulumi-kubernetes/provider/v4 &&
@@ -74,21 +100,19 @@ if [ ! -x "$cache/pulumi-resource-kubernetes-$KUBERNETES_PROVIDER_VERSION/pulumi
   (cd "$provider_cmd" && VERSION=$KUBERNETES_PROVIDER_VERSION go run generate.go)
 fi
 build pulumi-resource-kubernetes "$KUBERNETES_PROVIDER_VERSION" "$tools/pulumi-resource-kubernetes" ./.build/pulumi-resource-kubernetes \
-  "-X github.com/pulumi/pulumi-kubernetes/provider/v4/pkg/version.Version=$KUBERNETES_PROVIDER_VERSION" "$plugins"
+  "$provider_ldflags" "$plugins"
 rm -f "$bin/pulumi-resource-kubernetes"
-
-build golangci-lint v2.15.0 "$tools/golangci-lint" github.com/golangci/golangci-lint/v2/cmd/golangci-lint
 
 # The Go language host is a plugin the CLI bundles: it looks for it next to its own (resolved)
 # binary, so it is installed there, and kept off PATH (no "using ... from $PATH" warning). What is
 # installed there is tools/pulumi-language-go.sh, which runs the host with a build target.
+language_go_ldflags="-X github.com/pulumi/pulumi/sdk/v3/go/common/version.Version=$LANGUAGE_GO_VERSION"
+language_go_dir="$cache/pulumi-language-go-$LANGUAGE_GO_VERSION-$(key "$tools/pulumi-language-go" github.com/pulumi/pulumi/sdk/v3/go/pulumi-language-go "$language_go_ldflags")"
 build pulumi-language-go "$LANGUAGE_GO_VERSION" "$tools/pulumi-language-go" github.com/pulumi/pulumi/sdk/v3/go/pulumi-language-go \
-  "-X github.com/pulumi/pulumi/sdk/v3/go/common/version.Version=$LANGUAGE_GO_VERSION" "$cache/pulumi-language-go-$LANGUAGE_GO_VERSION"
+  "$language_go_ldflags" "$language_go_dir"
 rm -f "$bin/pulumi-language-go" "$plugins/pulumi-language-go"
-install_script "$tools/pulumi-language-go.sh" "$cache/pulumi-$PULUMI_VERSION/pulumi-language-go" \
-  "s|@HOST@|$cache/pulumi-language-go-$LANGUAGE_GO_VERSION/pulumi-language-go|"
-
-build actionlint v1.7.12 "$tools/actionlint" github.com/rhysd/actionlint/cmd/actionlint
+install_script "$tools/pulumi-language-go.sh" "$pulumi_dir/pulumi-language-go" \
+  "s|@HOST@|$language_go_dir/pulumi-language-go|"
 
 build etcd "$ETCD_VERSION" "$tools/etcd" .
 

@@ -1,4 +1,4 @@
-// Builds the Kubernetes provider plugin at the v4.25.0 tag commit (the only provider/v4 version the proxy serves).
+// Builds the Kubernetes provider plugin at the tag commit of the provider SDK version the project's go.mod requires (v4.25.0; tools/version.sh reads it from there): the only provider/v4 version the proxy serves.
 module minimax-m3/tools/pulumi-resource-kubernetes
 
 go 1.26

@@ -26,7 +26,7 @@ import (
 
 	"minimax-m3/automation"
 	"minimax-m3/benchmark"
-	"minimax-m3/tests/rackbox"
+	"minimax-m3/tests/framework/rackbox"
 )
 
 // Day-two changes in the rack box (see box_test.go for what runs for real and what is played).

@@ -13,7 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"minimax-m3/tests/rackbox"
+	"minimax-m3/tests/framework/rackbox"
 )
 
 // The smoke test in the rack box: its Job is created only once the real operator has made the

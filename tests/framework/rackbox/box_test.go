@@ -28,13 +28,13 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"minimax-m3/benchmark"
-	"minimax-m3/tests/rackbox"
+	"minimax-m3/tests/framework/rackbox"
 )
 
 // The box itself, with plain Kubernetes objects: what a GB200 rack does with GPU pods, channel
 // claims, a claim for the RWX class and Jobs, all through the real controllers and scheduler.
 func TestBox(t *testing.T) {
-	root, err := filepath.Abs(filepath.Join("..", ".."))
+	root, err := filepath.Abs(filepath.Join("..", "..", ".."))
 	require.NoError(t, err)
 	crds := os.Getenv("MINIMAX_M3_CRDS")
 	if crds == "" {

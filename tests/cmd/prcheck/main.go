@@ -15,7 +15,7 @@
 // API server without the Dynamo operator: where controllers run, the base deployment is live (the
 // operator starts its workers, the download Job runs with a placeholder token).
 //
-//	cd tests && go run ./prcheck -base origin/main -roll DecodeWorker
+//	cd tests && go run ./cmd/prcheck -base origin/main -roll DecodeWorker
 package main
 
 import (
@@ -30,8 +30,8 @@ import (
 	"strings"
 
 	"minimax-m3/policy"
-	"minimax-m3/tests/localcluster"
-	"minimax-m3/tests/localstack"
+	"minimax-m3/tests/framework/localcluster"
+	"minimax-m3/tests/framework/localstack"
 )
 
 func main() {

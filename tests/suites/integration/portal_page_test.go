@@ -3,7 +3,7 @@ package integration
 import (
 	"context"
 	"minimax-m3/portal"
-	"minimax-m3/tests/rackbox"
+	"minimax-m3/tests/framework/rackbox"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"

@@ -81,7 +81,7 @@ type result struct {
 // are, everything else as JSON.
 func stackConfig(t testing.TB, stack string) map[string]string {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join("..", "..", "Pulumi."+stack+".yaml"))
+	b, err := os.ReadFile(filepath.Join("..", "..", "..", "Pulumi."+stack+".yaml"))
 	require.NoError(t, err)
 	var file struct {
 		Config map[string]any `yaml:"config"`

@@ -29,8 +29,8 @@ import (
 
 	"minimax-m3/benchmark"
 	"minimax-m3/config"
-	"minimax-m3/tests/aiperfexport"
-	"minimax-m3/tests/rackbox"
+	"minimax-m3/tests/framework/aiperfexport"
+	"minimax-m3/tests/framework/rackbox"
 )
 
 // boxBench is what the benchmark sweep's box tests play around the box. Everything else is real:

@@ -23,7 +23,7 @@ import (
 
 	"minimax-m3/components"
 	"minimax-m3/internal/objwatch"
-	"minimax-m3/tests/rackbox"
+	"minimax-m3/tests/framework/rackbox"
 )
 
 const (

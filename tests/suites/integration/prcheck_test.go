@@ -32,7 +32,7 @@ func prCheck(t *testing.T, prefix string, args ...string) (string, int) {
 	if prefix != "" {
 		args = append([]string{"-kubeconfig", cluster.kubeconfig, "-namespace-prefix", prefix}, args...)
 	}
-	cmd := exec.Command(command(t, "./tests/prcheck", "prcheck"), args...)
+	cmd := exec.Command(command(t, "./tests/cmd/prcheck", "prcheck"), args...)
 	cmd.Dir = filepath.Join(cluster.root, "tests")
 	out, err := cmd.CombinedOutput()
 	code := 0
@@ -125,7 +125,7 @@ func TestPRCheckOnAClusterTouchesOnlyWhatItCreates(t *testing.T) {
 	require.NoError(t, cluster.client.List(ctx, &secrets, client.InNamespace(taken.Name)))
 	assert.Empty(t, secrets.Items, "nothing deployed into the namespace")
 
-	cmd := exec.Command(command(t, "./tests/prcheck", "prcheck"), "-base", afterDayTwo, "-kubeconfig", cluster.kubeconfig, "-namespace-prefix", "", "-stacks", "agg")
+	cmd := exec.Command(command(t, "./tests/cmd/prcheck", "prcheck"), "-base", afterDayTwo, "-kubeconfig", cluster.kubeconfig, "-namespace-prefix", "", "-stacks", "agg")
 	cmd.Dir = filepath.Join(cluster.root, "tests")
 	b, _ := cmd.CombinedOutput()
 	assert.Equal(t, 2, cmd.ProcessState.ExitCode())

@@ -23,7 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"minimax-m3/components"
-	"minimax-m3/tests/rackbox"
+	"minimax-m3/tests/framework/rackbox"
 )
 
 // The tests in this file run in the rack box (boxharness_test.go): nothing of the cluster is

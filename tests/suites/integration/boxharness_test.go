@@ -15,8 +15,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"minimax-m3/tests/dynamooperator"
-	"minimax-m3/tests/rackbox"
+	"minimax-m3/tests/framework/dynamooperator"
+	"minimax-m3/tests/framework/rackbox"
 )
 
 // The rack box (package rackbox) is a second local cluster whose control plane runs for real:

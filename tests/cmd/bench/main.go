@@ -4,7 +4,7 @@
 // `pulumi up`, `make render` and the unit suite. It prints the medians with their ratio to the
 // recipe's dry run of the same profile, as a Markdown table.
 //
-//	make bench            # or: cd tests && go run ./bench -runs 5
+//	make bench            # or: cd tests && go run ./cmd/bench -runs 5
 //
 // It needs hyperfine (Debian: apt-get install hyperfine).
 package main
@@ -23,8 +23,8 @@ import (
 	"github.com/pulumi/pulumi/sdk/v3/go/auto/optpreview"
 
 	"minimax-m3/automation"
-	"minimax-m3/tests/localcluster"
-	"minimax-m3/tests/localstack"
+	"minimax-m3/tests/framework/localcluster"
+	"minimax-m3/tests/framework/localstack"
 )
 
 func main() {

@@ -40,7 +40,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"minimax-m3/tests/localcluster"
+	"minimax-m3/tests/framework/localcluster"
 )
 
 // StorageClass is the box's default storage class: ReadWriteMany, bound at once, answered by the

@@ -1,4 +1,4 @@
-// Command localrun is the main job on an embedded default, with no cluster of the user's: it starts
+// Command local is the main job on an embedded default, with no cluster of the user's: it starts
 // the rack box (package rackbox: a real control plane, kwok simulating one GB200 NVL72 rack, the
 // real Dynamo operator), then previews and applies both stacks to it through the Automation API,
 // each to Ready with its download Job and smoke test, printing each plan and the stack outputs, and
@@ -26,8 +26,8 @@ import (
 
 	"minimax-m3/automation"
 	"minimax-m3/portal"
-	"minimax-m3/tests/dynamooperator"
-	"minimax-m3/tests/rackbox"
+	"minimax-m3/tests/framework/dynamooperator"
+	"minimax-m3/tests/framework/rackbox"
 )
 
 func main() {

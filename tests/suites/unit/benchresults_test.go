@@ -17,7 +17,7 @@ import (
 	"minimax-m3/benchmark"
 	"minimax-m3/components"
 	"minimax-m3/config"
-	"minimax-m3/tests/aiperfexport"
+	"minimax-m3/tests/framework/aiperfexport"
 )
 
 // summaryOf writes a played AIPerf run's summary (AIPerf's format, package aiperfexport) and

@@ -26,7 +26,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
-	"minimax-m3/tests/localcluster"
+	"minimax-m3/tests/framework/localcluster"
 )
 
 // apiServer is a plain local API server (no controllers): the one every test shares (cluster).
@@ -46,7 +46,7 @@ var cluster struct {
 func TestMain(m *testing.M) { os.Exit(run(m)) }
 
 func run(m *testing.M) int {
-	root, err := filepath.Abs(filepath.Join("..", ".."))
+	root, err := filepath.Abs(filepath.Join("..", "..", ".."))
 	if err != nil {
 		return fail(err)
 	}
@@ -119,7 +119,7 @@ var built struct {
 	done map[string]error
 }
 
-// command builds one of the project's packages (./cmd/policy, ./tests/prcheck) once, as name, and returns its path.
+// command builds one of the project's packages (./cmd/policy, ./tests/cmd/prcheck) once, as name, and returns its path.
 func command(t *testing.T, pkg, name string) string {
 	t.Helper()
 	built.mu.Lock()
