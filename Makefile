@@ -59,7 +59,7 @@ policy: ## check the policies on both stacks' rendered objects, no cluster (NAME
 	PATH="$(CURDIR)/.toolchain/bin:$$PATH" PULUMI_HOME="$(CURDIR)/.toolchain/pulumi-home" \
 	  go run ./cmd/policy -set minimax-m3:namespace.name=$(or $(NAMESPACE),policy-check)
 
-pr-check: linters ## what the working tree does to live stacks deployed from BASE (make pr-check BASE=main [ROLL=Worker,...])
+pr-check: toolchain ## what the working tree does to live stacks deployed from BASE (make pr-check BASE=main [ROLL=Worker,...])
 	@test -n "$(BASE)" || { echo "usage: make pr-check BASE=<git ref> [ROLL=Frontend,Worker,PrefillWorker,DecodeWorker|all] [STACKS=agg]"; exit 2; }
 	cd tests && go run ./cmd/prcheck -base $(BASE) $(if $(ROLL),-roll $(ROLL)) $(if $(STACKS),-stacks $(STACKS))
 

@@ -15,7 +15,6 @@ import (
 	"strconv"
 	"strings"
 
-	"minimax-m3/components"
 	"minimax-m3/config"
 )
 
@@ -100,7 +99,7 @@ func (s *Sweep) writeCheck(ctx context.Context) error {
 	dir := path.Join(config.BenchmarkMountPath, s.Config.Benchmark.ArtifactDirectory, s.RunID)
 	name := s.Config.GraphName + "-bench-write-check"
 	return s.step(ctx, 0, 0, PhaseWriteCheck, "can the AIPerf Job's user write "+dir+"?", s.describeJob(name), func(ctx context.Context, beat func(string)) error {
-		job := components.AIPerfWriteCheckJob(s.Config, s.Namespace, name, dir)
+		job := AIPerfWriteCheckJob(s.Config, s.Namespace, name, dir)
 		job.Labels[RunLabel] = s.RunID
 		defer s.cleanup(PhaseWriteCheck, 0, 0, "job", name)
 		return s.runJob(ctx, &job, beat)

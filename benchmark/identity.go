@@ -3,7 +3,7 @@ package benchmark
 import (
 	"context"
 	"fmt"
-	"minimax-m3/components"
+	"minimax-m3/internal/cluster"
 	"slices"
 
 	corev1 "k8s.io/api/core/v1"
@@ -49,7 +49,7 @@ func (s *Sweep) graphImages(ctx context.Context) ([]ComponentImage, error) {
 	}
 	// A component with no pod (yet) is named by the graph's spec, without a digest.
 	if s.Dynamic != nil {
-		if g, err := s.Dynamic.Resource(components.GraphResource).Namespace(s.Namespace).Get(ctx, s.Config.GraphName, metav1.GetOptions{}); err == nil {
+		if g, err := s.Dynamic.Resource(cluster.GraphResource).Namespace(s.Namespace).Get(ctx, s.Config.GraphName, metav1.GetOptions{}); err == nil {
 			comps, _, _ := unstructured.NestedSlice(g.Object, "spec", "components")
 			for _, c := range comps {
 				m, _ := c.(map[string]any)

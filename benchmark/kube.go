@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"minimax-m3/internal/cluster"
 	"strings"
 	"time"
 
@@ -16,7 +17,6 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
 
-	"minimax-m3/components"
 	"minimax-m3/internal/objwatch"
 )
 
@@ -45,7 +45,7 @@ func (s *Sweep) cleanup(phase Phase, point, concurrency int, kind, name string) 
 
 func (s *Sweep) startHelper(ctx context.Context, name string) error {
 	return s.step(ctx, 0, 0, PhaseHelper, "starting pod "+name+" with the model cache claim", nil, func(ctx context.Context, beat func(string)) error {
-		pod := components.BenchmarkHelperPod(s.Config, s.Namespace, name)
+		pod := HelperPod(s.Config, s.Namespace, name)
 		pod.Labels[RunLabel] = s.RunID
 		if err := s.Kube.CoreV1().Pods(s.Namespace).Delete(ctx, name, metav1.DeleteOptions{}); err == nil {
 			beat("deleted a helper pod left by an earlier sweep")
@@ -147,7 +147,7 @@ func (s *Sweep) terminationMessage(ctx context.Context, job string) string {
 
 // describeGraph is the graph's restart and readiness as the operator reports them.
 func (s *Sweep) describeGraph(ctx context.Context) string {
-	g, err := s.Dynamic.Resource(components.GraphResource).Namespace(s.Namespace).Get(ctx, s.Config.GraphName, metav1.GetOptions{})
+	g, err := s.Dynamic.Resource(cluster.GraphResource).Namespace(s.Namespace).Get(ctx, s.Config.GraphName, metav1.GetOptions{})
 	if err != nil {
 		return ""
 	}
@@ -187,7 +187,7 @@ func (s *Sweep) describeJob(name string) func(context.Context) string {
 // waitRestarted waits until the operator reports the restart with this ID completed and the graph
 // Ready at its current generation; a failed or superseded restart is an error at once.
 func (s *Sweep) waitRestarted(ctx context.Context, id string) error {
-	graphs := s.Dynamic.Resource(components.GraphResource).Namespace(s.Namespace)
+	graphs := s.Dynamic.Resource(cluster.GraphResource).Namespace(s.Namespace)
 	name := s.Config.GraphName
 	lw := objwatch.ByName(name, graphs.List, graphs.Watch)
 	_, err := objwatch.Until(ctx, lw, &unstructured.Unstructured{}, nil, func(e watch.Event) (bool, error) {

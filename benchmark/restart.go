@@ -3,13 +3,12 @@ package benchmark
 import (
 	"context"
 	"fmt"
+	"minimax-m3/internal/cluster"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-
-	"minimax-m3/components"
 )
 
 // How a sweep restarts the graph between points.
@@ -111,7 +110,7 @@ func (s *Sweep) describePods(ctx context.Context) string {
 
 // waitReady waits until the operator reports the graph Ready at its generation.
 func (s *Sweep) waitReady(ctx context.Context) error {
-	graphs := s.Dynamic.Resource(components.GraphResource).Namespace(s.Namespace)
+	graphs := s.Dynamic.Resource(cluster.GraphResource).Namespace(s.Namespace)
 	for {
 		g, err := graphs.Get(ctx, s.Config.GraphName, metav1.GetOptions{})
 		if err == nil && ReadyAtGeneration(g) {

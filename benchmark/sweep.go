@@ -17,7 +17,6 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 
-	"minimax-m3/components"
 	"minimax-m3/config"
 )
 
@@ -428,7 +427,7 @@ func (s *Sweep) point(ctx context.Context, helper string, i, c, requests int, me
 		if err := s.exec(ctx, helper, []string{"rm", "-rf", dir}, nil, io.Discard); err != nil {
 			return fmt.Errorf("emptying %s: %w", dir, err)
 		}
-		job := components.AIPerfJob(s.Config, s.Namespace, components.BenchmarkPoint{Name: name, ArtifactDir: dir, Concurrency: c})
+		job := AIPerfJob(s.Config, s.Namespace, JobPoint{Name: name, ArtifactDir: dir, Concurrency: c})
 		job.Labels[RunLabel] = s.RunID
 		job.Spec.Template.Labels = map[string]string{RunLabel: s.RunID}
 		defer s.cleanup(PhaseBenchmark, i, c, "job", name)

@@ -67,7 +67,7 @@ func FrontendArgs(c *config.Config) []string {
 
 func frontendComponent(c *config.Config) (GraphComponent, error) {
 	f := c.Frontend
-	spec := sitePodSpec(c.ImagePullSecrets, f.Scheduling)
+	spec := SitePodSpec(c.ImagePullSecrets, f.Scheduling)
 	spec.Containers = []corev1.Container{{
 		Name:            mainContainer,
 		Image:           c.Image,
@@ -162,7 +162,7 @@ func workerComponent(c *config.Config, r config.Role, speculativeChecksum string
 		ReadinessProbe: probe("readiness", w.Probes.Readiness),
 	}
 
-	spec := sitePodSpec(c.ImagePullSecrets, w.Scheduling)
+	spec := SitePodSpec(c.ImagePullSecrets, w.Scheduling)
 	// Every worker joins the graph's NVLink ComputeDomain through its channel claim.
 	channel := c.ChannelClaimTemplateName()
 	spec.ResourceClaims = []corev1.PodResourceClaim{{Name: channelClaimName, ResourceClaimTemplateName: &channel}}

@@ -7,6 +7,9 @@ import (
 	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
 )
 
+// PartOf is the app.kubernetes.io/part-of label of every object the stack and its benchmark create.
+const PartOf = "minimax-m3"
+
 // Labels every object a stack creates carries, so `kubectl get -l app.kubernetes.io/instance=<stack>`
 // tells stacks apart in a shared namespace, and the ownership check knows what a stack created.
 const (
@@ -14,7 +17,6 @@ const (
 	managedByLabel = "app.kubernetes.io/managed-by"
 	partOfLabel    = "app.kubernetes.io/part-of"
 	managedBy      = "pulumi"
-	partOf         = "minimax-m3"
 )
 
 // Annotations that identify a stack's objects and what it adopted.
@@ -78,7 +80,7 @@ const BenchmarkLabel = "minimax-m3.io/benchmark"
 func stackLabels(ctx *pulumi.Context) pulumi.StringMap {
 	return pulumi.StringMap{
 		managedByLabel: pulumi.String(managedBy),
-		partOfLabel:    pulumi.String(partOf),
+		partOfLabel:    pulumi.String(PartOf),
 		instanceLabel:  pulumi.String(ctx.Stack()),
 	}
 }

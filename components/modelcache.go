@@ -133,7 +133,7 @@ func DownloadJobSpec(d config.ModelDownloadConfig, cache config.ModelCacheConfig
 	backoff := int32(d.BackoffLimit)
 	noEscalation := false
 
-	pod := sitePodSpec(pullSecrets, d.Scheduling)
+	pod := SitePodSpec(pullSecrets, d.Scheduling)
 	pod.RestartPolicy = k8scorev1.RestartPolicyNever
 	// modelDownload.timeout bounds one attempt: a retry gets the whole of it again.
 	pod.ActiveDeadlineSeconds = &attemptSeconds

@@ -3,19 +3,12 @@ package components
 import (
 	"context"
 	"fmt"
-	"os"
+	"minimax-m3/internal/cluster"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/metadata"
-	"k8s.io/client-go/tools/clientcmd"
 
 	"minimax-m3/config"
 )
@@ -25,17 +18,14 @@ type ObjectReader interface {
 	Read(ctx context.Context, gvr schema.GroupVersionResource, namespace, name string) (obj LiveObject, found bool, err error)
 }
 
-// JobResultReader reads what a Job's pod said when it ended: the termination message of its main
+// JobResultReader reads what a Job's pod said when it ended: the termination message of the named
 // container ("" when there is none).
 type JobResultReader interface {
-	JobResult(ctx context.Context, namespace, job string) (string, error)
+	JobResult(ctx context.Context, namespace, job, container string) (string, error)
 }
 
 // LiveObject is what the ownership check needs of a live object: its labels and annotations.
-type LiveObject struct {
-	Labels      map[string]string
-	Annotations map[string]string
-}
+type LiveObject = cluster.LiveObject
 
 // plannedObject is an object the stack creates, and the config key that makes the stack use an
 // existing one instead.
@@ -84,7 +74,7 @@ func plannedObjects(c *config.Config) []plannedObject {
 	out = append(out,
 		plannedObject{schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}, "ConfigMap", ns, c.ConfigMapName(),
 			"graphName", "choose another graphName"},
-		plannedObject{GraphResource, "DynamoGraphDeployment", ns, c.GraphName,
+		plannedObject{cluster.GraphResource, "DynamoGraphDeployment", ns, c.GraphName,
 			"graphName", "choose another graphName"},
 	)
 	return out
@@ -194,9 +184,9 @@ func ownedBy(o LiveObject, stack string, identities ...string) bool {
 	}
 	if instance, labelled := o.Labels[instanceLabel]; labelled {
 		// The graph carries the recipe's part-of label.
-		return instance == stack && (o.Labels[partOfLabel] == partOf || o.Labels[partOfLabel] == "dynamo")
+		return instance == stack && (o.Labels[partOfLabel] == PartOf || o.Labels[partOfLabel] == "dynamo")
 	}
-	return o.Labels[partOfLabel] == partOf
+	return o.Labels[partOfLabel] == PartOf
 }
 
 // otherStack names the stack of this program a live object belongs to ("" when none does).
@@ -208,82 +198,4 @@ func otherStack(o LiveObject) string {
 		return o.Labels[instanceLabel]
 	}
 	return ""
-}
-
-// clusterReader reads object metadata, and Jobs' pods, with the kubeconfig the provider uses.
-type clusterReader struct {
-	client  metadata.Interface
-	dynamic dynamic.Interface
-}
-
-// NewClusterReader reads the cluster of a kubeconfig file (empty: KUBECONFIG or ~/.kube/config) and
-// context (empty: its current context), as the Kubernetes provider does.
-func NewClusterReader(kubeconfig, kubeContext string) (ObjectReader, error) {
-	rules := clientcmd.NewDefaultClientConfigLoadingRules()
-	rules.ExplicitPath = kubeconfig
-	if kubeconfig == "" && os.Getenv(clientcmd.RecommendedConfigPathEnvVar) == "" {
-		if _, err := os.Stat(clientcmd.RecommendedHomeFile); err != nil {
-			return nil, fmt.Errorf("no kubeconfig (KUBECONFIG is unset and %s does not exist)", clientcmd.RecommendedHomeFile)
-		}
-	}
-	cfg, err := clientcmd.NewNonInteractiveDeferredLoadingClientConfig(rules, &clientcmd.ConfigOverrides{CurrentContext: kubeContext}).ClientConfig()
-	if err != nil {
-		return nil, err
-	}
-	cfg.Timeout = 15 * time.Second
-	client, err := metadata.NewForConfig(cfg)
-	if err != nil {
-		return nil, err
-	}
-	dyn, err := dynamic.NewForConfig(cfg)
-	if err != nil {
-		return nil, err
-	}
-	return clusterReader{client, dyn}, nil
-}
-
-func (r clusterReader) Read(ctx context.Context, gvr schema.GroupVersionResource, namespace, name string) (LiveObject, bool, error) {
-	var (
-		obj *metav1.PartialObjectMetadata
-		err error
-	)
-	if namespace == "" {
-		obj, err = r.client.Resource(gvr).Get(ctx, name, metav1.GetOptions{})
-	} else {
-		obj, err = r.client.Resource(gvr).Namespace(namespace).Get(ctx, name, metav1.GetOptions{})
-	}
-	switch {
-	case apierrors.IsNotFound(err):
-		return LiveObject{}, false, nil
-	case err != nil:
-		return LiveObject{}, false, err
-	}
-	return LiveObject{Labels: obj.Labels, Annotations: obj.Annotations}, true, nil
-}
-
-// JobResult reads the termination message of the main container of a Job's newest finished pod.
-func (r clusterReader) JobResult(ctx context.Context, namespace, job string) (string, error) {
-	pods, err := r.dynamic.Resource(schema.GroupVersionResource{Version: "v1", Resource: "pods"}).Namespace(namespace).
-		List(ctx, metav1.ListOptions{LabelSelector: "batch.kubernetes.io/job-name=" + job})
-	if err != nil {
-		return "", err
-	}
-	var newest time.Time
-	msg := ""
-	for _, p := range pods.Items {
-		statuses, _, _ := unstructured.NestedSlice(p.Object, "status", "containerStatuses")
-		for _, st := range statuses {
-			m, _ := st.(map[string]any)
-			if m["name"] != mainContainer {
-				continue
-			}
-			text, _, _ := unstructured.NestedString(m, "state", "terminated", "message")
-			finished, _, _ := unstructured.NestedString(m, "state", "terminated", "finishedAt")
-			at, _ := time.Parse(time.RFC3339, finished)
-			if text != "" && !at.Before(newest) {
-				newest, msg = at, text
-			}
-		}
-	}
-	return msg, nil
 }

@@ -21,11 +21,11 @@ const (
 	systemPort = "system"
 )
 
-// sitePodSpec is what a site adds to every pod of the stack, the graph's and the download Job's
+// SitePodSpec is what a site adds to every pod of the stack, the graph's and the download Job's
 // alike: image pull secrets (the starter's registry-credentials Component) and scheduling (its
 // scheduling Component: node selector, tolerations, required node labels, scheduler, runtime and
 // priority class).
-func sitePodSpec(pullSecrets []string, s config.Scheduling) corev1.PodSpec {
+func SitePodSpec(pullSecrets []string, s config.Scheduling) corev1.PodSpec {
 	spec := corev1.PodSpec{
 		NodeSelector:      copyMap(s.NodeSelector),
 		SchedulerName:     s.SchedulerName,

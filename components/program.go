@@ -2,6 +2,7 @@ package components
 
 import (
 	"encoding/json"
+	"minimax-m3/internal/cluster"
 	"os"
 	"slices"
 	"strings"
@@ -56,24 +57,25 @@ func Deploy(ctx *pulumi.Context, o Options) (pulumi.Map, error) {
 	// One reader of the cluster, on the provider's kubeconfig (a test's own reader instead), for
 	// the ownership check and the smoke test's result. A render reads no cluster.
 	var (
-		cluster ObjectReader
-		meta    StackMeta
+		reader ObjectReader
+		meta   StackMeta
 	)
 	if o.RenderDirectory == "" {
-		cluster = o.Cluster
-		if cluster == nil {
-			r, err := NewClusterReader(o.Kubeconfig, c.Kubernetes.Context)
+		reader = o.Cluster
+		if reader == nil {
+			r, err := cluster.New(o.Kubeconfig, c.Kubernetes.Context)
 			if err != nil {
 				_ = ctx.Log.Warn("not checking for existing objects the stack would take over: "+err.Error(), nil)
+			} else {
+				reader = r
 			}
-			cluster = r
 		}
-		if cluster != nil {
+		if reader != nil {
 			previous, err := previousIdentity(ctx)
 			if err != nil {
 				return nil, err
 			}
-			if meta, err = checkOwnership(ctx, cluster, &c, previous); err != nil {
+			if meta, err = checkOwnership(ctx, reader, &c, previous); err != nil {
 				return nil, err
 			}
 		}
@@ -111,7 +113,7 @@ func Deploy(ctx *pulumi.Context, o Options) (pulumi.Map, error) {
 	if t := raw.HFToken(); t != "" {
 		token = pulumi.ToSecret(pulumi.String(t)).(pulumi.StringOutput)
 	}
-	d, err := NewMiniMaxM3(ctx, "minimax-m3", &MiniMaxM3Args{Config: &c, Meta: meta, HFToken: token, Results: jobResults(cluster), GraphStatus: graphStatus(cluster)}, pulumi.Provider(provider))
+	d, err := NewMiniMaxM3(ctx, "minimax-m3", &MiniMaxM3Args{Config: &c, Meta: meta, HFToken: token, Results: jobResults(reader), GraphStatus: graphStatus(reader)}, pulumi.Provider(provider))
 	if err != nil {
 		return nil, err
 	}
@@ -175,14 +177,14 @@ func keysFromEnvironment() []string {
 }
 
 // jobResults is the reader of the smoke test's result, when the cluster's reader can read it.
-func jobResults(cluster ObjectReader) JobResultReader {
-	r, _ := cluster.(JobResultReader)
+func jobResults(reader ObjectReader) JobResultReader {
+	r, _ := reader.(JobResultReader)
 	return r
 }
 
 // graphStatus follows the graph's status, when the cluster's reader can.
-func graphStatus(cluster ObjectReader) GraphStatusWatcher {
-	w, _ := cluster.(GraphStatusWatcher)
+func graphStatus(reader ObjectReader) GraphStatusWatcher {
+	w, _ := reader.(GraphStatusWatcher)
 	return w
 }
 

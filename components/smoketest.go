@@ -134,7 +134,7 @@ func SmokeTestJobSpec(c *config.Config) batchv1.JobSpec {
 	noEscalation, nonRoot := false, true
 	user := int64(1000)
 
-	pod := sitePodSpec(c.ImagePullSecrets, c.Frontend.Scheduling)
+	pod := SitePodSpec(c.ImagePullSecrets, c.Frontend.Scheduling)
 	pod.RestartPolicy = corev1.RestartPolicyNever
 	pod.Containers = []corev1.Container{{
 		Name:            mainContainer,
@@ -230,7 +230,7 @@ func NewSmokeTest(ctx *pulumi.Context, name string, args *SmokeTestArgs, opts ..
 		}
 		rctx, cancel := context.WithTimeout(ctx.Context(), 15*time.Second)
 		defer cancel()
-		msg, err := args.Results.JobResult(rctx, v[1].(string), jobName)
+		msg, err := args.Results.JobResult(rctx, v[1].(string), jobName, mainContainer)
 		if err != nil || msg == "" {
 			// The pod is gone (or unreadable): the Job's completion is the result.
 			return result, nil

@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	kcluster "minimax-m3/internal/cluster"
 	"os"
 	"path/filepath"
 	"slices"
@@ -215,7 +216,7 @@ func watchRestart(t *testing.T, ns, name string) func() [][]string {
 	t.Helper()
 	dyn, err := dynamic.NewForConfig(box.Config)
 	require.NoError(t, err)
-	graphs := dyn.Resource(components.GraphResource).Namespace(ns)
+	graphs := dyn.Resource(kcluster.GraphResource).Namespace(ns)
 	var seen [][]string
 	synced, done := make(chan struct{}), make(chan error, 1)
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)

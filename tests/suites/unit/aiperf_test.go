@@ -14,6 +14,7 @@ import (
 	"gopkg.in/yaml.v3"
 	corev1 "k8s.io/api/core/v1"
 
+	"minimax-m3/benchmark"
 	"minimax-m3/components"
 	"minimax-m3/config"
 )
@@ -106,7 +107,7 @@ func TestAIPerfConfigIsTheRecipes(t *testing.T) {
 func TestAIPerfJobIsTheRecipes(t *testing.T) {
 	_, recipeJob := recipePerf(t)
 	c := disaggConfig(t, nil)
-	job := components.AIPerfJob(&c, "", components.BenchmarkPoint{
+	job := benchmark.AIPerfJob(&c, "", benchmark.JobPoint{
 		Name: "minimax-m3-disagg-gb200-agentic-bench", Concurrency: 64, ArtifactDir: "/model-cache/aiperf-artifacts",
 	})
 	got := jsonShaped(t, job).(map[string]any)
@@ -136,7 +137,7 @@ func TestAIPerfJobFollowsTheStack(t *testing.T) {
 		"modelCache":       `{"claimName": "cache-b"}`,
 		"benchmark":        `{"maxISL": 65536, "traceFile": "traces/mine.jsonl"}`,
 	})
-	job := components.AIPerfJob(&c, "inference", components.BenchmarkPoint{Name: "team-a-bench-c16", Concurrency: 16, ArtifactDir: "/model-cache/aiperf-artifacts/run-1/c16"})
+	job := benchmark.AIPerfJob(&c, "inference", benchmark.JobPoint{Name: "team-a-bench-c16", Concurrency: 16, ArtifactDir: "/model-cache/aiperf-artifacts/run-1/c16"})
 	pod := job.Spec.Template.Spec
 	assert.Equal(t, []string{"team-a"}, pod.Affinity.PodAffinity.RequiredDuringSchedulingIgnoredDuringExecution[0].LabelSelector.MatchExpressions[1].Values,
 		"the stack's own frontend, no hard-coded graph name")
@@ -162,8 +163,8 @@ func TestBenchmarkPodsArePlacedLikeTheFrontend(t *testing.T) {
 		"frontend": `{"scheduling": {"nodeSelector": {"pool": "cpu"}, "requiredNodeLabels": {"zone": ["a"]},
 			"tolerations": [{"key": "cpu-only", "operator": "Exists", "effect": "NoSchedule"}, {"key": "kubernetes.io/arch", "operator": "Equal", "value": "arm64", "effect": "NoSchedule"}]}}`,
 	})
-	job := components.AIPerfJob(&c, "inference", components.BenchmarkPoint{Name: "x", ArtifactDir: "/model-cache/a"}).Spec.Template.Spec
-	helper := components.BenchmarkHelperPod(&c, "inference", "helper").Spec
+	job := benchmark.AIPerfJob(&c, "inference", benchmark.JobPoint{Name: "x", ArtifactDir: "/model-cache/a"}).Spec.Template.Spec
+	helper := benchmark.HelperPod(&c, "inference", "helper").Spec
 	for name, pod := range map[string]corev1.PodSpec{"aiperf": job, "helper": helper} {
 		assert.Equal(t, map[string]string{"pool": "cpu"}, pod.NodeSelector, name)
 		require.NotNil(t, pod.Affinity, name)
@@ -196,8 +197,8 @@ func TestBenchmarkStackCreatesTheAIPerfConfigMap(t *testing.T) {
 // the claim mount, without the benchmark ConfigMap.
 func TestAIPerfWriteCheckIsTheBenchmarkJobsPod(t *testing.T) {
 	c := disaggConfig(t, nil)
-	check := components.AIPerfWriteCheckJob(&c, "inference", "graph-bench-write-check", "/model-cache/aiperf-artifacts/run-1")
-	job := components.AIPerfJob(&c, "inference", components.BenchmarkPoint{Name: "x", ArtifactDir: "/model-cache/aiperf-artifacts/run-1"})
+	check := benchmark.AIPerfWriteCheckJob(&c, "inference", "graph-bench-write-check", "/model-cache/aiperf-artifacts/run-1")
+	job := benchmark.AIPerfJob(&c, "inference", benchmark.JobPoint{Name: "x", ArtifactDir: "/model-cache/aiperf-artifacts/run-1"})
 	got, want := check.Spec.Template.Spec, job.Spec.Template.Spec
 	assert.Equal(t, want.Containers[0].Image, got.Containers[0].Image)
 	assert.Equal(t, want.Containers[0].Env, got.Containers[0].Env)

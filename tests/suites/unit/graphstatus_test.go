@@ -1,6 +1,7 @@
 package unit
 
 import (
+	"minimax-m3/internal/cluster"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -8,8 +9,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-
-	"minimax-m3/components"
 )
 
 // What counts as the operator failing a graph: status.state failed with Ready=False written for
@@ -25,15 +24,15 @@ func TestGraphFailureOf(t *testing.T) {
 		g.SetGeneration(generation)
 		return g
 	}
-	f, ok := components.GraphFailureOf(graph(2, "failed", "False", 2))
+	f, ok := cluster.GraphFailureOf(graph(2, "failed", "False", 2))
 	require.True(t, ok)
-	assert.Equal(t, components.GraphFailure{Generation: 2, Reason: "failed_to_reconcile_the_resources", Message: `cluster role "dynamo-planner" does not exist`}, f)
+	assert.Equal(t, cluster.GraphFailure{Generation: 2, Reason: "failed_to_reconcile_the_resources", Message: `cluster role "dynamo-planner" does not exist`}, f)
 	for name, g := range map[string]*unstructured.Unstructured{
 		"pending":          graph(2, "pending", "False", 2),
 		"older generation": graph(3, "failed", "False", 2),
 		"ready":            graph(2, "successful", "True", 2),
 	} {
-		_, ok := components.GraphFailureOf(g)
+		_, ok := cluster.GraphFailureOf(g)
 		assert.False(t, ok, name)
 	}
 }
@@ -52,9 +51,9 @@ func TestUnschedulableOf(t *testing.T) {
 		return p
 	}
 	unschedulable := &corev1.PodCondition{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable, Message: msg}
-	u, ok := components.UnschedulableOf(pod("", unschedulable))
+	u, ok := cluster.UnschedulableOf(pod("", unschedulable))
 	require.True(t, ok)
-	assert.Equal(t, components.UnschedulablePod{Pod: "g-worker-abc", Component: "Worker", Reason: "Unschedulable", Message: msg}, u)
+	assert.Equal(t, cluster.UnschedulablePod{Pod: "g-worker-abc", Component: "Worker", Reason: "Unschedulable", Message: msg}, u)
 
 	deleting := pod("", unschedulable)
 	deleting.DeletionTimestamp = &metav1.Time{}
@@ -64,7 +63,7 @@ func TestUnschedulableOf(t *testing.T) {
 		"scheduled": pod("", &corev1.PodCondition{Type: corev1.PodScheduled, Status: corev1.ConditionTrue}),
 		"deleting":  deleting,
 	} {
-		_, ok := components.UnschedulableOf(p)
+		_, ok := cluster.UnschedulableOf(p)
 		assert.False(t, ok, name)
 	}
 }

@@ -1,0 +1,128 @@
+package cluster
+
+import (
+	"context"
+
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/watch"
+
+	"minimax-m3/internal/objwatch"
+)
+
+// GraphFailure is what the Dynamo operator writes when it cannot bring a graph up: Ready False at
+// the graph's generation, with status.state "failed", and its reason and message.
+type GraphFailure struct {
+	Generation      int64
+	Reason, Message string
+}
+
+// UnschedulablePod is a pod of the graph that the scheduler could not place: its PodScheduled
+// condition False, with the scheduler's reason and message (such as "0/18 nodes are available:
+// 18 Insufficient nvidia.com/gpu").
+type UnschedulablePod struct {
+	Pod, Component  string
+	Reason, Message string
+}
+
+// GraphLabel is the label the Dynamo operator puts on every pod of a graph.
+const GraphLabel = "nvidia.com/dynamo-graph-deployment-name"
+
+// UnschedulableOf is the scheduler's verdict on a pending pod it could not place, if any.
+func UnschedulableOf(p *corev1.Pod) (UnschedulablePod, bool) {
+	if p.Spec.NodeName != "" || p.DeletionTimestamp != nil {
+		return UnschedulablePod{}, false
+	}
+	for _, c := range p.Status.Conditions {
+		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
+			return UnschedulablePod{Pod: p.Name, Component: p.Labels["nvidia.com/dynamo-component"], Reason: c.Reason, Message: c.Message}, true
+		}
+	}
+	return UnschedulablePod{}, false
+}
+
+// GraphResource is the DynamoGraphDeployment resource, in the version the stack writes.
+var GraphResource = schema.GroupVersionResource{Group: "nvidia.com", Version: "v1beta1", Resource: "dynamographdeployments"}
+
+// GraphFailureOf is the failure a graph's status reports for its current generation, if any.
+func GraphFailureOf(g *unstructured.Unstructured) (GraphFailure, bool) {
+	state, _, _ := unstructured.NestedString(g.Object, "status", "state")
+	if state != "failed" {
+		return GraphFailure{}, false
+	}
+	conds, _, _ := unstructured.NestedSlice(g.Object, "status", "conditions")
+	for _, c := range conds {
+		m, _ := c.(map[string]any)
+		if m["type"] != "Ready" || m["status"] != "False" {
+			continue
+		}
+		gen, _ := m["observedGeneration"].(int64)
+		if gen != g.GetGeneration() {
+			return GraphFailure{}, false
+		}
+		reason, _ := m["reason"].(string)
+		msg, _ := m["message"].(string)
+		return GraphFailure{Generation: gen, Reason: reason, Message: msg}, true
+	}
+	return GraphFailure{}, false
+}
+
+// GraphGeneration is the graph's metadata.generation; 0 when it does not exist.
+func (r *Reader) GraphGeneration(ctx context.Context, namespace, name string) (int64, error) {
+	obj, err := r.client.Resource(GraphResource).Namespace(namespace).Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	return obj.Generation, nil
+}
+
+// WatchGraphFailures calls report for each failure the operator writes for a generation above
+// after, until ctx ends.
+func (r *Reader) WatchGraphFailures(ctx context.Context, namespace, name string, after int64, report func(GraphFailure)) error {
+	graphs := r.dynamic.Resource(GraphResource).Namespace(namespace)
+	lw := objwatch.ByName(name, graphs.List, graphs.Watch)
+	var last GraphFailure
+	_, err := objwatch.Until(ctx, lw, &unstructured.Unstructured{}, nil, func(e watch.Event) (bool, error) {
+		g, ok := e.Object.(*unstructured.Unstructured)
+		if !ok || e.Type == watch.Deleted {
+			return false, nil
+		}
+		if f, failed := GraphFailureOf(g); failed && f.Generation > after && f != last {
+			last = f
+			report(f)
+		}
+		return false, nil
+	})
+	return err
+}
+
+// WatchUnschedulablePods calls report for each pod of the graph the scheduler cannot place, with
+// the scheduler's reason, until ctx ends.
+func (r *Reader) WatchUnschedulablePods(ctx context.Context, namespace, graph string, report func(UnschedulablePod)) error {
+	pods := r.dynamic.Resource(corev1.SchemeGroupVersion.WithResource("pods")).Namespace(namespace)
+	lw := objwatch.ByLabel(GraphLabel+"="+graph, pods.List, pods.Watch)
+	seen := map[UnschedulablePod]bool{}
+	_, err := objwatch.Until(ctx, lw, &unstructured.Unstructured{}, nil, func(e watch.Event) (bool, error) {
+		u, ok := e.Object.(*unstructured.Unstructured)
+		if !ok || e.Type == watch.Deleted {
+			return false, nil
+		}
+		var p corev1.Pod
+		if runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &p) != nil {
+			return false, nil
+		}
+		if u, found := UnschedulableOf(&p); found && !seen[u] {
+			seen[u] = true
+			report(u)
+		}
+		return false, nil
+	})
+	return err
+}
