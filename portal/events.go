@@ -46,7 +46,7 @@ func (m *Manager) stream(r Request, progress func(Event), also func(events.Engin
 			}
 			for _, ev := range toEvents(e, started) {
 				ev.Stack = r.Name()
-				ev.Message = scrub(ev.Message, r.HFToken)
+				ev.Message = r.HFToken.Scrub(ev.Message)
 				progress(ev)
 			}
 		}

@@ -29,11 +29,11 @@ func outputsOf(m auto.OutputMap) Outputs {
 			plain[k] = v.Value
 		}
 	}
-	return outputsFromMap(plain)
+	return OutputsFromMap(plain)
 }
 
-// outputsFromMap reads the outputs from their JSON form (the engine's, or a Stack's status).
-func outputsFromMap(m map[string]any) Outputs {
+// OutputsFromMap reads the outputs from their JSON form (the engine's, or a Stack's status).
+func OutputsFromMap(m map[string]any) Outputs {
 	str := func(k string) string { s, _ := m[k].(string); return s }
 	num := func(k string) int {
 		switch n := m[k].(type) {

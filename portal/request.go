@@ -6,6 +6,7 @@ package portal
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"reflect"
 	"regexp"
@@ -47,6 +48,14 @@ func (s Secret) MarshalJSON() ([]byte, error) { return json.Marshal(s.String()) 
 
 // Reveal is the value, for the one place that stores it.
 func (s Secret) Reveal() string { return string(s) }
+
+// Scrub is text with every occurrence of the secret replaced by "[secret]".
+func (s Secret) Scrub(text string) string {
+	if s == "" {
+		return text
+	}
+	return strings.ReplaceAll(text, s.Reveal(), "[secret]")
+}
 
 // NewRequest is a request for stack on base, its config the base profile's defaults.
 func NewRequest(base, stack string) Request {
@@ -97,7 +106,7 @@ func (r Request) validate(storedToken bool) config.Problems {
 		ps.Add("profile", "is %q but the base stack is %q: start from NewRequest(%q, …)", r.Config.Profile, r.Base, r.Base)
 		return ps
 	}
-	values, err := r.siteValues()
+	values, err := r.SiteValues()
 	if err != nil {
 		ps.Add("config", "%v", err)
 		return ps
@@ -129,10 +138,10 @@ func asProblems(err error, into *config.Problems) bool {
 	return ok
 }
 
-// siteValues are the stack's config values (keys without the namespace): the profile, and every
+// SiteValues are the stack's config values (keys without the namespace): the profile, and every
 // top-level key whose value differs from the profile's defaults, objects reduced to the fields that
 // differ, as JSON text.
-func (r Request) siteValues() (map[string]string, error) {
+func (r Request) SiteValues() (map[string]string, error) {
 	defaults := config.Defaults(r.Config.Profile)
 	want, def := reflect.ValueOf(r.Config), reflect.ValueOf(defaults)
 	out := map[string]string{"profile": string(r.Config.Profile)}
@@ -193,4 +202,23 @@ func jsonName(f reflect.StructField) string {
 		return f.Name
 	}
 	return name
+}
+
+// ScrubError is err without the request's token in its text, its problems' messages included
+// (a token pasted into another field must not come back in a response or an operation's log).
+// The status is taken from err before.
+func ScrubError(err error, secret Secret) error {
+	if err == nil || secret == "" || !strings.Contains(err.Error(), secret.Reveal()) {
+		return err
+	}
+	var invalid *InvalidRequestError
+	if errors.As(err, &invalid) {
+		ps := make(config.Problems, len(invalid.Problems))
+		for i, p := range invalid.Problems {
+			p.Message = secret.Scrub(p.Message)
+			ps[i] = p
+		}
+		return &InvalidRequestError{Problems: ps}
+	}
+	return errors.New(secret.Scrub(err.Error()))
 }

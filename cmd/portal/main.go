@@ -17,6 +17,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"minimax-m3/portal/httpapi"
 	"net"
 	"net/http"
 	"os"
@@ -50,11 +51,11 @@ func run() error {
 	flag.StringVar(&stateDir, "state-dir", "", "the portal's durable directory: stack workspaces, plans, and the default backend (required)")
 	flag.StringVar(&backend, "backend", "", "Pulumi backend URL (default: file://<state-dir>/state)")
 	flag.StringVar(&secretsProvider, "secrets-provider", "", "secrets provider of new stacks: passphrase (default), awskms://…, gcpkms://…, hashivault://…")
-	flag.IntVar(&maxStreams, "max-streams", portal.DefaultMaxStreams, "event streams served at once (one more gets 429)")
-	flag.IntVar(&maxEvents, "max-events", portal.DefaultMaxEvents, "events kept per operation for the page and late streams (the oldest go first)")
+	flag.IntVar(&maxStreams, "max-streams", httpapi.DefaultMaxStreams, "event streams served at once (one more gets 429)")
+	flag.IntVar(&maxEvents, "max-events", httpapi.DefaultMaxEvents, "events kept per operation for the page and late streams (the oldest go first)")
 	flag.StringVar(&basePath, "base-path", "", "serve under this path prefix, for a reverse proxy forwarding it unchanged (/portal: the page at /portal/)")
 	flag.Parse()
-	if err := portal.CheckBasePath(basePath); err != nil {
+	if err := httpapi.CheckBasePath(basePath); err != nil {
 		return fmt.Errorf("-base-path: %w", err)
 	}
 	if stateDir == "" {
@@ -95,7 +96,7 @@ func run() error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	srv, err := portal.NewServer(ctx, m, token)
+	srv, err := httpapi.NewServer(ctx, m, token)
 	if err != nil {
 		return err
 	}

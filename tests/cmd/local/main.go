@@ -11,6 +11,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
+	"minimax-m3/portal/httpapi"
 	"net"
 	"net/http"
 	"os"
@@ -119,7 +120,7 @@ func servePortal(ctx context.Context, root, stateDir string, env map[string]stri
 		return err
 	}
 	token := hex.EncodeToString(b)
-	srv, err := portal.NewServer(ctx, m, token)
+	srv, err := httpapi.NewServer(ctx, m, token)
 	if err != nil {
 		return err
 	}

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"minimax-m3/portal/pko"
 	"os"
 	"path/filepath"
 	"sync"
@@ -44,7 +45,7 @@ func pkoCRDs(t *testing.T) string {
 // runner has reported the phase). It runs on a goroutine of its own: it reports what fails with
 // t.Errorf and returns.
 func playStackOperator(ctx context.Context, t *testing.T, dyn dynamic.Interface, ns, name string, stalled bool, outputs map[string]any, reconcilingSeen <-chan struct{}) {
-	stacks := dyn.Resource(portal.StackResource).Namespace(ns)
+	stacks := dyn.Resource(pko.StackResource).Namespace(ns)
 	u, err := stacks.Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
 		t.Errorf("playing the operator: %v", err)
@@ -99,7 +100,7 @@ func playStackOperator(ctx context.Context, t *testing.T, dyn dynamic.Interface,
 // failed at that generation, and it is still Reconciling (it retries before it stalls). It runs on
 // a goroutine of its own: it reports what fails with t.Errorf.
 func playFailedUpdate(ctx context.Context, t *testing.T, dyn dynamic.Interface, ns, name string) {
-	stacks := dyn.Resource(portal.StackResource).Namespace(ns)
+	stacks := dyn.Resource(pko.StackResource).Namespace(ns)
 	u, err := stacks.Get(ctx, name, metav1.GetOptions{})
 	if err != nil {
 		t.Errorf("playing the operator: %v", err)
@@ -136,11 +137,11 @@ func TestOperatorRunner(t *testing.T) {
 	_, err = kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "pko"}}, metav1.CreateOptions{})
 	require.NoError(t, err)
 
-	runner := &portal.OperatorRunner{
+	runner := &pko.Runner{
 		Kube: kube, Dynamic: dyn, Namespace: "pko",
 		ProjectRepo: "https://git.example.com/platform/minimax-m3.git", Commit: "0123456789abcdef0123456789abcdef01234567",
 		Backend: "s3://pulumi-state", SecretsProvider: "awskms://alias/pulumi",
-		EnvRefs:            map[string]portal.SecretKey{"PULUMI_CONFIG_PASSPHRASE": {Name: "pulumi", Key: "passphrase"}, "AWS_ACCESS_KEY_ID": {Name: "aws", Key: "id"}},
+		EnvRefs:            map[string]pko.SecretKey{"PULUMI_CONFIG_PASSPHRASE": {Name: "pulumi", Key: "passphrase"}, "AWS_ACCESS_KEY_ID": {Name: "aws", Key: "id"}},
 		ServiceAccountName: "pulumi",
 	}
 	r := portalRequest("disagg", "disagg-eu", "inference-eu")
@@ -159,7 +160,7 @@ func TestOperatorRunner(t *testing.T) {
 	dry, err := runner.Apply(ctx, r, true)
 	require.NoError(t, err)
 	assert.Equal(t, "disagg-eu", dry.GetName())
-	_, err = dyn.Resource(portal.StackResource).Namespace("pko").Get(ctx, "disagg-eu", metav1.GetOptions{})
+	_, err = dyn.Resource(pko.StackResource).Namespace("pko").Get(ctx, "disagg-eu", metav1.GetOptions{})
 	assert.True(t, apierrors.IsNotFound(err), "a dry run creates nothing")
 
 	// The prebuilt-program form (a workspace image with the project) passes the dry run too.
@@ -230,7 +231,7 @@ func TestOperatorRunner(t *testing.T) {
 	require.NoError(t, err)
 	go playStackOperator(ctx, t, dyn, "pko", "disagg-eu", true, nil, nil)
 	_, err = runner.Wait(waitCtx, "disagg-eu", nil)
-	var stalled *portal.StalledError
+	var stalled *pko.StalledError
 	require.ErrorAs(t, err, &stalled)
 	assert.Equal(t, "SourceUnavailable", stalled.Reason)
 	assert.Equal(t, fmt.Sprintf("stack disagg-eu stalled: SourceUnavailable: %s", stalled.Message), err.Error())
@@ -242,16 +243,16 @@ func TestOperatorRunner(t *testing.T) {
 	require.NoError(t, err)
 	go playFailedUpdate(ctx, t, dyn, "pko", "disagg-eu")
 	_, err = runner.Wait(waitCtx, "disagg-eu", nil)
-	var failed *portal.UpdateFailedError
+	var failed *pko.UpdateFailedError
 	require.ErrorAs(t, err, &failed)
 	assert.Equal(t, "set by the test playing the operator: update failed: 1 error occurred", failed.Message)
 
 	// A commit is pinned unless branch tracking is asked for by name.
-	for name, change := range map[string]func(*portal.OperatorRunner){
-		"neither":                      func(o *portal.OperatorRunner) { o.Commit = "" },
-		"a branch without TrackBranch": func(o *portal.OperatorRunner) { o.Commit, o.Branch = "", "main" },
-		"a short commit":               func(o *portal.OperatorRunner) { o.Commit = "0123456" },
-		"TrackBranch without a branch": func(o *portal.OperatorRunner) { o.Commit, o.TrackBranch = "", true },
+	for name, change := range map[string]func(*pko.Runner){
+		"neither":                      func(o *pko.Runner) { o.Commit = "" },
+		"a branch without TrackBranch": func(o *pko.Runner) { o.Commit, o.Branch = "", "main" },
+		"a short commit":               func(o *pko.Runner) { o.Commit = "0123456" },
+		"TrackBranch without a branch": func(o *pko.Runner) { o.Commit, o.TrackBranch = "", true },
 	} {
 		o := *runner
 		change(&o)

@@ -14,6 +14,7 @@ import (
 	"encoding/pem"
 	"io"
 	"math/big"
+	"minimax-m3/portal/httpapi"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -38,7 +39,7 @@ const portalBearer = "portal-http-test-bearer-token"
 func startPortalServer(t *testing.T, stack, ns string) (*httptest.Server, *httpClient) {
 	t.Helper()
 	m := newPortal(t)
-	srv, err := portal.NewServer(context.Background(), m, portalBearer)
+	srv, err := httpapi.NewServer(context.Background(), m, portalBearer)
 	require.NoError(t, err)
 	ts := httptest.NewServer(srv.Handler())
 	t.Cleanup(ts.Close)
@@ -504,7 +505,7 @@ func (zeros) Read(p []byte) (int, error) {
 func TestPortalServiceLimits(t *testing.T) {
 	t.Parallel()
 	m := newPortal(t)
-	srv, err := portal.NewServer(context.Background(), m, portalBearer)
+	srv, err := httpapi.NewServer(context.Background(), m, portalBearer)
 	require.NoError(t, err)
 	srv.MaxEvents, srv.MaxLogs, srv.MaxStreams = 4, 2, 1
 	ts := httptest.NewServer(srv.Handler())

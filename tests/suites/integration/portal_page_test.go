@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"minimax-m3/portal"
+	"minimax-m3/portal/httpapi"
 	"minimax-m3/tests/framework/rackbox"
 	"net/http"
 	"net/http/httptest"
@@ -31,7 +32,7 @@ func TestBoxPortalPageShowsAnUpLive(t *testing.T) {
 	ns := "box-portal-page"
 	r := addRack(t, rackbox.NVL72("portal-page").WithGPUs(12))
 	m := newPortalOn(t, box.Kubeconfig, t.TempDir(), "portal-tests")
-	srv, err := portal.NewServer(ctx, m, portalBearer)
+	srv, err := httpapi.NewServer(ctx, m, portalBearer)
 	require.NoError(t, err)
 	ts := httptest.NewServer(srv.Handler())
 	t.Cleanup(ts.Close)
@@ -118,7 +119,7 @@ func TestPortalPageBehindAProxyAtABasePath(t *testing.T) {
 	browser, err := exec.LookPath("chromium")
 	require.NoError(t, err, "make test installs chromium (Debian's package)")
 	m := newPortal(t)
-	srv, err := portal.NewServer(context.Background(), m, portalBearer)
+	srv, err := httpapi.NewServer(context.Background(), m, portalBearer)
 	require.NoError(t, err)
 	srv.BasePath = "/portal"
 	backend := httptest.NewServer(srv.Handler())

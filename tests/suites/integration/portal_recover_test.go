@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"encoding/json"
 	"fmt"
+	"minimax-m3/portal/httpapi"
 	"net/http"
 	"os"
 	"os/exec"
@@ -151,7 +152,7 @@ func TestPortalRecoversWhatAKilledPortalLeft(t *testing.T) {
 	assert.Regexp(t, "stack "+stack+` was interrupted: 1 lock\(s\), [1-9]\d* pending operation\(s\); POST /api/stacks/`+stack+"/recover clears them", second.log())
 	code, body = c.do(http.MethodGet, "/api/stacks", nil)
 	require.Equal(t, http.StatusOK, code)
-	var list []portal.StackInfo
+	var list []httpapi.StackInfo
 	require.NoError(t, json.Unmarshal(body, &list))
 	require.Len(t, list, 1)
 	in := list[0].Interrupted

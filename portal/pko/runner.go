@@ -1,4 +1,4 @@
-package portal
+package pko
 
 import (
 	"context"
@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"minimax-m3/portal"
 	"regexp"
 	"slices"
 	"time"
@@ -28,11 +29,11 @@ import (
 // StackResource is the Pulumi Kubernetes Operator's Stack (v2).
 var StackResource = schema.GroupVersionResource{Group: "pulumi.com", Version: "v1", Resource: "stacks"}
 
-// OperatorRunner runs requests through the Pulumi Kubernetes Operator instead of this process: it
+// Runner runs requests through the Pulumi Kubernetes Operator instead of this process: it
 // writes a Stack object (and the token's Secret), and the operator runs the update in a workspace
 // pod of its own. Use it when a portal manages more stacks, or clusters, than one process should run;
-// the Manager is simpler for a few stacks next to the portal.
-type OperatorRunner struct {
+// the portal.Manager is simpler for a few stacks next to the portal.
+type Runner struct {
 	Kube    kubernetes.Interface
 	Dynamic dynamic.Interface
 	// Namespace holds the Stack objects, their Secrets and the workspace pods.
@@ -84,8 +85,8 @@ func TokenSecretName(stack string) string { return stack + "-hf-token" }
 // StackObject is the Stack the runner writes for a request: the project's source, the stack's
 // config (the same values the Manager writes), the token through a Secret reference, backend and
 // secrets provider, and the environment from Secrets.
-func (o *OperatorRunner) StackObject(r Request) (*unstructured.Unstructured, error) {
-	values, err := r.siteValues()
+func (o *Runner) StackObject(r portal.Request) (*unstructured.Unstructured, error) {
+	values, err := r.SiteValues()
 	if err != nil {
 		return nil, err
 	}
@@ -176,9 +177,9 @@ func (o *OperatorRunner) StackObject(r Request) (*unstructured.Unstructured, err
 
 // Apply validates the request and writes the token's Secret and the Stack (server-side apply, or a
 // server-side dry run). The operator then runs the update.
-func (o *OperatorRunner) Apply(ctx context.Context, r Request, dryRun bool) (*unstructured.Unstructured, error) {
+func (o *Runner) Apply(ctx context.Context, r portal.Request, dryRun bool) (*unstructured.Unstructured, error) {
 	if ps := r.Validate(); len(ps) > 0 {
-		return nil, &InvalidRequestError{Problems: ps}
+		return nil, &portal.InvalidRequestError{Problems: ps}
 	}
 	stack, err := o.StackObject(r)
 	if err != nil {
@@ -200,7 +201,7 @@ func (o *OperatorRunner) Apply(ctx context.Context, r Request, dryRun bool) (*un
 			return nil, err
 		}
 		if _, err := o.Kube.CoreV1().Secrets(o.Namespace).Patch(ctx, secret.Name, types.ApplyPatchType, body, patchOptions(opts)); err != nil {
-			return nil, fmt.Errorf("token Secret: %s", scrub(err.Error(), r.HFToken))
+			return nil, fmt.Errorf("token Secret: %s", r.HFToken.Scrub(err.Error()))
 		}
 	}
 	return o.Dynamic.Resource(StackResource).Namespace(o.Namespace).Apply(ctx, stack.GetName(), stack, opts)
@@ -210,12 +211,12 @@ func patchOptions(o metav1.ApplyOptions) metav1.PatchOptions {
 	return metav1.PatchOptions{FieldManager: o.FieldManager, Force: &o.Force, DryRun: o.DryRun}
 }
 
-// OperatorResult is how the operator left a Stack.
-type OperatorResult struct {
+// Result is how the operator left a Stack.
+type Result struct {
 	// State is the last update's state (succeeded, failed), Message its message.
 	State, Message string
 	// Outputs are the stack's outputs as the operator reports them.
-	Outputs Outputs
+	Outputs portal.Outputs
 }
 
 // UpdateFailedError is the operator's failed update of a Stack's current generation: it keeps
@@ -240,10 +241,10 @@ func (e *StalledError) Error() string {
 // Wait follows a Stack's status conditions until the operator reports it Ready for its current
 // generation (the result), a failed update of that generation (an UpdateFailedError) or Stalled
 // (a StalledError), reporting each change as progress.
-func (o *OperatorRunner) Wait(ctx context.Context, stack string, progress func(Event)) (OperatorResult, error) {
+func (o *Runner) Wait(ctx context.Context, stack string, progress func(portal.Event)) (Result, error) {
 	stacks := o.Dynamic.Resource(StackResource).Namespace(o.Namespace)
 	lw := objwatch.ByName(stack, stacks.List, stacks.Watch)
-	var res OperatorResult
+	var res Result
 	var last string
 	start := time.Now()
 	_, err := objwatch.Until(ctx, lw, &unstructured.Unstructured{}, nil, func(e watch.Event) (bool, error) {
@@ -261,7 +262,7 @@ func (o *OperatorRunner) Wait(ctx context.Context, stack string, progress func(E
 			last = summary
 			for _, typ := range []string{"Reconciling", "Stalled", "Ready"} {
 				if c, ok := conds[typ]; ok && c.Status == "True" {
-					progress(Event{Time: time.Now(), Stack: stack, Type: "pulumi.com/v1:Stack", Name: stack,
+					progress(portal.Event{Time: time.Now(), Stack: stack, Type: "pulumi.com/v1:Stack", Name: stack,
 						Status: typ, Message: c.Reason + ": " + c.Message, Elapsed: time.Since(start).Round(time.Second)})
 				}
 			}
@@ -283,7 +284,7 @@ func (o *OperatorRunner) Wait(ctx context.Context, stack string, progress func(E
 			res.State, _, _ = unstructured.NestedString(u.Object, "status", "lastUpdate", "state")
 			res.Message, _, _ = unstructured.NestedString(u.Object, "status", "lastUpdate", "message")
 			outputs, _, _ := unstructured.NestedMap(u.Object, "status", "outputs")
-			res.Outputs = outputsFromMap(outputs)
+			res.Outputs = portal.OutputsFromMap(outputs)
 			return true, nil
 		}
 		return false, nil
@@ -310,7 +311,7 @@ func conditions(u *unstructured.Unstructured) map[string]condition {
 // Delete removes a request's Stack and token Secret; the operator keeps the stack's resources
 // (destroyOnFinalize is off, as a portal deletes resources on purpose, with Manager.Destroy or a
 // Stack that sets it).
-func (o *OperatorRunner) Delete(ctx context.Context, stack string) error {
+func (o *Runner) Delete(ctx context.Context, stack string) error {
 	err := o.Dynamic.Resource(StackResource).Namespace(o.Namespace).Delete(ctx, stack, metav1.DeleteOptions{})
 	if err != nil && !apierrors.IsNotFound(err) {
 		return err

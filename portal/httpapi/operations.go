@@ -1,0 +1,196 @@
+package httpapi
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"mime"
+	"minimax-m3/config"
+	"minimax-m3/portal"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+)
+
+// maxBody is the largest request body the server reads.
+const maxBody = 1 << 20
+
+// readBody reads a POST's body strictly: JSON (Content-Type application/json) of at most maxBody
+// bytes (413 beyond), no unknown field (a problem at its key), one value. No body is an empty one.
+func readBody(w http.ResponseWriter, r *http.Request) (operationBody, int, error) {
+	var body operationBody
+	if r.ContentLength == 0 {
+		return body, 0, nil
+	}
+	if t, _, err := mime.ParseMediaType(r.Header.Get("Content-Type")); err != nil || t != "application/json" {
+		return body, http.StatusUnsupportedMediaType, errors.New("a request body must be JSON, sent with Content-Type: application/json")
+	}
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, maxBody))
+	dec.DisallowUnknownFields()
+	err := dec.Decode(&body)
+	if err == nil {
+		_, err = dec.Token()
+		if errors.Is(err, io.EOF) {
+			return body, 0, nil
+		}
+		if err == nil {
+			err = errors.New("more than one JSON value")
+		}
+	}
+	var tooLarge *http.MaxBytesError
+	switch {
+	case errors.As(err, &tooLarge):
+		return body, http.StatusRequestEntityTooLarge, fmt.Errorf("the request body is larger than %d bytes", maxBody)
+	case errors.Is(err, io.EOF):
+		return body, 0, nil
+	}
+	if field, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
+		return body, http.StatusBadRequest, invalidAt(strings.Trim(field, `"`), "unknown field (known fields: base, config, hfToken, plan)")
+	}
+	return body, http.StatusBadRequest, fmt.Errorf("body: %w", err)
+}
+
+// decodePlan reads the body's plan into v (absent or null leaves it zero); anything else is a
+// problem at "plan".
+func decodePlan(raw json.RawMessage, v any, want string) error {
+	if len(raw) == 0 || string(raw) == "null" {
+		return nil
+	}
+	if err := json.Unmarshal(raw, v); err != nil {
+		return invalidAt("plan", "must be "+want+", got "+string(raw))
+	}
+	return nil
+}
+
+// invalidAt is a request problem at one key.
+func invalidAt(key, msg string) error {
+	return &portal.InvalidRequestError{Problems: config.Problems{{Key: key, Message: msg}}}
+}
+
+// invalid makes config problems a request's.
+func invalid(err error) error {
+	if ps, ok := err.(config.Problems); ok {
+		return &portal.InvalidRequestError{Problems: ps}
+	}
+	return err
+}
+
+// operationBody is a POST's body.
+type operationBody struct {
+	Base    string          `json:"base"`
+	Config  json.RawMessage `json:"config"`
+	HFToken portal.Secret   `json:"hfToken"`
+	// Plan: for preview, true saves a plan; for up, the plan file a preview returned.
+	Plan json.RawMessage `json:"plan"`
+	// AllowRoll, for up: the graph components it may restart (comma-separated, or "all").
+	AllowRoll string `json:"allowRoll"`
+}
+
+func (s *Server) operation(w http.ResponseWriter, r *http.Request) {
+	stack, op := r.PathValue("stack"), r.PathValue("op")
+	if op == "cancel" {
+		// Answer at once: the operation's event stream says when it has stopped.
+		if s.m.Running(stack) == "" {
+			writeError(w, http.StatusConflict, fmt.Errorf("stack %s runs no operation here", stack))
+			return
+		}
+		go func() { _ = s.m.Cancel(stack) }()
+		writeJSON(w, http.StatusAccepted, map[string]string{"cancelling": stack, "events": s.at("/api/stacks/" + stack + "/events")})
+		return
+	}
+	body, status, err := readBody(w, r)
+	if err != nil {
+		writeError(w, status, err)
+		return
+	}
+	req := portal.NewRequest(body.Base, stack)
+	req.HFToken = body.HFToken
+	if len(body.Config) > 0 {
+		// Over the base profile's defaults: only what the body sets changes; an unknown field is a
+		// problem at its key, never silently dropped.
+		if err := config.Merge(&req.Config, body.Config); err != nil {
+			writeError(w, http.StatusBadRequest, portal.ScrubError(invalid(err), body.HFToken))
+			return
+		}
+	}
+	log := newOpLog(op, s.MaxEvents)
+	opts := portal.RunOptions{Progress: log.add}
+	var run func(ctx context.Context) (any, error)
+	switch op {
+	case "preview":
+		var save bool
+		if err := decodePlan(body.Plan, &save, "true to save a plan, or false"); err != nil {
+			writeError(w, http.StatusBadRequest, portal.ScrubError(err, body.HFToken))
+			return
+		}
+		if save {
+			opts.Plan = s.m.PlanFile(stack)
+		}
+		run = func(ctx context.Context) (any, error) { return s.m.Preview(ctx, req, opts) }
+	case "up":
+		var plan string
+		if err := decodePlan(body.Plan, &plan, "the plan file a preview of this stack returned"); err != nil {
+			writeError(w, http.StatusBadRequest, portal.ScrubError(err, body.HFToken))
+			return
+		}
+		if plan != "" && plan != s.m.PlanFile(stack) {
+			writeError(w, http.StatusBadRequest, portal.ScrubError(invalidAt("plan", "not a plan a preview of this stack saved"), body.HFToken))
+			return
+		}
+		opts.Plan = plan
+		if err := checkAllowRoll(body.AllowRoll); err != nil {
+			writeError(w, http.StatusBadRequest, portal.ScrubError(err, body.HFToken))
+			return
+		}
+		opts.AllowRoll = body.AllowRoll
+		run = func(ctx context.Context) (any, error) { return s.m.Up(ctx, req, opts) }
+	case "refresh":
+		run = func(ctx context.Context) (any, error) { return s.m.Refresh(ctx, stack, opts) }
+	case "destroy":
+		run = func(ctx context.Context) (any, error) { return nil, s.m.Destroy(ctx, stack, false, opts) }
+	case "recover":
+		run = func(ctx context.Context) (any, error) {
+			in, err := s.m.Recover(ctx, stack, opts)
+			if err == nil {
+				s.mu.Lock()
+				delete(s.interrupted, stack)
+				s.mu.Unlock()
+			}
+			return in, err
+		}
+	default:
+		writeError(w, http.StatusNotFound, portal.ScrubError(fmt.Errorf("no operation %q", op), body.HFToken))
+		return
+	}
+	if running := s.m.Running(stack); running != "" {
+		writeError(w, http.StatusConflict, portal.ScrubError(&portal.BusyError{Stack: stack, Operation: running}, body.HFToken))
+		return
+	}
+	started := make(chan error, 1)
+	var once sync.Once
+	opts.Progress = func(e portal.Event) {
+		once.Do(func() { started <- nil })
+		log.add(e)
+	}
+	go func() {
+		res, err := run(s.ctx)
+		once.Do(func() { started <- err })
+		if err == nil && res != nil {
+			if b, jerr := json.Marshal(res); jerr == nil {
+				log.add(portal.Event{Time: time.Now(), Stack: stack, Status: "result", Message: string(b)})
+			}
+		}
+		log.finish(portal.ScrubError(err, body.HFToken))
+	}()
+	if err := <-started; err != nil {
+		// Refused (invalid, or busy after all): the stack's running or last operation keeps its log.
+		writeError(w, statusOf(err), portal.ScrubError(err, body.HFToken))
+		return
+	}
+	// Published only once the operation holds the stack and has started.
+	s.publish(stack, log)
+	writeJSON(w, http.StatusAccepted, map[string]string{"stack": stack, "operation": op, "events": s.at("/api/stacks/" + stack + "/events")})
+}

@@ -1,0 +1,180 @@
+package httpapi
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"minimax-m3/portal"
+	"net/http"
+	"path"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Server serves a portal.Manager over HTTP: JSON for the operations, server-sent events for progress, and
+// one small page. Every request needs the bearer token (the page: once as ?token=, then a cookie).
+//
+//	GET  /api/stacks                       the stacks and what each runs
+//	GET  /api/stacks/{stack}               outputs (404 for an unknown stack)
+//	GET  /api/stacks/{stack}/history       updates, newest first
+//	POST /api/stacks/{stack}/preview       body: {"base":"agg","config":{…},"hfToken":"…","plan":true}
+//	POST /api/stacks/{stack}/up            body: the same (with "plan": the file a preview returned)
+//	POST /api/stacks/{stack}/refresh
+//	POST /api/stacks/{stack}/destroy
+//	POST /api/stacks/{stack}/cancel
+//	POST /api/stacks/{stack}/recover       clear stale locks and pending operations an earlier run left
+//	GET  /api/stacks/{stack}/events        text/event-stream: the running (or last) operation's events
+//
+// Operations run in the background: the POST returns 202 once the operation started, 400 with the
+// per-key problems for an invalid request, 409 when the stack is busy.
+type Server struct {
+	m     *portal.Manager
+	token string
+	mu    sync.Mutex
+	ops   map[string]*opLog
+	// sessions are the page's cookie values, each issued at a login with the token and valid
+	// until its time: the cookie never holds the token itself.
+	sessions map[string]time.Time
+	// Context bounds every operation the server starts (cancelled: they stop).
+	ctx context.Context
+	// streams counts the open event streams.
+	streams int
+	// interrupted are the stacks an earlier run left locked or with pending operations, until
+	// recovered.
+	interrupted map[string]portal.Interruption
+
+	// MaxEvents is how many events an operation's log keeps (the oldest go first, and a stream
+	// that missed them is told how many); MaxLogs how many stacks' last operations are kept (the
+	// oldest finished one goes first); MaxStreams how many event streams may be open at once (one
+	// more is refused, 429). NewServer sets defaults; change them before serving.
+	MaxEvents, MaxLogs, MaxStreams int
+	// BasePath serves everything under a path prefix ("/portal": the page at /portal/, the API
+	// at /portal/api/…), for a reverse proxy that forwards that path unchanged; "" serves at /.
+	// Set it before Handler.
+	BasePath string
+}
+
+// CheckBasePath refuses a base path that is not "" or a clean absolute path without a trailing
+// slash, of letters, digits, '.', '_', '-' and '/'.
+func CheckBasePath(p string) error {
+	if p == "" || (basePath.MatchString(p) && path.Clean(p) == p) {
+		return nil
+	}
+	return fmt.Errorf("base path %q: a clean absolute path without a trailing slash (/portal), or empty", p)
+}
+
+var basePath = regexp.MustCompile(`^(/[A-Za-z0-9._-]+)+$`)
+
+// The limits' defaults.
+const (
+	DefaultMaxEvents  = 10000
+	DefaultMaxLogs    = 500
+	DefaultMaxStreams = 64
+)
+
+// NewServer serves m; token is the bearer token every request must carry.
+func NewServer(ctx context.Context, m *portal.Manager, token string) (*Server, error) {
+	if len(token) < 16 {
+		return nil, errors.New("the bearer token must have at least 16 characters")
+	}
+	return &Server{m: m, token: token, ops: map[string]*opLog{}, sessions: map[string]time.Time{}, ctx: ctx,
+		MaxEvents: DefaultMaxEvents, MaxLogs: DefaultMaxLogs, MaxStreams: DefaultMaxStreams}, nil
+}
+
+// Handler is the server's routes. A state-changing request from another origin (a page on another
+// port of the same host included: cookies ignore ports) is refused before authentication (Go's
+// CrossOriginProtection: Sec-Fetch-Site, else Origin against Host); a {stack} that is not a stack
+// name is refused before any handler reads it.
+func (s *Server) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.HandleFunc("GET /{$}", bounded(s.page))
+	mux.HandleFunc("GET /api/stacks", bounded(s.listStacks))
+	mux.HandleFunc("GET /api/stacks/{stack}", bounded(withStack(s.outputs)))
+	mux.HandleFunc("GET /api/stacks/{stack}/history", bounded(withStack(s.history)))
+	mux.HandleFunc("GET /api/stacks/{stack}/events", withStack(s.events))
+	mux.HandleFunc("POST /api/stacks/{stack}/{op}", bounded(withStack(s.operation)))
+	var h http.Handler = mux
+	if s.BasePath != "" {
+		base := s.BasePath
+		prefixed := http.NewServeMux()
+		prefixed.Handle(base+"/", http.StripPrefix(base, mux))
+		prefixed.Handle(base, http.RedirectHandler(base+"/", http.StatusMovedPermanently))
+		h = prefixed
+	}
+	return securityHeaders(http.NewCrossOriginProtection().Handler(s.auth(h)))
+}
+
+// checkAllowRoll refuses an allowRoll that names no component.
+func checkAllowRoll(v string) error {
+	if v == "" || v == "all" {
+		return nil
+	}
+	for _, c := range strings.Split(v, ",") {
+		if !slices.Contains([]string{"Frontend", "Worker", "PrefillWorker", "DecodeWorker"}, c) {
+			return invalidAt("allowRoll", fmt.Sprintf("%q is not a component: Frontend, Worker, PrefillWorker, DecodeWorker, comma-separated, or all", c))
+		}
+	}
+	return nil
+}
+
+// SetInterruptions shows what portal.Manager.Interruptions found (at start) on the page and in the stack
+// list, until each stack is recovered.
+func (s *Server) SetInterruptions(ins []portal.Interruption) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.interrupted = map[string]portal.Interruption{}
+	for _, in := range ins {
+		s.interrupted[in.Stack] = in
+	}
+}
+
+func (s *Server) interruption(stack string) *portal.Interruption {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if in, ok := s.interrupted[stack]; ok {
+		return &in
+	}
+	return nil
+}
+
+// at is a path of the portal's, under its base path.
+func (s *Server) at(p string) string { return s.BasePath + p }
+
+// securityHeaders are on every response: nothing is cached or sniffed, no referrer leaves the
+// page, and no other site may frame it.
+func securityHeaders(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := w.Header()
+		h.Set("X-Content-Type-Options", "nosniff")
+		h.Set("Referrer-Policy", "no-referrer")
+		h.Set("Cache-Control", "no-store")
+		h.Set("X-Frame-Options", "DENY")
+		next.ServeHTTP(w, r)
+	})
+}
+
+// handlerDeadline bounds writing a response, except the event stream's (which lives as long as
+// the operation it follows).
+const handlerDeadline = 2 * time.Minute
+
+// bounded sets the response's write deadline.
+func bounded(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		_ = http.NewResponseController(w).SetWriteDeadline(time.Now().Add(handlerDeadline))
+		h(w, r)
+	}
+}
+
+// withStack refuses a request whose {stack} is not a stack name (400, the problem at "stack").
+func withStack(h http.HandlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if err := portal.CheckStackName(r.PathValue("stack")); err != nil {
+			writeError(w, http.StatusBadRequest, err)
+			return
+		}
+		h(w, r)
+	}
+}

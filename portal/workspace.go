@@ -1,0 +1,225 @@
+package portal
+
+import (
+	"bytes"
+	"context"
+	"crypto/rand"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+
+	"github.com/pulumi/pulumi/sdk/v3/go/auto"
+	"gopkg.in/yaml.v3"
+
+	"minimax-m3/automation"
+	"minimax-m3/config"
+)
+
+// workspace is a stack's workspace directory, relative to the state directory (m.root).
+func workspace(stack string) string { return filepath.Join("workspaces", stack) }
+
+func (m *Manager) env() map[string]string {
+	env := map[string]string{"PULUMI_BACKEND_URL": m.o.BackendURL, "PULUMI_SKIP_UPDATE_CHECK": "true"}
+	for k, v := range m.o.EnvVars {
+		env[k] = v
+	}
+	return env
+}
+
+// open selects or creates the stack in its own workspace, on the backend. The name is checked
+// first; an unknown stack leaves no workspace behind, whoever asked: the last open of it in
+// flight removes the directory, or the operation holding the stack does when it ends, if that
+// operation found no stack either (another one may be creating the stack in it).
+func (m *Manager) open(ctx context.Context, stack string, create bool) (automation.Stack, error) {
+	if err := CheckStackName(stack); err != nil {
+		return automation.Stack{}, err
+	}
+	dir := workspace(stack)
+	m.mu.Lock()
+	m.opening[stack]++
+	m.mu.Unlock()
+	s, err := m.selectStack(ctx, stack, dir, create)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if m.opening[stack]--; m.opening[stack] == 0 {
+		delete(m.opening, stack)
+	}
+	if err != nil && !create && auto.IsSelectStack404Error(err) {
+		r, held := m.running[stack]
+		switch {
+		case held && ctx.Value(holdsKey{}) == stack:
+			r.unknown = true
+			if m.opening[stack] == 0 {
+				_ = m.root.RemoveAll(dir)
+			}
+		case !held && m.opening[stack] == 0:
+			_ = m.root.RemoveAll(dir)
+		}
+		return s, fmt.Errorf("%w: %s", ErrUnknownStack, stack)
+	}
+	return s, err
+}
+
+func (m *Manager) selectStack(ctx context.Context, stack, dir string, create bool) (automation.Stack, error) {
+	if err := m.writeProjectFile(dir); err != nil {
+		return automation.Stack{}, err
+	}
+	o := automation.Options{ProjectDir: filepath.Join(m.o.StateDir, dir), Stack: stack, EnvVars: m.env(), SecretsProvider: m.o.SecretsProvider}
+	if create {
+		return automation.NewStack(ctx, o)
+	}
+	return automation.SelectStack(ctx, o)
+}
+
+// writeProjectFile puts the program's Pulumi.yaml in a workspace directory (relative to the
+// state directory): written beside it and renamed into place, so a CLI reading it never sees
+// it half written.
+func (m *Manager) writeProjectFile(dir string) error {
+	if err := m.root.MkdirAll(dir, 0o700); err != nil {
+		return err
+	}
+	file := filepath.Join(dir, "Pulumi.yaml")
+	if b, err := m.root.ReadFile(file); err == nil && bytes.Equal(b, m.project) {
+		return nil
+	}
+	tmp := filepath.Join(dir, ".Pulumi.yaml."+rand.Text())
+	if err := m.root.WriteFile(tmp, m.project, 0o644); err != nil {
+		return err
+	}
+	if err := m.root.Rename(tmp, file); err != nil {
+		_ = m.root.Remove(tmp)
+		return err
+	}
+	return nil
+}
+
+// baseValues are the `minimax-m3:` values the committed base stack file sets.
+func (m *Manager) baseValues(base string) (map[string]string, error) {
+	b, err := os.ReadFile(filepath.Join(m.o.ProjectDir, "Pulumi."+base+".yaml"))
+	if err != nil {
+		return nil, err
+	}
+	var f struct {
+		Config map[string]any `yaml:"config"`
+	}
+	if err := yaml.Unmarshal(b, &f); err != nil {
+		return nil, fmt.Errorf("base stack file of %s: %w", base, err)
+	}
+	out := map[string]string{}
+	for k, v := range f.Config {
+		key, ok := strings.CutPrefix(k, config.Namespace+":")
+		if !ok {
+			continue
+		}
+		if s, ok := v.(string); ok {
+			out[key] = s
+			continue
+		}
+		j, err := json.Marshal(v)
+		if err != nil {
+			return nil, err
+		}
+		out[key] = string(j)
+	}
+	return out, nil
+}
+
+// configure makes the stack's config exactly the request's: the base stack file's values, the
+// site values, and the token, which reaches the CLI on its standard input only.
+func (m *Manager) configure(ctx context.Context, s automation.Stack, r Request) error {
+	want, err := m.baseValues(r.Base)
+	if err != nil {
+		return err
+	}
+	site, err := r.SiteValues()
+	if err != nil {
+		return err
+	}
+	for k, v := range site {
+		want[k] = v
+	}
+	have, err := s.GetAllConfig(ctx)
+	if err != nil {
+		return err
+	}
+	var stale []string
+	for full := range have {
+		k, ok := strings.CutPrefix(full, config.Namespace+":")
+		if !ok || (k == config.HFTokenKey && !r.Config.HuggingFace.ExistingSecret) {
+			// The stored token stays unless the request switches to an existing Secret, which
+			// takes its place.
+			continue
+		}
+		if _, keep := want[k]; !keep {
+			stale = append(stale, full)
+		}
+	}
+	if len(stale) > 0 {
+		slices.Sort(stale)
+		if err := s.RemoveAllConfig(ctx, stale); err != nil {
+			return err
+		}
+	}
+	values := auto.ConfigMap{}
+	for k, v := range want {
+		if cur, ok := have[config.Key(k)]; ok && cur.Value == v && !cur.Secret {
+			continue
+		}
+		values[config.Key(k)] = auto.ConfigValue{Value: v}
+	}
+	if len(values) > 0 {
+		if err := s.SetAllConfig(ctx, values); err != nil {
+			return err
+		}
+	}
+	if r.HFToken != "" {
+		return automation.SetSecret(ctx, s.Stack, config.Key(config.HFTokenKey), r.HFToken.Reveal(), false)
+	}
+	return nil
+}
+
+// prepare validates the request, reserves the stack and writes its config.
+func (m *Manager) prepare(ctx context.Context, r Request, op string, o RunOptions) (context.Context, automation.Stack, func(), error) {
+	stored := false
+	if r.HFToken == "" && !r.Config.HuggingFace.ExistingSecret && r.Validate() != nil {
+		// The stack may hold the token already. (A request that switches to an existing Secret
+		// needs none: configure removes a stored one.)
+		stored = m.holdsToken(r.Name())
+	}
+	if ps := r.validate(stored); len(ps) > 0 {
+		return nil, automation.Stack{}, nil, ScrubError(&InvalidRequestError{Problems: ps}, r.HFToken)
+	}
+	ctx, release, err := m.acquire(ctx, r.Name(), op, o.Wait)
+	if err != nil {
+		return nil, automation.Stack{}, nil, err
+	}
+	s, err := m.open(ctx, r.Name(), true)
+	if err == nil {
+		err = m.configure(ctx, s, r)
+	}
+	if err != nil {
+		release()
+		return nil, automation.Stack{}, nil, fmt.Errorf("stack %s: %w", r.Name(), err)
+	}
+	return ctx, s, release, nil
+}
+
+// holdsToken says whether an existing stack's config has the token, from its stack file (the
+// token is not decrypted to find out).
+func (m *Manager) holdsToken(stack string) bool {
+	b, err := m.root.ReadFile(filepath.Join(workspace(stack), "Pulumi."+stack+".yaml"))
+	if err != nil {
+		return false
+	}
+	var f struct {
+		Config map[string]any `yaml:"config"`
+	}
+	if yaml.Unmarshal(b, &f) != nil {
+		return false
+	}
+	v, ok := f.Config[config.Key(config.HFTokenKey)].(map[string]any)
+	return ok && v["secure"] != nil
+}
