@@ -1,4 +1,3 @@
-// Command minimax-m3 deploys MiniMax M3 NVFP4 on NVIDIA Dynamo and vLLM to GB200 NVL72 racks.
 package main
 
 import (

@@ -1,5 +1,3 @@
-// Package automation drives minimax-m3 stacks from Go with the Pulumi Automation API, for a platform
-// portal or a test: it runs the same program as `pulumi up`, inline, against a stack's config file.
 package automation
 
 import (

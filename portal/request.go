@@ -1,7 +1,3 @@
-// Package portal drives minimax-m3 stacks for a platform portal: typed requests validated before the
-// engine starts, one operation per stack at a time, typed progress from the engine's events, and
-// secrets that never reach a command line. It runs the same program and starts from the same
-// committed stack files as `pulumi up`.
 package portal
 
 import (

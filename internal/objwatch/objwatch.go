@@ -1,4 +1,3 @@
-// Package objwatch waits on one Kubernetes object by name, with client-go's watch tools.
 package objwatch
 
 import (

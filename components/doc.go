@@ -1,0 +1,24 @@
+// Package components is the minimax-m3 Pulumi program: one component resource per object the
+// recipe deploys, and the program that wires them from a stack's config.
+//
+// Program (what main.go runs) and NewProgram (the Automation API's inline program) call Deploy,
+// which reads and validates the stack's config (package config), checks that no object the stack
+// would create belongs to someone else (a live reader of the cluster, package internal/cluster),
+// and registers, under one MiniMaxM3 component:
+//
+//   - Namespace, the Hugging Face token Secret (HFToken) and the model cache claim with its download
+//     Job (ModelCache), each skipped when the stack is told to use an existing one;
+//   - the ComputeDomain and its channel claim chain (ComputeDomain);
+//   - the DynamoGraphDeployment (Graph): its spec built from the typed config (graphspec.go, pod.go),
+//     the AIPerf ConfigMap of a benchmark stack, and, while `up` waits for the graph, the Dynamo
+//     operator's failures and unschedulable pods reported as they happen (graphstatus.go);
+//   - the smoke test Job (SmokeTest), run once the graph is Ready.
+//
+// Every object carries the stack's labels and identity annotations (labels.go), which the
+// ownership check (ownership.go) reads back. The package holds Pulumi components only: reading the
+// cluster lives in internal/cluster, the benchmark's Jobs in package benchmark, policies in package
+// policy.
+//
+// Imports run one way: components imports config and internal/...; automation, benchmark, policy
+// and the commands import components, never the reverse.
+package components

@@ -1,0 +1,2 @@
+// Package objwatch waits on one Kubernetes object by name, with client-go's watch tools.
+package objwatch

@@ -1,0 +1,22 @@
+// Package pko runs portal requests through the Pulumi Kubernetes Operator (v2: a workspace pod per
+// stack) instead of the portal's own process: for a portal managing hundreds of stacks, or stacks
+// on many clusters. The portal.Manager runs every operation in-process, which is right for a
+// handful of stacks beside the portal.
+//
+//	runner := &pko.Runner{Kube: kube, Dynamic: dyn, Namespace: "pulumi-stacks",
+//		ProjectRepo: "https://git.example.com/platform/minimax-m3.git", Commit: "<40-hex sha>",
+//		Backend: "s3://pulumi-state", SecretsProvider: "awskms://alias/pulumi",
+//		EnvRefs: map[string]pko.SecretKey{"PULUMI_CONFIG_PASSPHRASE": {Name: "pulumi", Key: "passphrase"}},
+//		ServiceAccountName: "pulumi"}
+//	_, err := runner.Apply(ctx, r, true)             // server-side dry run against the operator's CRD
+//	_, err = runner.Apply(ctx, r, false)             // the Stack, and the token's Secret <stack>-hf-token
+//	res, err := runner.Wait(ctx, r.Name(), progress) // Ready: res.Outputs
+//
+// The request (portal.Request) is validated as the Manager validates it, and the Stack carries the
+// same config values. Wait returns as soon as the operator reports a failed update of the Stack's
+// current generation (*UpdateFailedError, with the update's message; the operator keeps retrying
+// and stalls only after several failures: *StalledError). Resources default to
+// DefaultWorkspaceResources (requests 1 CPU and 2 GiB, limit 4 GiB). Instead of ProjectRepo and
+// Commit, Image and LocalDir run a prebuilt image; TrackBranch deploys a branch's newest commit
+// (an explicit choice, never a fallback). docs/portal.md says more.
+package pko
