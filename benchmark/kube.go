@@ -218,25 +218,7 @@ func RestartDone(g *unstructured.Unstructured, id string) (bool, error) {
 	default:
 		return false, nil
 	}
-	return ReadyAtGeneration(g), nil
-}
-
-// ReadyAtGeneration says whether the operator reports the graph Ready at its generation (the
-// condition's observedGeneration, else status.observedGeneration).
-func ReadyAtGeneration(g *unstructured.Unstructured) bool {
-	conds, _, _ := unstructured.NestedSlice(g.Object, "status", "conditions")
-	for _, c := range conds {
-		m, _ := c.(map[string]any)
-		if m["type"] != "Ready" || m["status"] != "True" {
-			continue
-		}
-		gen, ok := m["observedGeneration"].(int64)
-		if !ok {
-			gen, _, _ = unstructured.NestedInt64(g.Object, "status", "observedGeneration")
-		}
-		return gen >= g.GetGeneration()
-	}
-	return false
+	return cluster.ReadyAtGeneration(g), nil
 }
 
 func (s *Sweep) waitPodReady(ctx context.Context, name string) error {

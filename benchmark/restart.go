@@ -113,7 +113,7 @@ func (s *Sweep) waitReady(ctx context.Context) error {
 	graphs := s.Dynamic.Resource(cluster.GraphResource).Namespace(s.Namespace)
 	for {
 		g, err := graphs.Get(ctx, s.Config.GraphName, metav1.GetOptions{})
-		if err == nil && ReadyAtGeneration(g) {
+		if err == nil && cluster.ReadyAtGeneration(g) {
 			return nil
 		}
 		select {

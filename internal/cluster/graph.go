@@ -126,3 +126,43 @@ func (r *Reader) WatchUnschedulablePods(ctx context.Context, namespace, graph st
 	})
 	return err
 }
+
+// Condition is one of a graph's status conditions as the Dynamo operator writes it.
+type Condition struct {
+	Status, Reason, Message string
+	// ObservedGeneration is the condition's own; 0 when it has none.
+	ObservedGeneration int64
+}
+
+// ReadyCondition is the graph's Ready condition, if it has one.
+func ReadyCondition(g *unstructured.Unstructured) (Condition, bool) {
+	conds, _, _ := unstructured.NestedSlice(g.Object, "status", "conditions")
+	for _, c := range conds {
+		m, _ := c.(map[string]any)
+		if m["type"] != "Ready" {
+			continue
+		}
+		var out Condition
+		out.Status, _ = m["status"].(string)
+		out.Reason, _ = m["reason"].(string)
+		out.Message, _ = m["message"].(string)
+		out.ObservedGeneration, _ = m["observedGeneration"].(int64)
+		return out, true
+	}
+	return Condition{}, false
+}
+
+// ReadyAtGeneration says whether the operator reports the graph Ready at its generation: Ready True
+// with the condition's observedGeneration, else status.observedGeneration, at metadata.generation.
+// It is what `up` (through the provider's await), the benchmark sweep and the tests wait for.
+func ReadyAtGeneration(g *unstructured.Unstructured) bool {
+	c, ok := ReadyCondition(g)
+	if !ok || c.Status != "True" {
+		return false
+	}
+	gen := c.ObservedGeneration
+	if gen == 0 {
+		gen, _, _ = unstructured.NestedInt64(g.Object, "status", "observedGeneration")
+	}
+	return gen >= g.GetGeneration()
+}

@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"maps"
+	kcluster "minimax-m3/internal/cluster"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -50,12 +51,6 @@ func boxGraph(t *testing.T, ns, name string) *unstructured.Unstructured {
 	return g
 }
 
-// readyAtGeneration reports whether the operator says the graph is Ready at its generation.
-func readyAtGeneration(g *unstructured.Unstructured) bool {
-	status, _, _, gen := readyCondition(g)
-	return status == "True" && gen == g.GetGeneration()
-}
-
 // The recipe deployed the recipe's way (the README's `kubectl apply`, client-side, so every field
 // is owned by kubectl-client-side-apply) and brought to Ready by the real operator; then adopted
 // (adopt=true with the recipe's rollout, worker.rollout.strategy OperatorDefault: the adopted spec
@@ -80,7 +75,7 @@ func TestBoxAdoptingAKubectlAppliedRecipeThenChangingIt(t *testing.T) {
 	require.NoError(t, err)
 	boxKubectl(t, strings.ReplaceAll(string(cache), "your-storage-class-name", rackbox.StorageClass), "-n", ns, "apply", "-f", "-")
 	boxKubectl(t, "", "-n", ns, "apply", "-f", filepath.Join(recipeDir(t), "vllm", "agg-gb200-agentic", "deploy.yaml"))
-	eventually(t, func() bool { return readyAtGeneration(boxGraph(t, ns, aggGraph)) }, 3*time.Minute, "the operator brings the recipe's graph to Ready")
+	eventually(t, func() bool { return kcluster.ReadyAtGeneration(boxGraph(t, ns, aggGraph)) }, 3*time.Minute, "the operator brings the recipe's graph to Ready")
 	live := boxGraph(t, ns, aggGraph)
 	generation, uid := live.GetGeneration(), live.GetUID()
 	var managers []string
@@ -129,7 +124,7 @@ func TestBoxAdoptingAKubectlAppliedRecipeThenChangingIt(t *testing.T) {
 	require.NoError(t, err, "a change of fields kubectl applied\n%s", s.log.String())
 	live = boxGraph(t, ns, aggGraph)
 	assert.Greater(t, live.GetGeneration(), generation)
-	assert.True(t, readyAtGeneration(live), "up returned once the operator was Ready at the new generation")
+	assert.True(t, kcluster.ReadyAtGeneration(live), "up returned once the operator was Ready at the new generation")
 	workers := client.MatchingLabels{graphLabelKey: aggGraph, "nvidia.com/dynamo-component": "Worker"}
 	pods := podsOf(t, ns, workers)
 	require.Len(t, pods, 3)
@@ -230,7 +225,7 @@ func TestBoxBenchmarkRestartDeletesEveryPodAtOnce(t *testing.T) {
 	}
 	g := boxGraph(t, ns, aggGraph)
 	assert.Equal(t, generation, g.GetGeneration(), "the graph's spec untouched")
-	assert.True(t, readyAtGeneration(g))
+	assert.True(t, kcluster.ReadyAtGeneration(g))
 }
 
 // One stack owns the namespace, the cache, the token Secret and the download; a second stack in the
@@ -267,7 +262,7 @@ func TestBoxTwoStacksShareANamespaceAndOneCache(t *testing.T) {
 	for k := range opsOf(ops) {
 		assert.NotRegexp(t, "^kubernetes:.*(Namespace|Secret|PersistentVolumeClaim|Job) (namespace|hf-token|model-cache|model-download)$", k, "the second stack creates none of the owner's objects")
 	}
-	assert.True(t, readyAtGeneration(boxGraph(t, ns, disaggGraph)), "the second graph is Ready on the shared cache")
+	assert.True(t, kcluster.ReadyAtGeneration(boxGraph(t, ns, disaggGraph)), "the second graph is Ready on the shared cache")
 
 	// kubectl get -l app.kubernetes.io/instance=<stack> tells the stacks apart.
 	for stack, graph := range map[string]string{"agg": aggGraph, "disagg": disaggGraph} {
@@ -287,7 +282,7 @@ func TestBoxTwoStacksShareANamespaceAndOneCache(t *testing.T) {
 	}, time.Minute, "the second graph is gone")
 	require.NoError(t, box.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "hf-token-secret"}, &corev1.Secret{}), "the owner's Secret is kept")
 	require.NoError(t, box.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "shared-model-cache"}, &corev1.PersistentVolumeClaim{}), "the owner's claim is kept")
-	assert.True(t, readyAtGeneration(boxGraph(t, ns, aggGraph)), "the owner's graph is still Ready")
+	assert.True(t, kcluster.ReadyAtGeneration(boxGraph(t, ns, aggGraph)), "the owner's graph is still Ready")
 	_, err = owner.preview(ctx, optpreview.ExpectNoChanges())
 	require.NoError(t, err, "the owner's stack is intact\n%s", owner.log.String())
 }
@@ -319,7 +314,7 @@ func TestBoxRenamingTheGraphOnAFullRack(t *testing.T) {
 	old := &unstructured.Unstructured{}
 	old.SetGroupVersionKind(graphGVK)
 	assert.Error(t, box.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: aggGraph}, old), "the old graph is gone")
-	assert.True(t, readyAtGeneration(boxGraph(t, ns, "mm3-renamed")))
+	assert.True(t, kcluster.ReadyAtGeneration(boxGraph(t, ns, "mm3-renamed")))
 	after := &corev1.PersistentVolumeClaim{}
 	require.NoError(t, box.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "shared-model-cache"}, after))
 	assert.Equal(t, pvc.UID, after.UID, "the same cache claim")

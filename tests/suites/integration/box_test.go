@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	kcluster "minimax-m3/internal/cluster"
 	"slices"
 	"strings"
 	"testing"
@@ -138,8 +139,8 @@ func TestBoxStackLifecycle(t *testing.T) {
 			g := &unstructured.Unstructured{}
 			g.SetGroupVersionKind(graphGVK)
 			require.NoError(t, box.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: tc.graph}, g))
-			status, reason, _, gen := readyCondition(g)
-			assert.Equal(t, []any{"True", "all_resources_are_ready", g.GetGeneration()}, []any{status, reason, gen}, "Ready written by the operator")
+			ready, _ := kcluster.ReadyCondition(g)
+			assert.Equal(t, []any{"True", "all_resources_are_ready", g.GetGeneration()}, []any{ready.Status, ready.Reason, ready.ObservedGeneration}, "Ready written by the operator")
 			smoke, _ := res.Outputs["smokeTest"].Value.(map[string]any)
 			assert.Equal(t, true, smoke["passed"], "the smoke test ran: %v", res.Outputs["smokeTest"].Value)
 			assert.Contains(t, smoke["reply"], "kwok stage", "its result is the pod's termination message, set by the box")
@@ -213,8 +214,8 @@ func TestBoxStackLifecycle(t *testing.T) {
 			}
 			// `up` returned on the new generation's Ready, after the operator's rolling update.
 			require.NoError(t, box.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: tc.graph}, g))
-			status, _, _, gen = readyCondition(g)
-			assert.Equal(t, []any{"True", g.GetGeneration()}, []any{status, gen})
+			ready, _ = kcluster.ReadyCondition(g)
+			assert.Equal(t, []any{"True", g.GetGeneration()}, []any{ready.Status, ready.ObservedGeneration})
 			updated, _, _ := unstructured.NestedStringSlice(g.Object, "status", "rollingUpdate", "updatedComponents")
 			assert.Contains(t, updated, tc.roles[0])
 			unchanged := &appsv1.Deployment{}
@@ -389,8 +390,8 @@ func TestBoxFullRackFlagChangeRollsWithoutASpareGPU(t *testing.T) {
 	}
 	require.NoError(t, box.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: aggGraph}, g))
 	assert.Greater(t, g.GetGeneration(), generation)
-	status, _, _, gen := readyCondition(g)
-	assert.Equal(t, []any{"True", g.GetGeneration()}, []any{status, gen})
+	ready, _ := kcluster.ReadyCondition(g)
+	assert.Equal(t, []any{"True", g.GetGeneration()}, []any{ready.Status, ready.ObservedGeneration})
 
 	// A restart together with a worker change: the operator supersedes the restart with the
 	// rollout (or completes it first); either way `up` ends once the graph is Ready at its

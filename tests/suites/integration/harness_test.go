@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	kcluster "minimax-m3/internal/cluster"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -309,7 +310,7 @@ func playReadyWithStatusGeneration(ctx context.Context, t *testing.T, on client.
 			continue
 		}
 		observed, _, _ := unstructured.NestedInt64(g.Object, "status", "observedGeneration")
-		if readyGeneration(g) == 0 && observed >= g.GetGeneration() {
+		if c, ok := kcluster.ReadyCondition(g); ok && c.Status == "True" && c.ObservedGeneration == 0 && observed >= g.GetGeneration() {
 			continue
 		}
 		patch := fmt.Sprintf(`{"status":{"state":"successful","observedGeneration":%d,"conditions":[{"type":"Ready","status":"True","reason":"AllComponentsReady","message":"set by the test playing an operator","lastTransitionTime":%q}]}}`,
@@ -318,20 +319,6 @@ func playReadyWithStatusGeneration(ctx context.Context, t *testing.T, on client.
 			t.Logf("playing an operator: %v (%s)", err, patch)
 		}
 	}
-}
-
-// readyGeneration is the observedGeneration of a graph's Ready=True condition: 0 when the
-// condition has none, -1 when the graph is not Ready.
-func readyGeneration(g *unstructured.Unstructured) int64 {
-	conds, _, _ := unstructured.NestedSlice(g.Object, "status", "conditions")
-	for _, c := range conds {
-		m, _ := c.(map[string]any)
-		if m["type"] == "Ready" && m["status"] == "True" {
-			gen, _ := m["observedGeneration"].(int64)
-			return gen
-		}
-	}
-	return -1
 }
 
 // playGarbageCollector releases objects the provider deleted with foreground propagation: with no

@@ -16,7 +16,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"minimax-m3/tests/framework/rackbox"
@@ -40,21 +39,6 @@ func tail(s string, n int) string {
 		return s
 	}
 	return s[len(s)-n:]
-}
-
-// readyCondition is the graph's Ready condition: status, reason, message, observedGeneration.
-func readyCondition(g *unstructured.Unstructured) (status, reason, message string, generation int64) {
-	conds, _, _ := unstructured.NestedSlice(g.Object, "status", "conditions")
-	for _, c := range conds {
-		m, _ := c.(map[string]any)
-		if m["type"] == "Ready" {
-			status, _ = m["status"].(string)
-			reason, _ = m["reason"].(string)
-			message, _ = m["message"].(string)
-			generation, _ = m["observedGeneration"].(int64)
-		}
-	}
-	return
 }
 
 // A graph the operator fails: here the namespace's ResourceQuota allows no more ServiceAccounts
