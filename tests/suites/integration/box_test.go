@@ -58,6 +58,7 @@ const graphLabelKey = "nvidia.com/dynamo-graph-deployment-name"
 //     holding it), with the operator's and the ComputeDomain's finalizers handled by their
 //     controllers.
 func TestBoxStackLifecycle(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		stack, ns, graph string
 		roles            []string
@@ -422,6 +423,7 @@ func podCondition(p *corev1.Pod, typ corev1.PodConditionType) *corev1.PodConditi
 // Kubernetes' own reason: the Job controller's BackoffLimitExceeded, the scheduler's Insufficient
 // nvidia.com/gpu.
 func TestBoxFailuresCarryKubernetesReasons(t *testing.T) {
+	t.Parallel()
 	t.Run("download", func(t *testing.T) {
 		t.Parallel()
 		r := addRack(t, rackbox.NVL72("fail-dl").WithGPUs(12))

@@ -128,6 +128,7 @@ func playFailedUpdate(ctx context.Context, t *testing.T, dyn dynamic.Interface, 
 // operator's status conditions (the test plays the operator: Reconciling, then Ready with
 // outputs; then a stalled update).
 func TestOperatorRunner(t *testing.T) {
+	t.Parallel()
 	ctx := context.Background()
 	kube, dyn := kubeClients(t, cluster.kubeconfig)
 	cfg, err := restConfigOf(cluster.kubeconfig)
