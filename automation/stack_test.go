@@ -2,6 +2,7 @@ package automation
 
 import (
 	"context"
+	"minimax-m3/internal/fakecli"
 	"os"
 	"path/filepath"
 	"strings"
@@ -11,27 +12,17 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// A Pulumi CLI on PATH that logs its arguments, answers `version`, and fails everything else (or,
-// with fail set, `version` too).
-func fakePulumi(t *testing.T, fail bool) (logFile string) {
-	t.Helper()
-	dir := t.TempDir()
-	logFile = filepath.Join(dir, "calls")
-	version := `echo v3.276.0`
-	if fail {
-		version = `echo "no CLI here" >&2; exit 1`
-	}
-	script := "#!/bin/sh\necho \"$*\" >> " + logFile + "\nif [ \"$1\" = version ]; then " + version + "; exit 0; fi\necho \"error: not here\" >&2\nexit 255\n"
-	require.NoError(t, os.WriteFile(filepath.Join(dir, "pulumi"), []byte(script), 0o755))
-	t.Setenv("PATH", dir+string(os.PathListSeparator)+os.Getenv("PATH"))
-	return logFile
-}
+// version is the fake CLI's answer to `pulumi version`.
+var version = fakecli.Reply{Args: "version", Stdout: "v3.276.0"}
 
-func calls(t *testing.T, logFile string) []string {
-	t.Helper()
-	b, err := os.ReadFile(logFile)
-	require.NoError(t, err)
-	return strings.Split(strings.TrimSpace(string(b)), "\n")
+// fakePulumi is a Pulumi CLI that answers `version` (or, with fail set, fails it) and fails
+// everything else.
+func fakePulumi(t *testing.T, fail bool) *fakecli.CLI {
+	v := version
+	if fail {
+		v = fakecli.Reply{Args: "version", Stderr: "no CLI here", Exit: 1}
+	}
+	return fakecli.Install(t, fakecli.Reply{Stderr: "error: not here", Exit: 255}, v)
 }
 
 // The CLI's version is checked once per process, not once per stack a portal opens; a failed check
@@ -47,7 +38,7 @@ func TestTheCLIIsCheckedOncePerProcess(t *testing.T) {
 	failing := fakePulumi(t, true)
 	require.ErrorContains(t, open(), "stack agg")
 	require.Error(t, open())
-	assert.Equal(t, []string{"version", "version"}, calls(t, failing), "a failed check is not kept")
+	assert.Equal(t, []string{"version", "version"}, failing.Calls(t), "a failed check is not kept")
 
 	pulumiCLI.cmd = nil
 	t.Cleanup(func() { pulumiCLI.cmd = nil })
@@ -55,13 +46,13 @@ func TestTheCLIIsCheckedOncePerProcess(t *testing.T) {
 	require.Error(t, open(), "the fake CLI selects no stack")
 	require.Error(t, open())
 	var versions int
-	for _, c := range calls(t, log) {
+	for _, c := range log.Calls(t) {
 		if c == "version" {
 			versions++
 		}
 	}
-	assert.Equal(t, 1, versions, "two stacks opened, one version check:\n%s", strings.Join(calls(t, log), "\n"))
-	assert.Greater(t, len(calls(t, log)), 2, "each stack still ran its own commands")
+	assert.Equal(t, 1, versions, "two stacks opened, one version check:\n%s", strings.Join(log.Calls(t), "\n"))
+	assert.Greater(t, len(log.Calls(t)), 2, "each stack still ran its own commands")
 
 	// A stack whose environment skips the check leaves it to the Automation API, as before.
 	pulumiCLI.cmd = nil
@@ -71,23 +62,11 @@ func TestTheCLIIsCheckedOncePerProcess(t *testing.T) {
 	assert.Nil(t, pulumiCLI.cmd, "the shared CLI is neither made nor used")
 }
 
-// A Pulumi CLI on PATH that logs its arguments, selects any stack, and answers `config` with one
-// key no settings file holds.
-func fakeStackCLI(t *testing.T) (logFile string) {
-	t.Helper()
-	dir := t.TempDir()
-	logFile = filepath.Join(dir, "calls")
-	script := `#!/bin/sh
-echo "$*" >> ` + logFile + `
-case " $* " in
-*" version "*) echo v3.276.0 ;;
-*" config "*) echo '{"minimax-m3:fromTheCLI": {"value": "1", "secret": false}}' ;;
-esac
-exit 0
-`
-	require.NoError(t, os.WriteFile(filepath.Join(dir, "pulumi"), []byte(script), 0o755))
-	t.Setenv("PATH", dir+string(os.PathListSeparator)+os.Getenv("PATH"))
-	return logFile
+// fakeStackCLI is a Pulumi CLI that selects any stack and answers `config` with one key no
+// settings file holds.
+func fakeStackCLI(t *testing.T) *fakecli.CLI {
+	return fakecli.Install(t, fakecli.Reply{}, version,
+		fakecli.Reply{Args: "config", Stdout: `{"minimax-m3:fromTheCLI": {"value": "1", "secret": false}}`})
 }
 
 // The program is handed the keys of the stack's settings file, read without a CLI run (or any
@@ -106,10 +85,9 @@ func TestConfigKeysAreReadFromTheStackSettingsFile(t *testing.T) {
 		}
 		s, err := SelectStack(ctx, Options{ProjectDir: dir, Stack: "agg"})
 		require.NoError(t, err)
-		require.NoError(t, os.Remove(log))
+		log.Reset(t)
 		require.NoError(t, s.readKeys(ctx))
-		b, err := os.ReadFile(log)
-		ranConfig := err == nil && strings.Contains(string(b), "config")
+		ranConfig := strings.Contains(strings.Join(log.Calls(t), "\n"), "config")
 		return s.keys.get(), ranConfig
 	}
 

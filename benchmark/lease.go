@@ -9,6 +9,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/retry"
 )
 
 // LeaseName is the Lease a running sweep holds in its namespace: one sweep per namespace at a
@@ -146,9 +147,18 @@ func (l *runLease) release() {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	leases := l.kube.CoordinationV1().Leases(l.namespace)
-	cur, err := leases.Get(ctx, LeaseName, metav1.GetOptions{})
-	if err != nil || cur.Spec.HolderIdentity == nil || *cur.Spec.HolderIdentity != l.runID {
-		return
-	}
-	_ = leases.Delete(ctx, LeaseName, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{ResourceVersion: &cur.ResourceVersion}})
+	// A transient error is tried again (client-go's default backoff, within the 10 s): a Lease left
+	// behind would hold the namespace's next sweep until it expires. Gone, or another run's, is done.
+	_ = retry.OnError(retry.DefaultBackoff, func(err error) bool {
+		return ctx.Err() == nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err)
+	}, func() error {
+		cur, err := leases.Get(ctx, LeaseName, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if cur.Spec.HolderIdentity == nil || *cur.Spec.HolderIdentity != l.runID {
+			return nil
+		}
+		return leases.Delete(ctx, LeaseName, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{ResourceVersion: &cur.ResourceVersion}})
+	})
 }

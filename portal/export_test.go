@@ -2,8 +2,7 @@ package portal
 
 import (
 	"context"
-	"os"
-	"path/filepath"
+	"minimax-m3/internal/fakecli"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -14,21 +13,12 @@ import (
 // the backend does not hold. It stands for the backend while an operation's `stack init` has not
 // run yet, which the real CLI leaves no way to hold still.
 func FakePulumi(t *testing.T, failList bool) {
-	t.Helper()
-	dir := t.TempDir()
-	list := `echo "[]"`
+	list := fakecli.Reply{Args: "stack ls", Stdout: "[]"}
 	if failList {
-		list = `echo "error: could not list stacks" >&2; exit 255`
+		list = fakecli.Reply{Args: "stack ls", Stderr: "error: could not list stacks", Exit: 255}
 	}
-	script := `#!/bin/sh
-case " $* " in
-*" version "*) echo v3.276.0 ;;
-*" stack ls "*) ` + list + ` ;;
-*) echo "error: no stack named 'x' found" >&2; exit 255 ;;
-esac
-`
-	require.NoError(t, os.WriteFile(filepath.Join(dir, "pulumi"), []byte(script), 0o755))
-	t.Setenv("PATH", dir+string(os.PathListSeparator)+os.Getenv("PATH"))
+	fakecli.Install(t, fakecli.Reply{Stderr: "error: no stack named 'x' found", Exit: 255},
+		fakecli.Reply{Args: "version", Stdout: "v3.276.0"}, list)
 }
 
 // NewTestManager is a Manager of this project with a state directory of the test's own.

@@ -18,6 +18,8 @@ import (
 	"syscall"
 	"time"
 
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+
 	corev1 "k8s.io/api/core/v1"
 	remotecommand "k8s.io/cri-streaming/pkg/streaming/remotecommand"
 	utilexec "k8s.io/utils/exec"
@@ -174,7 +176,11 @@ func (k *kubelet) serveExec(w http.ResponseWriter, req *http.Request) {
 	// The kubelet execs only into a container it runs.
 	pod := &corev1.Pod{}
 	if err := k.pods.Get(req.Context(), client.ObjectKey{Namespace: ns, Name: name}, pod); err != nil {
-		http.Error(w, err.Error(), http.StatusNotFound)
+		status := http.StatusInternalServerError // the kubelet could not read it: not the same as no such pod
+		if apierrors.IsNotFound(err) {
+			status = http.StatusNotFound
+		}
+		http.Error(w, err.Error(), status)
 		return
 	}
 	if pod.Spec.NodeName == "" || pod.Status.Phase != corev1.PodRunning || !hasContainer(pod, container) {
