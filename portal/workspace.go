@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"crypto/rand"
-	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -102,27 +101,15 @@ func (m *Manager) baseValues(base string) (map[string]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	var f struct {
-		Config map[string]any `yaml:"config"`
-	}
-	if err := yaml.Unmarshal(b, &f); err != nil {
+	plain, _, err := config.StackFileValues(b) // a base stack file's secret is not a value the request may inherit
+	if err != nil {
 		return nil, fmt.Errorf("base stack file of %s: %w", base, err)
 	}
 	out := map[string]string{}
-	for k, v := range f.Config {
-		key, ok := strings.CutPrefix(k, config.Namespace+":")
-		if !ok {
-			continue
+	for k, v := range plain {
+		if key, ok := strings.CutPrefix(k, config.Namespace+":"); ok {
+			out[key] = v
 		}
-		if s, ok := v.(string); ok {
-			out[key] = s
-			continue
-		}
-		j, err := json.Marshal(v)
-		if err != nil {
-			return nil, err
-		}
-		out[key] = string(j)
 	}
 	return out, nil
 }

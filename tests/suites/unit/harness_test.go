@@ -15,11 +15,11 @@ import (
 	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
 	pulumirpc "github.com/pulumi/pulumi/sdk/v3/proto/go"
 	"github.com/stretchr/testify/require"
-	"gopkg.in/yaml.v3"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"minimax-m3/components"
+	"minimax-m3/config"
 )
 
 // testToken is the Hugging Face token the tests configure; it must never appear in plain text.
@@ -75,26 +75,14 @@ type result struct {
 	outputs   map[string]any
 }
 
-// stackConfig reads a committed stack file as Pulumi hands it to the program: strings as they
-// are, everything else as JSON.
+// stackConfig reads a committed stack file as Pulumi hands it to the program (config.StackFileValues).
 func stackConfig(t testing.TB, stack string) map[string]string {
 	t.Helper()
 	b, err := os.ReadFile(filepath.Join("..", "..", "..", "Pulumi."+stack+".yaml"))
 	require.NoError(t, err)
-	var file struct {
-		Config map[string]any `yaml:"config"`
-	}
-	require.NoError(t, yaml.Unmarshal(b, &file))
-	out := map[string]string{}
-	for k, v := range file.Config {
-		if s, ok := v.(string); ok {
-			out[k] = s
-			continue
-		}
-		j, err := json.Marshal(v)
-		require.NoError(t, err)
-		out[k] = string(j)
-	}
+	out, secure, err := config.StackFileValues(b)
+	require.NoError(t, err)
+	require.Empty(t, secure, "a committed stack file holds no secret")
 	return out
 }
 
