@@ -28,6 +28,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"minimax-m3/benchmark"
+	"minimax-m3/tests/framework/poll"
 	"minimax-m3/tests/framework/rackbox"
 )
 
@@ -66,9 +67,10 @@ func TestBox(t *testing.T) {
 			},
 		}
 		require.NoError(t, c.Create(ctx, pvc))
-		require.Eventually(t, func() bool {
-			return c.Get(ctx, client.ObjectKeyFromObject(pvc), pvc) == nil && pvc.Status.Phase == corev1.ClaimBound
-		}, time.Minute, 200*time.Millisecond)
+		require.NoError(t, poll.Until(ctx, time.Minute, 200*time.Millisecond, "the claim is bound", func(ctx context.Context) (bool, error) {
+			err := c.Get(ctx, client.ObjectKeyFromObject(pvc), pvc)
+			return err == nil && pvc.Status.Phase == corev1.ClaimBound, err
+		}))
 		assert.Equal(t, rackbox.StorageClass, *pvc.Spec.StorageClassName, "the default class, set by admission")
 	})
 
@@ -81,7 +83,7 @@ func TestBox(t *testing.T) {
 				}}},
 			}
 			require.NoError(t, c.Create(ctx, job))
-			assert.True(t, jobReaches(ctx, c, job, want), "%s: %s", image, want)
+			assert.NoError(t, jobReaches(ctx, c, job, want), image)
 		}
 	})
 
@@ -103,14 +105,14 @@ func TestBox(t *testing.T) {
 			}
 			require.NoError(t, c.Create(ctx, job))
 			var pod corev1.Pod
-			require.Eventually(t, func() bool {
+			require.NoError(t, poll.Until(ctx, time.Minute, 200*time.Millisecond, "the held Job's pod runs", func(ctx context.Context) (bool, error) {
 				var pods corev1.PodList
-				if c.List(ctx, &pods, client.InNamespace("box"), client.MatchingLabels{"batch.kubernetes.io/job-name": job.Name}) != nil || len(pods.Items) == 0 {
-					return false
+				if err := c.List(ctx, &pods, client.InNamespace("box"), client.MatchingLabels{"batch.kubernetes.io/job-name": job.Name}); err != nil || len(pods.Items) == 0 {
+					return false, err
 				}
 				pod = pods.Items[0]
-				return pod.Status.Phase == corev1.PodRunning
-			}, time.Minute, 200*time.Millisecond)
+				return pod.Status.Phase == corev1.PodRunning, nil
+			}))
 			// Still Running once a plain Job started beside it has run through the stage that
 			// ends Job pods.
 			plain := &batchv1.Job{
@@ -120,16 +122,17 @@ func TestBox(t *testing.T) {
 				}}},
 			}
 			require.NoError(t, c.Create(ctx, plain))
-			require.Eventually(t, func() bool {
-				return c.Get(ctx, client.ObjectKeyFromObject(plain), plain) == nil && plain.Status.Succeeded == 1
-			}, time.Minute, 200*time.Millisecond)
+			require.NoError(t, poll.Until(ctx, time.Minute, 200*time.Millisecond, "the plain Job succeeds", func(ctx context.Context) (bool, error) {
+				err := c.Get(ctx, client.ObjectKeyFromObject(plain), plain)
+				return err == nil && plain.Status.Succeeded == 1, err
+			}))
 			require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(&pod), &pod))
 			assert.Equal(t, corev1.PodRunning, pod.Status.Phase, "held until its exit code is set")
 
 			patch := client.MergeFrom(pod.DeepCopy())
 			pod.Annotations = map[string]string{rackbox.ExitCodeAnnotation: code}
 			require.NoError(t, c.Patch(ctx, &pod, patch))
-			assert.True(t, jobReaches(ctx, c, job, want), "exit code %s: %s", code, want)
+			assert.NoError(t, jobReaches(ctx, c, job, want), "exit code %s", code)
 		}
 	})
 
@@ -139,9 +142,10 @@ func TestBox(t *testing.T) {
 			Spec:       corev1.PodSpec{Containers: []corev1.Container{{Name: "main", Image: "busybox:1.36"}}},
 		}
 		require.NoError(t, c.Create(ctx, pod))
-		require.Eventually(t, func() bool {
-			return c.Get(ctx, client.ObjectKeyFromObject(pod), pod) == nil && pod.Status.Phase == corev1.PodRunning
-		}, time.Minute, 200*time.Millisecond)
+		require.NoError(t, poll.Until(ctx, time.Minute, 200*time.Millisecond, "the pod runs", func(ctx context.Context) (bool, error) {
+			err := c.Get(ctx, client.ObjectKeyFromObject(pod), pod)
+			return err == nil && pod.Status.Phase == corev1.PodRunning, err
+		}))
 		kube, err := kubernetes.NewForConfig(b.Config)
 		require.NoError(t, err)
 		exec := benchmark.PodExecutor{Config: b.Config, Client: kube}
@@ -218,7 +222,7 @@ func TestBox(t *testing.T) {
 		require.NoError(t, exec.Exec(ctx, "box", "shell", "main", []string{"true"}, nil, io.Discard), "its own certificate again")
 		<-seen
 		// An exec's connection is let go when it ends.
-		assert.Eventually(t, func() bool { return b.ExecConnections() == 0 }, 10*time.Second, 100*time.Millisecond)
+		assert.NoError(t, poll.True(ctx, 10*time.Second, 100*time.Millisecond, "the exec connections are let go", func() bool { return b.ExecConnections() == 0 }))
 		require.NoError(t, c.Delete(ctx, pod))
 	})
 
@@ -231,9 +235,10 @@ func TestBox(t *testing.T) {
 		cd.SetName("cd")
 		require.NoError(t, c.Create(ctx, cd))
 		rct := &resourcev1.ResourceClaimTemplate{}
-		require.Eventually(t, func() bool {
-			return c.Get(ctx, client.ObjectKey{Namespace: "box", Name: "cd-channel"}, rct) == nil
-		}, 30*time.Second, 200*time.Millisecond, "the compute-domain-controller creates the channel template of the ComputeDomain")
+		require.NoError(t, poll.Until(ctx, 30*time.Second, 200*time.Millisecond, "the compute-domain-controller creates the channel template of the ComputeDomain", func(ctx context.Context) (bool, error) {
+			err := c.Get(ctx, client.ObjectKey{Namespace: "box", Name: "cd-channel"}, rct)
+			return err == nil, err
+		}))
 		require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(cd), cd))
 		assert.Contains(t, cd.GetFinalizers(), rackbox.ComputeDomainFinalizer, "the controller owns the ComputeDomain's finalizer")
 		assert.Equal(t, map[string]string{"resource.nvidia.com/computeDomain": string(cd.GetUID()), "resource.nvidia.com/computeDomainTarget": "Workload"}, rct.Labels)
@@ -241,9 +246,10 @@ func TestBox(t *testing.T) {
 		// Its IMEX DaemonSet, in the driver's namespace, selects the trays the kubelet plugin labels
 		// for the domain: the plugin is played (it needs NVML), so none is, and no daemon runs.
 		ds := &appsv1.DaemonSet{}
-		require.Eventually(t, func() bool {
-			return c.Get(ctx, client.ObjectKey{Namespace: rackbox.DriverNamespace, Name: "computedomain-daemon-" + string(cd.GetUID())}, ds) == nil
-		}, 30*time.Second, 200*time.Millisecond, "the compute-domain-controller creates the IMEX DaemonSet")
+		require.NoError(t, poll.Until(ctx, 30*time.Second, 200*time.Millisecond, "the compute-domain-controller creates the IMEX DaemonSet", func(ctx context.Context) (bool, error) {
+			err := c.Get(ctx, client.ObjectKey{Namespace: rackbox.DriverNamespace, Name: "computedomain-daemon-" + string(cd.GetUID())}, ds)
+			return err == nil, err
+		}))
 		assert.Equal(t, map[string]string{"resource.nvidia.com/computeDomain": string(cd.GetUID())}, ds.Spec.Template.Spec.NodeSelector)
 
 		labels := map[string]string{"app": "worker"}
@@ -267,10 +273,10 @@ func TestBox(t *testing.T) {
 		}
 		require.NoError(t, c.Create(ctx, d))
 		var pods corev1.PodList
-		require.Eventually(t, func() bool {
+		err := poll.Until(ctx, time.Minute, 200*time.Millisecond, "two 4-GPU pods run on the two trays, the third waits for GPUs", func(ctx context.Context) (bool, error) {
 			running, unschedulable := 0, 0
-			if c.List(ctx, &pods, client.InNamespace("box"), client.MatchingLabels(labels)) != nil {
-				return false
+			if err := c.List(ctx, &pods, client.InNamespace("box"), client.MatchingLabels(labels)); err != nil {
+				return false, err
 			}
 			for _, p := range pods.Items {
 				if p.Status.Phase == corev1.PodRunning && strings.HasPrefix(p.Spec.NodeName, "small-tray-") {
@@ -282,8 +288,9 @@ func TestBox(t *testing.T) {
 					}
 				}
 			}
-			return running == 2 && unschedulable == 1
-		}, time.Minute, 200*time.Millisecond, "two 4-GPU pods run on the two trays, the third waits for GPUs: %v", &pods)
+			return running == 2 && unschedulable == 1, nil
+		})
+		require.NoError(t, err, "%v", &pods)
 
 		var claims resourcev1.ResourceClaimList
 		require.NoError(t, c.List(ctx, &claims, client.InNamespace("box")))
@@ -299,29 +306,33 @@ func TestBox(t *testing.T) {
 
 		require.NoError(t, c.Delete(ctx, d))
 		require.NoError(t, c.Delete(ctx, cd))
-		require.Eventually(t, func() bool {
+		require.NoError(t, poll.Until(ctx, time.Minute, 200*time.Millisecond, "the garbage collector deletes the pods; the controller deletes the templates and the DaemonSet, then removes its finalizer", func(ctx context.Context) (bool, error) {
 			var left corev1.PodList
-			err := c.List(ctx, &left, client.InNamespace("box"), client.MatchingLabels(labels))
-			return err == nil && len(left.Items) == 0 &&
-				apierrors.IsNotFound(c.Get(ctx, client.ObjectKeyFromObject(cd), cd)) && apierrors.IsNotFound(c.Get(ctx, client.ObjectKeyFromObject(rct), rct)) &&
-				apierrors.IsNotFound(c.Get(ctx, client.ObjectKeyFromObject(ds), ds))
-		}, time.Minute, 200*time.Millisecond, "the garbage collector deletes the pods; the controller deletes the templates and the DaemonSet, then removes its finalizer")
+			if err := c.List(ctx, &left, client.InNamespace("box"), client.MatchingLabels(labels)); err != nil || len(left.Items) > 0 {
+				return false, err
+			}
+			// Gone is NotFound: any other error is kept as the wait's last.
+			for _, o := range []client.Object{cd, rct, ds} {
+				if err := c.Get(ctx, client.ObjectKeyFromObject(o), o); !apierrors.IsNotFound(err) {
+					return false, err
+				}
+			}
+			return true, nil
+		}))
 	})
 }
 
-// jobReaches waits up to a minute for the Job's condition want.
-func jobReaches(ctx context.Context, c client.Client, job *batchv1.Job, want batchv1.JobConditionType) bool {
-	ctx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
-	for ctx.Err() == nil {
-		if c.Get(ctx, client.ObjectKeyFromObject(job), job) == nil {
-			for _, cond := range job.Status.Conditions {
-				if cond.Type == want && cond.Status == corev1.ConditionTrue {
-					return true
-				}
+// jobReaches waits up to a minute for the Job's condition want; an error says it did not come.
+func jobReaches(ctx context.Context, c client.Client, job *batchv1.Job, want batchv1.JobConditionType) error {
+	return poll.Until(ctx, time.Minute, 200*time.Millisecond, fmt.Sprintf("Job %s is %s", job.Name, want), func(ctx context.Context) (bool, error) {
+		if err := c.Get(ctx, client.ObjectKeyFromObject(job), job); err != nil {
+			return false, err
+		}
+		for _, cond := range job.Status.Conditions {
+			if cond.Type == want && cond.Status == corev1.ConditionTrue {
+				return true, nil
 			}
 		}
-		time.Sleep(200 * time.Millisecond)
-	}
-	return false
+		return false, nil
+	})
 }

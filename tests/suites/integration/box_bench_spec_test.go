@@ -117,7 +117,7 @@ func TestBoxBenchmarkSweepRestartsThroughTheOperator(t *testing.T) {
 	cfg, err := s.stack.GetConfigWithOptions(ctx, "minimax-m3:restart.id", &auto.ConfigOptions{Path: true})
 	require.NoError(t, err)
 	assert.Equal(t, "bench-run1-c16", cfg.Value)
-	g, _ := getOn(t, box.Client, graphGVK, ns, disaggGraph)
+	g := boxGraph(t, ns, disaggGraph)
 	id, _, _ := unstructured.NestedString(g.Object, "spec", "restart", "id")
 	assert.Equal(t, "bench-run1-c16", id)
 

@@ -3,9 +3,7 @@ package integration
 import (
 	"context"
 	"maps"
-	kcluster "minimax-m3/internal/cluster"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -30,28 +28,10 @@ import (
 	"minimax-m3/tests/framework/rackbox"
 )
 
-// Day-two changes in the rack box (see box_test.go for what runs for real and what is played).
+// Day-two changes in the rack box (what runs for real and what is played: box_test.go and
+// docs/development.md).
 
-// boxKubectl runs the real kubectl against the box, as a user would.
-func boxKubectl(t *testing.T, stdin string, args ...string) string {
-	t.Helper()
-	cmd := exec.Command("kubectl", append([]string{"--kubeconfig", box.Kubeconfig}, args...)...)
-	cmd.Stdin = strings.NewReader(stdin)
-	out, err := cmd.CombinedOutput()
-	require.NoError(t, err, string(out))
-	return string(out)
-}
-
-// boxGraph reads a graph in the box.
-func boxGraph(t *testing.T, ns, name string) *unstructured.Unstructured {
-	t.Helper()
-	g := &unstructured.Unstructured{}
-	g.SetGroupVersionKind(graphGVK)
-	require.NoError(t, box.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, g))
-	return g
-}
-
-// The recipe deployed the recipe's way (the README's `kubectl apply`, client-side, so every field
+// The recipe deployed the recipe's way (its README's `kubectl apply`, client-side, so every field
 // is owned by kubectl-client-side-apply) and brought to Ready by the real operator; then adopted
 // (adopt=true with the recipe's rollout, worker.rollout.strategy OperatorDefault: the adopted spec
 // is the recipe's, so no new generation and no restart; the program's default one-at-a-time
@@ -75,7 +55,10 @@ func TestBoxAdoptingAKubectlAppliedRecipeThenChangingIt(t *testing.T) {
 	require.NoError(t, err)
 	boxKubectl(t, strings.ReplaceAll(string(cache), "your-storage-class-name", rackbox.StorageClass), "-n", ns, "apply", "-f", "-")
 	boxKubectl(t, "", "-n", ns, "apply", "-f", filepath.Join(recipeDir(t), "vllm", "agg-gb200-agentic", "deploy.yaml"))
-	eventually(t, func() bool { return kcluster.ReadyAtGeneration(boxGraph(t, ns, aggGraph)) }, 3*time.Minute, "the operator brings the recipe's graph to Ready")
+	eventually(t, 3*time.Minute, "the operator brings the recipe's graph to Ready", func(ctx context.Context) (bool, error) {
+		g, _, err := tryGetOn(ctx, box.Client, graphGVK, ns, aggGraph)
+		return g != nil && operatorReady(g), err
+	})
 	live := boxGraph(t, ns, aggGraph)
 	generation, uid := live.GetGeneration(), live.GetUID()
 	var managers []string
@@ -124,7 +107,7 @@ func TestBoxAdoptingAKubectlAppliedRecipeThenChangingIt(t *testing.T) {
 	require.NoError(t, err, "a change of fields kubectl applied\n%s", s.log.String())
 	live = boxGraph(t, ns, aggGraph)
 	assert.Greater(t, live.GetGeneration(), generation)
-	assert.True(t, kcluster.ReadyAtGeneration(live), "up returned once the operator was Ready at the new generation")
+	assert.True(t, operatorReady(live), "up returned once the operator was Ready at the new generation")
 	workers := client.MatchingLabels{graphLabelKey: aggGraph, "nvidia.com/dynamo-component": "Worker"}
 	pods := podsOf(t, ns, workers)
 	require.Len(t, pods, 3)
@@ -139,7 +122,10 @@ func TestBoxAdoptingAKubectlAppliedRecipeThenChangingIt(t *testing.T) {
 	s.set(ctx, "minimax-m3:worker.replicas", "2")
 	_, _, err = s.up(ctx)
 	require.NoError(t, err, "a change of the replicas kubectl applied\n%s", s.log.String())
-	eventually(t, func() bool { return len(podsOf(t, ns, workers)) == 2 }, time.Minute, "two workers")
+	eventually(t, time.Minute, "two workers", func(ctx context.Context) (bool, error) {
+		pods, err := listPods(ctx, ns, workers)
+		return err == nil && len(pods) == 2, err
+	})
 }
 
 // `pulumi stack rename` keeps the stack's state and outputs; the objects carry the old name's
@@ -225,7 +211,7 @@ func TestBoxBenchmarkRestartDeletesEveryPodAtOnce(t *testing.T) {
 	}
 	g := boxGraph(t, ns, aggGraph)
 	assert.Equal(t, generation, g.GetGeneration(), "the graph's spec untouched")
-	assert.True(t, kcluster.ReadyAtGeneration(g))
+	assert.True(t, operatorReady(g))
 }
 
 // One stack owns the namespace, the cache, the token Secret and the download; a second stack in the
@@ -252,7 +238,7 @@ func TestBoxTwoStacksShareANamespaceAndOneCache(t *testing.T) {
 		assert.Contains(t, msg, want)
 	}
 
-	// The README's second-stack settings.
+	// The second-stack settings of docs/day-two.md.
 	for k, v := range map[string]string{"minimax-m3:namespace.create": "false", "minimax-m3:modelCache.create": "false", "minimax-m3:modelDownload.enabled": "false"} {
 		user.set(ctx, k, v)
 	}
@@ -262,7 +248,7 @@ func TestBoxTwoStacksShareANamespaceAndOneCache(t *testing.T) {
 	for k := range opsOf(ops) {
 		assert.NotRegexp(t, "^kubernetes:.*(Namespace|Secret|PersistentVolumeClaim|Job) (namespace|hf-token|model-cache|model-download)$", k, "the second stack creates none of the owner's objects")
 	}
-	assert.True(t, kcluster.ReadyAtGeneration(boxGraph(t, ns, disaggGraph)), "the second graph is Ready on the shared cache")
+	assert.True(t, operatorReady(boxGraph(t, ns, disaggGraph)), "the second graph is Ready on the shared cache")
 
 	// kubectl get -l app.kubernetes.io/instance=<stack> tells the stacks apart.
 	for stack, graph := range map[string]string{"agg": aggGraph, "disagg": disaggGraph} {
@@ -275,14 +261,13 @@ func TestBoxTwoStacksShareANamespaceAndOneCache(t *testing.T) {
 
 	_, err = user.stack.Destroy(ctx)
 	require.NoError(t, err, user.log.String())
-	eventually(t, func() bool {
-		g := &unstructured.Unstructured{}
-		g.SetGroupVersionKind(graphGVK)
-		return box.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: disaggGraph}, g) != nil
-	}, time.Minute, "the second graph is gone")
+	eventually(t, time.Minute, "the second graph is gone", func(ctx context.Context) (bool, error) {
+		g, _, err := tryGetOn(ctx, box.Client, graphGVK, ns, disaggGraph)
+		return err == nil && g == nil, err // NotFound, and nothing else
+	})
 	require.NoError(t, box.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "hf-token-secret"}, &corev1.Secret{}), "the owner's Secret is kept")
 	require.NoError(t, box.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "shared-model-cache"}, &corev1.PersistentVolumeClaim{}), "the owner's claim is kept")
-	assert.True(t, kcluster.ReadyAtGeneration(boxGraph(t, ns, aggGraph)), "the owner's graph is still Ready")
+	assert.True(t, operatorReady(boxGraph(t, ns, aggGraph)), "the owner's graph is still Ready")
 	_, err = owner.preview(ctx, optpreview.ExpectNoChanges())
 	require.NoError(t, err, "the owner's stack is intact\n%s", owner.log.String())
 }
@@ -311,10 +296,9 @@ func TestBoxRenamingTheGraphOnAFullRack(t *testing.T) {
 	}
 	_, _, err = s.up(ctx)
 	require.NoError(t, err, "the renamed graph fits the full rack once the old one is gone\n%s", s.log.String())
-	old := &unstructured.Unstructured{}
-	old.SetGroupVersionKind(graphGVK)
-	assert.Error(t, box.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: aggGraph}, old), "the old graph is gone")
-	assert.True(t, kcluster.ReadyAtGeneration(boxGraph(t, ns, "mm3-renamed")))
+	old, _ := getOn(t, box.Client, graphGVK, ns, aggGraph) // NotFound; any other error fails the test
+	assert.Nil(t, old, "the old graph is gone")
+	assert.True(t, operatorReady(boxGraph(t, ns, "mm3-renamed")))
 	after := &corev1.PersistentVolumeClaim{}
 	require.NoError(t, box.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "shared-model-cache"}, after))
 	assert.Equal(t, pvc.UID, after.UID, "the same cache claim")
@@ -389,7 +373,8 @@ func TestBoxADownloadNotWaitedForIsReplacedWhileItRuns(t *testing.T) {
 	require.NoError(t, box.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "minimax-m3-model-download"}, second))
 	assert.NotEqual(t, first.UID, second.UID, "a new Job")
 	assert.Contains(t, strings.Join(second.Spec.Template.Spec.Containers[0].Args, " "), newRevision)
-	eventually(t, func() bool {
-		return len(podsOf(t, ns, client.MatchingLabels{"batch.kubernetes.io/controller-uid": string(first.UID)})) == 0
-	}, 2*time.Minute, "the garbage collector removes the old Job's pod")
+	eventually(t, 2*time.Minute, "the garbage collector removes the old Job's pod", func(ctx context.Context) (bool, error) {
+		pods, err := listPods(ctx, ns, client.MatchingLabels{"batch.kubernetes.io/controller-uid": string(first.UID)})
+		return err == nil && len(pods) == 0, err
+	})
 }

@@ -2,7 +2,6 @@ package integration
 
 import (
 	"context"
-	kcluster "minimax-m3/internal/cluster"
 	"slices"
 	"strings"
 	"testing"
@@ -24,6 +23,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"minimax-m3/components"
+	kcluster "minimax-m3/internal/cluster"
 	"minimax-m3/tests/framework/rackbox"
 )
 
@@ -33,9 +33,7 @@ import (
 // graph is the real Dynamo operator's, the ComputeDomain's channel template and finalizer the
 // NVIDIA DRA driver's compute-domain-controller's. What the box plays (the kubelet through kwok,
 // the DRA kubelet plugin's ResourceSlices, GPUs, a storage provisioner) is listed in package
-// rackbox.
-
-const graphLabelKey = "nvidia.com/dynamo-graph-deployment-name"
+// rackbox and docs/development.md.
 
 // Both stacks through a lifecycle on an empty NVL72 rack, nothing of the cluster played:
 //
@@ -54,7 +52,7 @@ const graphLabelKey = "nvidia.com/dynamo-graph-deployment-name"
 //  4. synthetic acceptance changes only the workers' ConfigMap key, and says so;
 //  5. a new model revision replaces the download Job and updates the graph, nothing else;
 //  6. no plaintext token in the state, the outputs or the log;
-//  7. destroy leaves only what the README says it keeps: the cache claim (and the namespace
+//  7. destroy leaves only what docs/day-two.md says it keeps: the cache claim (and the namespace
 //     holding it), with the operator's and the ComputeDomain's finalizers handled by their
 //     controllers.
 func TestBoxStackLifecycle(t *testing.T) {
@@ -263,7 +261,10 @@ func TestBoxStackLifecycle(t *testing.T) {
 			// 7. destroy.
 			_, err = s.stack.Destroy(ctx, optdestroy.ProgressStreams(s.log))
 			require.NoError(t, err, s.log.String())
-			eventually(t, func() bool { return len(podsOf(t, ns, nil)) == 0 }, 2*time.Minute, "every pod is gone (garbage collector, kwok)")
+			eventually(t, 2*time.Minute, "every pod is gone (garbage collector, kwok)", func(ctx context.Context) (bool, error) {
+				pods, err := listPods(ctx, ns, nil)
+				return err == nil && len(pods) == 0, err
+			})
 			for _, kind := range []client.ObjectList{&appsv1.DeploymentList{}, &batchv1.JobList{}, &resourcev1.ResourceClaimList{}, &resourcev1.ResourceClaimTemplateList{}, &corev1.ConfigMapList{}} {
 				require.NoError(t, box.Client.List(ctx, kind, client.InNamespace(ns)))
 				if cms, ok := kind.(*corev1.ConfigMapList); ok {
@@ -302,10 +303,6 @@ func assertChannelAllocated(t *testing.T, p *corev1.Pod) {
 	require.Len(t, results, 1)
 	assert.Equal(t, []string{rackbox.ComputeDomainDriver, p.Spec.NodeName, "channel-0"}, []string{results[0].Driver, results[0].Pool, results[0].Device})
 	assert.True(t, slices.ContainsFunc(claim.Status.ReservedFor, func(r resourcev1.ResourceClaimConsumerReference) bool { return r.UID == p.UID }), "reserved for %s", p.Name)
-}
-
-func jobCondition(j *batchv1.Job, typ batchv1.JobConditionType) bool {
-	return slices.ContainsFunc(j.Status.Conditions, func(c batchv1.JobCondition) bool { return c.Type == typ && c.Status == corev1.ConditionTrue })
 }
 
 // On a rack with exactly the GPUs the stack needs, the recipe's rollout (the operator's default,
@@ -408,15 +405,6 @@ func TestBoxFullRackFlagChangeRollsWithoutASpareGPU(t *testing.T) {
 	assert.Equal(t, "r1", observed)
 	assert.Contains(t, []string{"Superseded", "Completed"}, phase)
 	t.Logf("the operator's restart phase after a restart with a worker change: %s", phase)
-}
-
-func podCondition(p *corev1.Pod, typ corev1.PodConditionType) *corev1.PodCondition {
-	for i := range p.Status.Conditions {
-		if p.Status.Conditions[i].Type == typ {
-			return &p.Status.Conditions[i]
-		}
-	}
-	return nil
 }
 
 // A download pod that fails, and workers that do not fit the rack, each fail `up` with

@@ -2,22 +2,43 @@ package integration
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/csv"
+	"encoding/hex"
+	"errors"
 	"fmt"
+	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"github.com/pulumi/pulumi/sdk/v3/go/auto"
 	"github.com/stretchr/testify/require"
+	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"minimax-m3/benchmark"
+	"minimax-m3/config"
+	kcluster "minimax-m3/internal/cluster"
+	"minimax-m3/tests/framework/aiperfexport"
 	"minimax-m3/tests/framework/dynamooperator"
+	"minimax-m3/tests/framework/poll"
 	"minimax-m3/tests/framework/rackbox"
 )
+
+// The suite's helpers for the rack box; those of the plain API server, the stacks and the portal
+// are in harness_test.go. What the box runs for real and what it plays: docs/development.md.
 
 // The rack box (package rackbox) is a second local cluster whose control plane runs for real:
 // kube-apiserver, kube-controller-manager, kube-scheduler, kwok simulating GB200 NVL72 racks, and
@@ -65,6 +86,22 @@ func startBoxOperator() (*dynamooperator.Operator, error) {
 		CRDDir:     filepath.Join(operatorSource(), "config", "crd", "bases"),
 		Log:        box.log,
 	})
+}
+
+// operatorSource is the operator's source folder; its CRD folder holds the CRD the operator
+// watches beyond MINIMAX_M3_CRDS (dynamocheckpoints).
+func operatorSource() string {
+	if dir := os.Getenv("MINIMAX_M3_DYNAMO_OPERATOR"); dir != "" {
+		return dir
+	}
+	return filepath.Join(cluster.root, "..", "shared", "reference", "dynamo-operator")
+}
+
+func tail(s string, n int) string {
+	if len(s) <= n {
+		return s
+	}
+	return s[len(s)-n:]
 }
 
 func boxLogs() string {
@@ -144,35 +181,286 @@ func readyBoxStack(t *testing.T, stack, ns string, r rackbox.Rack, extra auto.Co
 	return s
 }
 
-// podsOf lists the pods in ns that match labels.
-func podsOf(t *testing.T, ns string, labels client.MatchingLabels) []corev1.Pod {
+const graphLabelKey = "nvidia.com/dynamo-graph-deployment-name"
+
+// boxKubectl runs the real kubectl against the box, as a user would.
+func boxKubectl(t *testing.T, stdin string, args ...string) string {
 	t.Helper()
-	var pods corev1.PodList
-	require.NoError(t, box.Client.List(context.Background(), &pods, client.InNamespace(ns), labels))
-	return slices.DeleteFunc(pods.Items, func(p corev1.Pod) bool { return p.DeletionTimestamp != nil })
+	cmd := exec.Command("kubectl", append([]string{"--kubeconfig", box.Kubeconfig}, args...)...)
+	cmd.Stdin = strings.NewReader(stdin)
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, err, string(out))
+	return string(out)
 }
 
-// eventually is require.Eventually with the box's logs on failure.
-func eventually(t *testing.T, cond func() bool, timeout time.Duration, what string, args ...any) {
+// boxGraph reads a graph in the box; the test fails when it does not exist.
+func boxGraph(t *testing.T, ns, name string) *unstructured.Unstructured {
 	t.Helper()
-	require.Eventually(t, cond, timeout, 250*time.Millisecond, append([]any{what}, args...)...)
+	return mustGetOn(t, box.Client, graphGVK, ns, name)
+}
+
+// operatorReady says whether the Dynamo operator reports the graph Ready at its generation in the
+// Ready condition itself. It is stricter than kcluster.ReadyAtGeneration, which also takes
+// status.observedGeneration when the condition has none (what `up` waits for, and what an older or
+// patched operator writes; daytwo_test.go plays it on the plain API server): the operator the box
+// runs writes the generation in the condition, and the box's tests hold it to that.
+func operatorReady(g *unstructured.Unstructured) bool {
+	c, ok := kcluster.ReadyCondition(g)
+	return ok && c.Status == "True" && c.ObservedGeneration == g.GetGeneration()
+}
+
+// podsOf lists the pods in ns that match labels, those being deleted left out.
+func podsOf(t *testing.T, ns string, labels client.MatchingLabels) []corev1.Pod {
+	t.Helper()
+	pods, err := listPods(context.Background(), ns, labels)
+	require.NoError(t, err)
+	return pods
+}
+
+// listPods is podsOf for a poll condition: it returns the error instead of failing the test.
+func listPods(ctx context.Context, ns string, labels client.MatchingLabels) ([]corev1.Pod, error) {
+	var pods corev1.PodList
+	if err := box.Client.List(ctx, &pods, client.InNamespace(ns), labels); err != nil {
+		return nil, err
+	}
+	return slices.DeleteFunc(pods.Items, func(p corev1.Pod) bool { return p.DeletionTimestamp != nil }), nil
+}
+
+func podCondition(p *corev1.Pod, typ corev1.PodConditionType) *corev1.PodCondition {
+	for i := range p.Status.Conditions {
+		if p.Status.Conditions[i].Type == typ {
+			return &p.Status.Conditions[i]
+		}
+	}
+	return nil
+}
+
+func jobCondition(j *batchv1.Job, typ batchv1.JobConditionType) bool {
+	return slices.ContainsFunc(j.Status.Conditions, func(c batchv1.JobCondition) bool { return c.Type == typ && c.Status == corev1.ConditionTrue })
+}
+
+// eventually polls cond on the test goroutine every 250 ms (poll.Until) and fails the test when it
+// is not done within timeout, with what was awaited and cond's last error. (rackBox's cleanup
+// prints the box's logs when the test fails.)
+func eventually(t *testing.T, timeout time.Duration, what string, cond func(ctx context.Context) (bool, error)) {
+	t.Helper()
+	require.NoError(t, poll.Until(context.Background(), timeout, 250*time.Millisecond, what, cond))
 }
 
 // heldDownload waits for the download Job's pod of a stack whose modelDownload.image is
 // rackbox.HeldImage to run (the box holds it), and returns a function that ends it with exit code
-// 0, so that the Job controller completes the Job.
+// 0, so that the Job controller completes the Job. Both run on the test goroutine.
 func heldDownload(t *testing.T, ns string) (release func()) {
 	t.Helper()
 	downloads := client.MatchingLabels{"batch.kubernetes.io/job-name": "minimax-m3-model-download"}
-	eventually(t, func() bool {
-		pods := podsOf(t, ns, downloads)
-		return len(pods) == 1 && pods[0].Status.Phase == corev1.PodRunning
-	}, 2*time.Minute, "the download Job's pod runs (held by the box)")
+	eventually(t, 2*time.Minute, "the download Job's pod runs (held by the box)", func(ctx context.Context) (bool, error) {
+		pods, err := listPods(ctx, ns, downloads)
+		return err == nil && len(pods) == 1 && pods[0].Status.Phase == corev1.PodRunning, err
+	})
 	return func() {
 		t.Helper()
-		held := podsOf(t, ns, downloads)[0]
+		pods := podsOf(t, ns, downloads)
+		require.NotEmpty(t, pods, "the held download pod")
+		held := pods[0]
 		patch := client.MergeFrom(held.DeepCopy())
 		held.Annotations = map[string]string{rackbox.ExitCodeAnnotation: "0"}
 		require.NoError(t, box.Client.Patch(context.Background(), &held, patch))
 	}
+}
+
+// boxBench is what the benchmark sweep's box tests play around the box. Everything else is real:
+// the scheduler places the helper pod and each AIPerf Job's pod (beside the frontend), the Job
+// controller runs the write check and the points, the restarts (the recipe's: deleting the
+// graph's pods; or the operator's, through spec.restart) are the controllers' and the Dynamo
+// operator's, and each exec goes through the API server's exec subresource to the node's kubelet
+// endpoint (rackbox: the box's, with the kubelet's own streaming library).
+//   - AIPerf (it needs a served model): when a point's pod runs, the test writes what AIPerf
+//     0.12 leaves in ARTIFACT_DIR (package aiperfexport: its summary, records and log, in its own
+//     format) into the claim's directory, then sets the pod's exit code (rackbox.ExitCodeAnnotation):
+//     only then does kwok end the pod;
+//   - the helper's container (no container runtime here): the command the kubelet is asked to run
+//     runs on this machine, with the claim's mount a local directory.
+type boxBench struct {
+	t     *testing.T
+	ns    string
+	claim string
+	kube  kubernetes.Interface
+
+	mu sync.Mutex
+	// outcome plays each concurrency's AIPerf run (by default every request succeeds).
+	outcome map[int]aiperfexport.Point
+	// ran lists the AIPerf runs, "<run> c=<N>"; before, when set, runs before a point's pod ends.
+	ran    []string
+	before func(run string, concurrency int)
+}
+
+// exec is what the container runtime would run in the helper pod (the box's kubelet endpoint
+// calls it for every exec into the namespace's pods): the command, on this machine, with the
+// claim's mount mapped to the local directory.
+func (b *boxBench) exec(ctx context.Context, p *corev1.Pod, container string, command []string, stdin io.Reader, stdout, stderr io.Writer) error {
+	if container != "helper" || p.Labels["minimax-m3.io/benchmark-step"] != "helper" {
+		return fmt.Errorf("exec in %s[%s]: not the helper", p.Name, container)
+	}
+	args := make([]string, len(command))
+	for i, a := range command {
+		args[i] = strings.ReplaceAll(a, config.BenchmarkMountPath, b.claim)
+	}
+	cmd := exec.CommandContext(ctx, args[0], args[1:]...)
+	cmd.Stdin, cmd.Stdout, cmd.Stderr = stdin, stdout, stderr
+	// Once ctx ends (the box stops), the command's streams are not waited for long.
+	cmd.WaitDelay = 5 * time.Second
+	return cmd.Run()
+}
+
+// newBoxBench plays AIPerf and the helper's container in ns until the test ends.
+func newBoxBench(t *testing.T, ns string) *boxBench {
+	kube, err := kubernetes.NewForConfig(box.Config)
+	require.NoError(t, err)
+	played := &boxBench{t: t, ns: ns, claim: t.TempDir(), kube: kube, outcome: map[int]aiperfexport.Point{}}
+	t.Cleanup(box.HandleExec(ns, played.exec))
+	ctx, stop := context.WithCancel(context.Background())
+	stopped := make(chan struct{})
+	go func() {
+		defer close(stopped)
+		played.playAIPerf(ctx)
+	}()
+	t.Cleanup(func() {
+		stop()
+		<-stopped
+	})
+	return played
+}
+
+// playAIPerf plays AIPerf in every running point pod of the namespace until ctx is done.
+func (b *boxBench) playAIPerf(ctx context.Context) {
+	for ctx.Err() == nil {
+		var pods corev1.PodList
+		if err := box.Client.List(ctx, &pods, client.InNamespace(b.ns), client.HasLabels{rackbox.HeldLabel}); err == nil {
+			for i := range pods.Items {
+				p := &pods.Items[i]
+				// A point's AIPerf pod: its Job's, with a concurrency (the run's helper pod carries the
+				// run's label too).
+				if p.Labels["batch.kubernetes.io/job-name"] == "" || p.Status.Phase != corev1.PodRunning ||
+					p.Annotations[rackbox.ExitCodeAnnotation] != "" || p.DeletionTimestamp != nil {
+					continue
+				}
+				b.run(ctx, p)
+			}
+		}
+		select {
+		case <-ctx.Done():
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+func (b *boxBench) run(ctx context.Context, p *corev1.Pod) {
+	env := map[string]string{}
+	for _, e := range p.Spec.Containers[0].Env {
+		env[e.Name] = e.Value
+	}
+	c, err := strconv.Atoi(env["CONCURRENCY"])
+	if err != nil || c < 1 {
+		b.t.Errorf("playing AIPerf: pod %s has no concurrency: %q", p.Name, env["CONCURRENCY"])
+		return
+	}
+	run := p.Labels[rackbox.HeldLabel]
+	b.mu.Lock()
+	point, ok := b.outcome[c]
+	before := b.before
+	b.ran = append(b.ran, fmt.Sprintf("%s c=%d", run, c))
+	b.mu.Unlock()
+	if !ok {
+		point = aiperfexport.Point{Requests: 3}
+	}
+	point.Concurrency, point.Goodput = c, true
+	dir := strings.ReplaceAll(env["ARTIFACT_DIR"], config.BenchmarkMountPath, b.claim)
+	if err := aiperfexport.Write(dir, point); err != nil {
+		b.t.Errorf("playing AIPerf: %v", err)
+		return
+	}
+	if before != nil {
+		before(run, c)
+	}
+	patch := client.MergeFrom(p.DeepCopy())
+	p.Annotations = map[string]string{rackbox.ExitCodeAnnotation: "0"}
+	// An interrupted sweep may have deleted the pod meanwhile.
+	if err := box.Client.Patch(ctx, p, patch); err != nil && ctx.Err() == nil && !apierrors.IsNotFound(err) {
+		b.t.Errorf("ending the AIPerf pod %s: %v", p.Name, err)
+	}
+}
+
+// onRun sets what runs when a point's AIPerf pod runs, before it ends (nil: nothing).
+func (b *boxBench) onRun(f func(run string, concurrency int)) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.before = f
+}
+
+func (b *boxBench) runs() []string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return slices.Clone(b.ran)
+}
+
+// sweepEvents collects a sweep's progress.
+type sweepEvents struct {
+	mu  sync.Mutex
+	all []benchmark.Event
+}
+
+func (e *sweepEvents) add(ev benchmark.Event) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.all = append(e.all, ev)
+}
+
+func (e *sweepEvents) list() []benchmark.Event {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return slices.Clone(e.all)
+}
+
+func (e *sweepEvents) has(substr string) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return slices.ContainsFunc(e.all, func(ev benchmark.Event) bool { return strings.Contains(ev.String(), substr) })
+}
+
+// csvRows reads a sweep's results.csv.
+func csvRows(t *testing.T, dir string) [][]string {
+	t.Helper()
+	f, err := os.Open(filepath.Join(dir, "results.csv"))
+	require.NoError(t, err)
+	defer func() { _ = f.Close() }()
+	rows, err := csv.NewReader(f).ReadAll()
+	require.NoError(t, err)
+	return rows
+}
+
+// boxBenchLeftovers requires that no sweep object is left, within a minute: the Lease, the Jobs,
+// the helper.
+func boxBenchLeftovers(t *testing.T, kube kubernetes.Interface, ns, graph string) {
+	t.Helper()
+	require.NoError(t, poll.Until(context.Background(), time.Minute, 250*time.Millisecond, "no sweep object is left in "+ns, func(ctx context.Context) (bool, error) {
+		jobs, err := kube.BatchV1().Jobs(ns).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/component=benchmark"})
+		if err != nil {
+			return false, err
+		}
+		if len(jobs.Items) > 0 {
+			return false, fmt.Errorf("%d benchmark Jobs left, %s first", len(jobs.Items), jobs.Items[0].Name)
+		}
+		if _, err := kube.CoreV1().Pods(ns).Get(ctx, graph+"-bench-helper", metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			return false, errors.Join(errors.New("the helper pod is not deleted"), err)
+		}
+		if _, err := kube.CoordinationV1().Leases(ns).Get(ctx, benchmark.LeaseName, metav1.GetOptions{}); !apierrors.IsNotFound(err) {
+			return false, errors.Join(errors.New("the Lease is not released"), err)
+		}
+		return true, nil
+	}))
+}
+
+func sha256Hex(s string) string {
+	sum := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(sum[:])
 }

@@ -25,16 +25,6 @@ func copyProgram(t *testing.T) string {
 	return dir
 }
 
-// copyProgramInto copies the Go module the CLI builds into dir (a stack's project copy holds only
-// Pulumi.yaml and the stack files, for the Automation API's inline program).
-func copyProgramInto(t *testing.T, dir string) {
-	t.Helper()
-	for _, p := range []string{"go.mod", "go.sum", "main.go", "config", "components", "internal"} {
-		out, err := exec.Command("cp", "-r", filepath.Join(cluster.root, p), dir).CombinedOutput()
-		require.NoError(t, err, string(out))
-	}
-}
-
 // The way users run it: the plain CLI, building the program through the Go language host.
 func TestPlainCLIPreviewOfBothStacks(t *testing.T) {
 	t.Parallel()

@@ -167,7 +167,7 @@ func TestEveryTypedFieldSetThroughTheCLIReadsBackTheSame(t *testing.T) {
 			_, err = s.preview(ctx, optpreview.ExpectNoChanges())
 			require.NoError(t, err, "typed values read back the same\n%s", s.log.String())
 
-			// The README's examples land where they say.
+			// The examples of docs/configuration.md land where they say.
 			for _, kv := range [][]string{
 				{"minimax-m3:" + role + ".vllm.gpuMemoryUtilization", "0.85"},
 				{"minimax-m3:" + role + ".network.rdmaResource", "rdma.example.com/device"},
@@ -212,7 +212,7 @@ func TestEveryTypedFieldSetThroughTheCLIReadsBackTheSame(t *testing.T) {
 			assert.Equal(t, "nvidia.com/gpu", pod.Tolerations[0].Key)
 			assert.EqualValues(t, 1080, pod.Containers[0].StartupProbe.FailureThreshold)
 			assert.True(t, pod.HostIPC)
-			job, _ := get(t, jobGVK, ns, "minimax-m3-model-download")
+			job := mustGet(t, jobGVK, ns, "minimax-m3-model-download")
 			selector, _, _ := unstructured.NestedStringMap(job.Object, "spec", "template", "spec", "nodeSelector")
 			assert.Equal(t, map[string]string{"pool": "cpu"}, selector)
 		})

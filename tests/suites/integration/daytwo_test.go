@@ -2,8 +2,6 @@ package integration
 
 import (
 	"context"
-	kcluster "minimax-m3/internal/cluster"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -23,40 +21,11 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"minimax-m3/components"
+	kcluster "minimax-m3/internal/cluster"
 	"minimax-m3/internal/objwatch"
+	"minimax-m3/tests/framework/poll"
 	"minimax-m3/tests/framework/rackbox"
 )
-
-const (
-	aggGraph    = "minimax-m3-agg-gb200-agentic"
-	disaggGraph = "minimax-m3-disagg-gb200-agentic"
-)
-
-// upReady runs `up` while the test plays the Job controller and the Dynamo operator.
-func upReady(t *testing.T, s *testStack, c controllers) []operation {
-	t.Helper()
-	c.jobOutcome, c.graphReady = "complete", true
-	stop := playControllers(t, cluster.client, s.ns, c)
-	defer stop()
-	return upOK(t, s)
-}
-
-// upWithJobs runs `up` on the plain API server while the test plays the Job controller (every
-// Job completes) and the garbage collector.
-func upWithJobs(t *testing.T, s *testStack) []operation {
-	t.Helper()
-	stop := playControllers(t, cluster.client, s.ns, controllers{jobOutcome: "complete"})
-	defer stop()
-	return upOK(t, s)
-}
-
-// upOK runs `up` and requires it to succeed.
-func upOK(t *testing.T, s *testStack) []operation {
-	t.Helper()
-	_, ops, err := s.up(context.Background())
-	require.NoError(t, err, s.log.String())
-	return ops
-}
 
 // In the rack box: a new draft revision downloads again and rolls the workers through the real
 // operator.
@@ -65,7 +34,7 @@ func TestBoxADraftRevisionChangeRollsTheWorkers(t *testing.T) {
 	ctx := context.Background()
 	s := newBoxStack(t, "agg", "box-draft-change", addRack(t, rackbox.NVL72("draft").WithGPUs(12)), nil)
 	upOK(t, s)
-	before, _ := getOn(t, box.Client, graphGVK, s.ns, aggGraph)
+	before := boxGraph(t, s.ns, aggGraph)
 	workers := client.MatchingLabels{graphLabelKey: aggGraph, "nvidia.com/dynamo-component": "Worker"}
 	podsBefore := podsOf(t, s.ns, workers)
 
@@ -81,7 +50,7 @@ func TestBoxADraftRevisionChangeRollsTheWorkers(t *testing.T) {
 	}
 	assert.Equal(t, want, graphOps(t, ops))
 	assert.Equal(t, want, graphOps(t, upOK(t, s)))
-	after, _ := getOn(t, box.Client, graphGVK, s.ns, aggGraph)
+	after := boxGraph(t, s.ns, aggGraph)
 	assert.Greater(t, after.GetGeneration(), before.GetGeneration(), "a new generation: the operator rolls the workers")
 	w := liveGraphSpecOn(t, box.Client, s.ns, aggGraph).Components[1]
 	assert.Len(t, w.PodTemplate.Annotations[components.SpeculativeConfigChecksum], 64)
@@ -143,10 +112,15 @@ func TestUpWaitsForTheOperatorToObserveTheNewGeneration(t *testing.T) {
 	s.set(ctx, "minimax-m3:worker.vllm.maxNumSeqs", "128")
 	done := make(chan error, 1)
 	go func() { _, _, err := s.up(ctx); done <- err }()
-	require.Eventually(t, func() bool { g, _ := get(t, graphGVK, s.ns, aggGraph); return g.GetGeneration() == 2 }, time.Minute, 200*time.Millisecond)
+	require.NoError(t, poll.Until(ctx, time.Minute, 200*time.Millisecond, "up writes the graph's generation 2", func(ctx context.Context) (bool, error) {
+		g, _, err := tryGetOn(ctx, cluster.client, graphGVK, s.ns, aggGraph)
+		return g != nil && g.GetGeneration() == 2, err
+	}))
 	// The gate: the provider has read the old Ready and said why it does not count.
-	require.Eventually(t, func() bool { return strings.Contains(s.log.String(), "Generation 1 is less than expected 2") },
-		time.Minute, 100*time.Millisecond, "the provider reports the old generation's Ready as not yet observed\n%s", s.log.String())
+	err := poll.True(ctx, time.Minute, 100*time.Millisecond, "the provider reports the old generation's Ready as not yet observed", func() bool {
+		return strings.Contains(s.log.String(), "Generation 1 is less than expected 2")
+	})
+	require.NoError(t, err, s.log.String())
 	select {
 	case err := <-done:
 		t.Fatalf("up returned on the old generation's Ready: %v", err)
@@ -161,22 +135,16 @@ func TestUpWaitsForTheOperatorToObserveTheNewGeneration(t *testing.T) {
 	}
 	stop()
 
-	// Neither generation written: the old Ready is taken at once (documented in the README).
-	g, _ := get(t, graphGVK, s.ns, aggGraph)
+	// Neither generation written: the old Ready is taken at once (documented in docs/day-two.md).
+	g := mustGet(t, graphGVK, s.ns, aggGraph)
 	require.NoError(t, cluster.client.Status().Patch(ctx, g, client.RawPatch(types.MergePatchType, []byte(`{"status":{"observedGeneration":null}}`))))
 	s.set(ctx, "minimax-m3:worker.vllm.maxNumSeqs", "64")
-	_, _, err := s.up(ctx)
+	_, _, err = s.up(ctx)
 	require.NoError(t, err, "up took the old Ready without waiting for its timeout\n%s", s.log.String())
-	g, _ = get(t, graphGVK, s.ns, aggGraph)
+	g = mustGet(t, graphGVK, s.ns, aggGraph)
 	assert.Equal(t, int64(3), g.GetGeneration())
 	_, observed, _ := unstructured.NestedInt64(g.Object, "status", "observedGeneration")
 	assert.False(t, observed, "no one observed generation 3")
-}
-
-func recipeDir(t *testing.T) string {
-	dir := os.Getenv("MINIMAX_M3_RECIPE")
-	require.NotEmpty(t, dir, "MINIMAX_M3_RECIPE names the upstream recipe's folder (make sets it)")
-	return dir
 }
 
 // spec.restart: refused on a graph that does not exist yet (the CRD forbids it on create), an
@@ -200,7 +168,7 @@ func TestBoxRestartIDRestartsAnExistingGraphOnly(t *testing.T) {
 	ops := upOK(t, s)
 	assert.Equal(t, [][]string{{"Worker"}, {"Frontend"}}, progress(), "the operator restarts one component at a time, in restart.order")
 	assert.Equal(t, map[string]string{"kubernetes:nvidia.com/v1beta1:DynamoGraphDeployment graph": "update"}, graphOps(t, ops))
-	g, _ := getOn(t, box.Client, graphGVK, s.ns, aggGraph)
+	g := boxGraph(t, s.ns, aggGraph)
 	id, _, _ := unstructured.NestedString(g.Object, "spec", "restart", "id")
 	assert.Equal(t, "2026-12-02T18:00", id, "the CRD accepts spec.restart on an update")
 	// `up` returned only once the operator had completed the restart with this ID.
@@ -273,7 +241,7 @@ func TestBoxDerivedValuesFollowTheirSourceInTheLiveGraph(t *testing.T) {
 		assert.Equal(t, "acme/MiniMax-M3-FT", env["SERVED_MODEL_NAME"], c.Name)
 		assert.Equal(t, "/models", c.PodTemplate.Spec.Containers[0].VolumeMounts[0].MountPath, c.Name)
 	}
-	job, _ := getOn(t, box.Client, jobGVK, s.ns, "minimax-m3-model-download")
+	job := mustGetOn(t, box.Client, jobGVK, s.ns, "minimax-m3-model-download")
 	mounts, _, _ := unstructured.NestedSlice(job.Object, "spec", "template", "spec", "containers")
 	assert.Contains(t, toJSON(t, mounts), `"mountPath":"/models"`)
 	assert.Contains(t, toJSON(t, mounts), "hf download acme/MiniMax-M3-FT")

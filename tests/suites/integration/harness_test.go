@@ -1,11 +1,13 @@
 package integration
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
-	kcluster "minimax-m3/internal/cluster"
+	"io"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,6 +21,7 @@ import (
 	"github.com/pulumi/pulumi/sdk/v3/go/auto/optdestroy"
 	"github.com/pulumi/pulumi/sdk/v3/go/auto/optpreview"
 	"github.com/pulumi/pulumi/sdk/v3/go/auto/optup"
+	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	batchv1 "k8s.io/api/batch/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -29,11 +32,18 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"minimax-m3/automation"
+	"minimax-m3/components"
+	kcluster "minimax-m3/internal/cluster"
+	"minimax-m3/portal"
 )
+
+// The suite's shared helpers for the plain API server, the Pulumi stacks and the portal; the rack
+// box's are in boxharness_test.go. Test files hold tests, and helpers only their own tests use.
 
 // testToken is the Hugging Face token the stacks get; it must never appear in plain text.
 const testToken = "hf_integrationTokenNeverPlain"
@@ -41,6 +51,16 @@ const testToken = "hf_integrationTokenNeverPlain"
 var (
 	graphGVK         = schema.GroupVersionKind{Group: "nvidia.com", Version: "v1beta1", Kind: "DynamoGraphDeployment"}
 	computeDomainGVK = schema.GroupVersionKind{Group: "resource.nvidia.com", Version: "v1beta1", Kind: "ComputeDomain"}
+	namespaceGVK     = schema.GroupVersionKind{Version: "v1", Kind: "Namespace"}
+	secretGVK        = schema.GroupVersionKind{Version: "v1", Kind: "Secret"}
+	configMapGVK     = schema.GroupVersionKind{Version: "v1", Kind: "ConfigMap"}
+	pvcGVK           = schema.GroupVersionKind{Version: "v1", Kind: "PersistentVolumeClaim"}
+	jobGVK           = schema.GroupVersionKind{Group: "batch", Version: "v1", Kind: "Job"}
+)
+
+const (
+	aggGraph    = "minimax-m3-agg-gb200-agentic"
+	disaggGraph = "minimax-m3-disagg-gb200-agentic"
 )
 
 // testStack is one stack on a fresh file backend, working on a temp copy of the project.
@@ -214,6 +234,70 @@ func (s *testStack) set(ctx context.Context, key, value string) {
 	require.NoError(s.t, s.stack.SetConfigWithOptions(ctx, key, auto.ConfigValue{Value: value}, &auto.ConfigOptions{Path: true}))
 }
 
+// upReady runs `up` while the test plays the Job controller and the Dynamo operator.
+func upReady(t *testing.T, s *testStack, c controllers) []operation {
+	t.Helper()
+	c.jobOutcome, c.graphReady = "complete", true
+	stop := playControllers(t, cluster.client, s.ns, c)
+	defer stop()
+	return upOK(t, s)
+}
+
+// upWithJobs runs `up` on the plain API server while the test plays the Job controller (every
+// Job completes) and the garbage collector.
+func upWithJobs(t *testing.T, s *testStack) []operation {
+	t.Helper()
+	stop := playControllers(t, cluster.client, s.ns, controllers{jobOutcome: "complete"})
+	defer stop()
+	return upOK(t, s)
+}
+
+// upOK runs `up` and requires it to succeed.
+func upOK(t *testing.T, s *testStack) []operation {
+	t.Helper()
+	_, ops, err := s.up(context.Background())
+	require.NoError(t, err, s.log.String())
+	return ops
+}
+
+// policyUp runs `go run ./cmd/policy -stack <s> -up` (built once) on a stack's project: `pulumi
+// up` with the policies in front of it. It returns the output and the exit code.
+func policyUp(t *testing.T, s *testStack, args ...string) (string, int) {
+	t.Helper()
+	if _, err := os.Stat(filepath.Join(s.dir, "main.go")); err != nil {
+		copyProgramInto(t, s.dir)
+	}
+	cmd := exec.Command(command(t, "./cmd/policy", "policy"), append([]string{"-stack", s.name, "-project", s.dir, "-up"}, args...)...)
+	cmd.Env = os.Environ()
+	for k, v := range s.env {
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
+	out, err := cmd.CombinedOutput()
+	code := 0
+	if exit, ok := err.(*exec.ExitError); ok {
+		code = exit.ExitCode()
+	} else {
+		require.NoError(t, err, string(out))
+	}
+	return string(out), code
+}
+
+// copyProgramInto copies the Go module the CLI builds into dir (a stack's project copy holds only
+// Pulumi.yaml and the stack files, for the Automation API's inline program).
+func copyProgramInto(t *testing.T, dir string) {
+	t.Helper()
+	for _, p := range []string{"go.mod", "go.sum", "main.go", "config", "components", "internal"} {
+		out, err := exec.Command("cp", "-r", filepath.Join(cluster.root, p), dir).CombinedOutput()
+		require.NoError(t, err, string(out))
+	}
+}
+
+func recipeDir(t *testing.T) string {
+	dir := os.Getenv("MINIMAX_M3_RECIPE")
+	require.NotEmpty(t, dir, "MINIMAX_M3_RECIPE names the upstream recipe's folder (make sets it)")
+	return dir
+}
+
 // controllers says which controllers a test on the plain API server plays.
 type controllers struct {
 	// jobOutcome: "complete" marks download Jobs complete, "fail" marks them failed with
@@ -356,17 +440,87 @@ func get(t *testing.T, gvk schema.GroupVersionKind, ns, name string) (*unstructu
 	return getOn(t, cluster.client, gvk, ns, name)
 }
 
-// getOn is get on another cluster (the rack box).
+// getOn is get on another cluster (the rack box). Only NotFound means it does not exist (nil and
+// false); any other error fails the test.
 func getOn(t *testing.T, c client.Client, gvk schema.GroupVersionKind, ns, name string) (*unstructured.Unstructured, bool) {
 	t.Helper()
-	o := &unstructured.Unstructured{}
-	o.SetGroupVersionKind(gvk)
-	err := c.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: name}, o)
-	if apierrors.IsNotFound(err) {
-		return nil, false
-	}
+	o, live, err := tryGetOn(context.Background(), c, gvk, ns, name)
 	require.NoError(t, err)
-	return o, o.GetDeletionTimestamp() == nil
+	return o, live
+}
+
+// tryGetOn is getOn for a poll condition: it returns the error instead of failing the test. The
+// object is nil, with no error, only when it does not exist (NotFound); it is not live while it is
+// being deleted.
+func tryGetOn(ctx context.Context, c client.Client, gvk schema.GroupVersionKind, ns, name string) (o *unstructured.Unstructured, live bool, err error) {
+	o = &unstructured.Unstructured{}
+	o.SetGroupVersionKind(gvk)
+	if err := c.Get(ctx, client.ObjectKey{Namespace: ns, Name: name}, o); err != nil {
+		return nil, false, client.IgnoreNotFound(err)
+	}
+	return o, o.GetDeletionTimestamp() == nil, nil
+}
+
+// mustGet is get of an object that must exist (being deleted or not): the test fails when it does
+// not.
+func mustGet(t *testing.T, gvk schema.GroupVersionKind, ns, name string) *unstructured.Unstructured {
+	t.Helper()
+	return mustGetOn(t, cluster.client, gvk, ns, name)
+}
+
+// mustGetOn is mustGet on another cluster (the rack box).
+func mustGetOn(t *testing.T, c client.Client, gvk schema.GroupVersionKind, ns, name string) *unstructured.Unstructured {
+	t.Helper()
+	o, _ := getOn(t, c, gvk, ns, name)
+	require.NotNil(t, o, "%s %s/%s exists", gvk.Kind, ns, name)
+	return o
+}
+
+func liveGraphSpec(t *testing.T, ns, name string) components.DynamoGraphDeploymentSpec {
+	t.Helper()
+	return liveGraphSpecOn(t, cluster.client, ns, name)
+}
+
+// liveGraphSpecOn is liveGraphSpec on another cluster (the rack box).
+func liveGraphSpecOn(t *testing.T, c client.Client, ns, name string) components.DynamoGraphDeploymentSpec {
+	t.Helper()
+	g, ok := getOn(t, c, graphGVK, ns, name)
+	require.True(t, ok, "graph %s/%s exists", ns, name)
+	b, err := json.Marshal(g.Object["spec"])
+	require.NoError(t, err)
+	var spec components.DynamoGraphDeploymentSpec
+	require.NoError(t, json.Unmarshal(b, &spec))
+	return spec
+}
+
+func opsOf(ops []operation) map[string]string {
+	out := map[string]string{}
+	for _, o := range ops {
+		out[o.Type+" "+o.Name] += o.Op + " "
+	}
+	for k, v := range out {
+		out[k] = strings.TrimSpace(v)
+	}
+	return out
+}
+
+func toJSON(t *testing.T, v any) string {
+	b, err := json.Marshal(v)
+	require.NoError(t, err)
+	return string(b)
+}
+
+// graphOps is opsOf without the smoke test's Job, which a new graph generation replaces (a new
+// test for the new generation) whenever the smoke test is on.
+func graphOps(t *testing.T, ops []operation) map[string]string {
+	t.Helper()
+	m := opsOf(ops)
+	const smoke = "kubernetes:batch/v1:Job smoke-test"
+	if op, ok := m[smoke]; ok {
+		assert.Contains(t, op, "replace", "the smoke test runs again for the new generation")
+		delete(m, smoke)
+	}
+	return m
 }
 
 // syncBuffer collects the engine's output from several goroutines.
@@ -387,13 +541,199 @@ func (b *syncBuffer) String() string {
 	return b.buf.String()
 }
 
-// kubeClients are typed and dynamic clients of a local API server, as cmd/bench makes them.
-func kubeClients(t *testing.T, kubeconfig string) (kubernetes.Interface, dynamic.Interface) {
+// restConfigOf is the client configuration of a kubeconfig's current context.
+func restConfigOf(t *testing.T, kubeconfig string) *rest.Config {
+	t.Helper()
 	cfg, err := clientcmd.BuildConfigFromFlags("", kubeconfig)
 	require.NoError(t, err)
+	return cfg
+}
+
+// kubeClients are typed and dynamic clients of a local API server, as cmd/bench makes them.
+func kubeClients(t *testing.T, kubeconfig string) (kubernetes.Interface, dynamic.Interface) {
+	t.Helper()
+	cfg := restConfigOf(t, kubeconfig)
 	kube, err := kubernetes.NewForConfig(cfg)
 	require.NoError(t, err)
 	dyn, err := dynamic.NewForConfig(cfg)
 	require.NoError(t, err)
 	return kube, dyn
+}
+
+// The portal's helpers: managers, requests and its HTTP API's client.
+
+// newPortal is a portal manager on the project, with a state directory (workspaces and a file
+// backend) of the test's own.
+func newPortal(t *testing.T) *portal.Manager {
+	t.Helper()
+	return newPortalAt(t, t.TempDir())
+}
+
+func newPortalAt(t *testing.T, stateDir string) *portal.Manager {
+	t.Helper()
+	return newPortalWithPassphrase(t, stateDir, "portal-tests")
+}
+
+func newPortalWithPassphrase(t *testing.T, stateDir, passphrase string) *portal.Manager {
+	t.Helper()
+	return newPortalOn(t, cluster.kubeconfig, stateDir, passphrase)
+}
+
+// newPortalOn is a portal manager deploying to the cluster of kubeconfig (the rack box).
+func newPortalOn(t *testing.T, kubeconfig, stateDir, passphrase string) *portal.Manager {
+	t.Helper()
+	m, err := portal.New(portal.Options{
+		ProjectDir: cluster.root,
+		StateDir:   stateDir,
+		EnvVars: map[string]string{
+			"PULUMI_CONFIG_PASSPHRASE": passphrase,
+			"PULUMI_HOME":              filepath.Join(cluster.root, ".toolchain", "pulumi-home"),
+			"KUBECONFIG":               kubeconfig,
+			"PATH":                     os.Getenv("PATH"),
+		},
+	})
+	require.NoError(t, err)
+	return m
+}
+
+// portalToken is the portal tests' Hugging Face token: their own, so that scanning the host's
+// command lines for it finds only what these tests' processes leak.
+const portalToken = "hf_portalTokenNeverInArgv"
+
+// portalRequest is a site's request: its namespace, the token, test-sized timeouts, no smoke test.
+// The portal's tests run on the plain API server, where no Job controller or Dynamo operator runs:
+// the stack waits neither for the download nor for the graph (what a site without either does,
+// docs/configuration.md), so nothing of them is played; the rack box's tests wait for both for real
+// (TestBoxPortalPageShowsAnUpLive through the portal).
+func portalRequest(base, stack, ns string) portal.Request {
+	r := portal.NewRequest(base, stack)
+	r.Config.Namespace.Name = ns
+	r.HFToken = portalToken
+	r.Config.ModelDownload.Timeout = "3m"
+	r.Config.ModelDownload.WaitForCompletion = false
+	r.Config.Readiness.Timeout = "3m"
+	r.Config.Readiness.WaitForReady = false
+	r.Config.SmokeTest.Enabled = false
+	return r
+}
+
+// noWaits is portalRequest's site config as a request body's: no waits on the plain API server.
+func noWaits(ns string) map[string]any {
+	return map[string]any{
+		"namespace":     map[string]any{"name": ns},
+		"modelDownload": map[string]any{"timeout": "3m", "waitForCompletion": false},
+		"readiness":     map[string]any{"timeout": "3m", "waitForReady": false},
+		"smokeTest":     map[string]any{"enabled": false},
+	}
+}
+
+// destroyAfter removes the stack's resources when the test ends (playing the garbage collector the
+// plain API server does not run).
+func destroyAfter(t *testing.T, m *portal.Manager, stack, ns string) {
+	t.Cleanup(func() {
+		stop := playControllers(t, cluster.client, ns, controllers{})
+		defer stop()
+		_ = m.Destroy(context.Background(), stack, true, portal.RunOptions{Wait: true})
+	})
+}
+
+// portalCommand is cmd/portal, built.
+func portalCommand(t *testing.T) string {
+	t.Helper()
+	return command(t, "./cmd/portal", "portal")
+}
+
+const portalBearer = "portal-http-test-bearer-token"
+
+// httpClient calls the portal with the bearer token (portalBearer unless token is set) and keeps
+// every response body it saw.
+type httpClient struct {
+	t      *testing.T
+	base   string
+	token  string
+	bodies []string
+}
+
+func (c *httpClient) bearer() string {
+	if c.token != "" {
+		return c.token
+	}
+	return portalBearer
+}
+
+// do sends a request with body as JSON (none when nil) and returns the response's status and body;
+// a request that fails fails the test.
+func (c *httpClient) do(method, path string, body any) (int, []byte) {
+	c.t.Helper()
+	code, b, err := c.tryDo(context.Background(), method, path, body)
+	require.NoError(c.t, err)
+	return code, b
+}
+
+// tryDo is do for a poll condition: it returns the error instead of failing the test.
+func (c *httpClient) tryDo(ctx context.Context, method, path string, body any) (int, []byte, error) {
+	var r io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return 0, nil, err
+		}
+		r = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, c.base+path, r)
+	if err != nil {
+		return 0, nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+c.bearer())
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0, nil, err
+	}
+	c.bodies = append(c.bodies, string(b))
+	return resp.StatusCode, b, nil
+}
+
+// sse reads a stack's event stream to its end: the progress events and the done event's error.
+func (c *httpClient) sse(stack string) ([]portal.Event, string) {
+	c.t.Helper()
+	req, err := http.NewRequest(http.MethodGet, c.base+"/api/stacks/"+stack+"/events", nil)
+	require.NoError(c.t, err)
+	req.Header.Set("Authorization", "Bearer "+c.bearer())
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(c.t, err)
+	defer func() { _ = resp.Body.Close() }()
+	require.Equal(c.t, http.StatusOK, resp.StatusCode)
+	require.Equal(c.t, "text/event-stream", resp.Header.Get("Content-Type"))
+	var events []portal.Event
+	var event string
+	sc := bufio.NewScanner(resp.Body)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		c.bodies = append(c.bodies, line)
+		switch {
+		case strings.HasPrefix(line, "event: "):
+			event = strings.TrimPrefix(line, "event: ")
+		case strings.HasPrefix(line, "data: "):
+			data := strings.TrimPrefix(line, "data: ")
+			if event == "done" {
+				var d struct{ Error string }
+				require.NoError(c.t, json.Unmarshal([]byte(data), &d))
+				return events, d.Error
+			}
+			var e portal.Event
+			require.NoError(c.t, json.Unmarshal([]byte(data), &e))
+			events = append(events, e)
+		}
+	}
+	c.t.Fatalf("event stream of %s ended without done: %v", stack, sc.Err())
+	return nil, ""
 }

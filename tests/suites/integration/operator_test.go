@@ -2,8 +2,6 @@ package integration
 
 import (
 	"context"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -18,28 +16,13 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"minimax-m3/tests/framework/poll"
 	"minimax-m3/tests/framework/rackbox"
 )
 
 // The tests in this file run the real Dynamo operator (built by `make toolchain` from the source
 // in MINIMAX_M3_DYNAMO_OPERATOR, default ../shared/reference/dynamo-operator) in the rack box where
 // the operator itself fails or is down: what `up` and `destroy` then tell the user.
-
-// operatorSource is the operator's source folder; its CRD folder holds the CRD the operator
-// watches beyond MINIMAX_M3_CRDS (dynamocheckpoints).
-func operatorSource() string {
-	if dir := os.Getenv("MINIMAX_M3_DYNAMO_OPERATOR"); dir != "" {
-		return dir
-	}
-	return filepath.Join(cluster.root, "..", "shared", "reference", "dynamo-operator")
-}
-
-func tail(s string, n int) string {
-	if len(s) <= n {
-		return s
-	}
-	return s[len(s)-n:]
-}
 
 // A graph the operator fails: here the namespace's ResourceQuota allows no more ServiceAccounts
 // (a site's limit the schema cannot see), so the quota admission refuses the operator's planner
@@ -57,21 +40,22 @@ func TestBoxOperatorFailureReasonInUpsError(t *testing.T) {
 	t.Cleanup(func() { _ = b.Client.Delete(context.Background(), namespace) })
 	// The namespace's default ServiceAccount first (the service-account controller's), then a
 	// quota of one, once the quota controller has counted it.
-	require.Eventually(t, func() bool {
-		return b.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "default"}, &corev1.ServiceAccount{}) == nil
-	}, time.Minute, 200*time.Millisecond, "the default ServiceAccount")
+	require.NoError(t, poll.Until(ctx, time.Minute, 200*time.Millisecond, "the default ServiceAccount", func(ctx context.Context) (bool, error) {
+		err := b.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "default"}, &corev1.ServiceAccount{})
+		return err == nil, err
+	}))
 	quota := &corev1.ResourceQuota{
 		ObjectMeta: metav1.ObjectMeta{Name: "service-accounts", Namespace: ns},
 		Spec:       corev1.ResourceQuotaSpec{Hard: corev1.ResourceList{"count/serviceaccounts": resource.MustParse("1")}},
 	}
 	require.NoError(t, b.Client.Create(ctx, quota))
-	require.Eventually(t, func() bool {
-		if b.Client.Get(ctx, client.ObjectKeyFromObject(quota), quota) != nil {
-			return false
+	require.NoError(t, poll.Until(ctx, time.Minute, 200*time.Millisecond, "the quota controller counts the default ServiceAccount", func(ctx context.Context) (bool, error) {
+		if err := b.Client.Get(ctx, client.ObjectKeyFromObject(quota), quota); err != nil {
+			return false, err
 		}
 		used, ok := quota.Status.Used["count/serviceaccounts"]
-		return ok && used.Value() == 1
-	}, time.Minute, 200*time.Millisecond, "the quota controller counts the default ServiceAccount")
+		return ok && used.Value() == 1, nil
+	}))
 
 	s := newBoxStack(t, "agg", ns, addRack(t, rackbox.NVL72("quota").WithGPUs(4)), auto.ConfigMap{
 		"minimax-m3:namespace.create":  {Value: "false"},

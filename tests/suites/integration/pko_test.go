@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"minimax-m3/portal/pko"
 	"os"
 	"path/filepath"
 	"sync"
@@ -20,11 +19,10 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"minimax-m3/portal"
+	"minimax-m3/portal/pko"
 )
 
 // pkoCRDs is the Pulumi Kubernetes Operator's CRD folder: MINIMAX_M3_PKO_CRDS, else crds-pko beside
@@ -131,9 +129,7 @@ func TestOperatorRunner(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	kube, dyn := kubeClients(t, cluster.kubeconfig)
-	cfg, err := restConfigOf(cluster.kubeconfig)
-	require.NoError(t, err)
-	_, err = envtest.InstallCRDs(cfg, envtest.CRDInstallOptions{Paths: []string{pkoCRDs(t)}, ErrorIfPathMissing: true})
+	_, err := envtest.InstallCRDs(restConfigOf(t, cluster.kubeconfig), envtest.CRDInstallOptions{Paths: []string{pkoCRDs(t)}, ErrorIfPathMissing: true})
 	require.NoError(t, err)
 	_, err = kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "pko"}}, metav1.CreateOptions{})
 	require.NoError(t, err)
@@ -271,8 +267,4 @@ func TestOperatorRunner(t *testing.T) {
 	require.NoError(t, runner.Delete(ctx, "disagg-eu"))
 	_, err = kube.CoreV1().Secrets("pko").Get(ctx, "disagg-eu-hf-token", metav1.GetOptions{})
 	assert.True(t, apierrors.IsNotFound(err))
-}
-
-func restConfigOf(kubeconfig string) (*rest.Config, error) {
-	return clientcmd.BuildConfigFromFlags("", kubeconfig)
 }

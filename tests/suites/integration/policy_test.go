@@ -2,9 +2,6 @@ package integration
 
 import (
 	"context"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -20,8 +17,8 @@ import (
 //
 // The pack runs built, as `pulumi preview --policy-pack <binary>` (CLI v3.255 and later). The
 // other way, `--policy-pack policy/pack`, has the CLI's Go language host build it; the host that
-// builds here from Go modules is an older one that cannot (README: Policies), so it is not tested
-// here.
+// builds here from Go modules is an older one that cannot (docs/pr-check.md: Policies), so it is
+// not tested here.
 func TestPolicyPackInThePulumiCLI(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -47,26 +44,4 @@ func TestPolicyPackInThePulumiCLI(t *testing.T) {
 	g.SetGroupVersionKind(graphGVK)
 	err = cluster.client.Get(ctx, client.ObjectKey{Namespace: ns, Name: aggGraph}, g)
 	assert.True(t, apierrors.IsNotFound(err), "the graph was not created: %v", err)
-}
-
-// policyUp runs `go run ./cmd/policy -stack <s> -up` (built once) on a stack's project: `pulumi
-// up` with the policies in front of it. It returns the output and the exit code.
-func policyUp(t *testing.T, s *testStack, args ...string) (string, int) {
-	t.Helper()
-	if _, err := os.Stat(filepath.Join(s.dir, "main.go")); err != nil {
-		copyProgramInto(t, s.dir)
-	}
-	cmd := exec.Command(command(t, "./cmd/policy", "policy"), append([]string{"-stack", s.name, "-project", s.dir, "-up"}, args...)...)
-	cmd.Env = os.Environ()
-	for k, v := range s.env {
-		cmd.Env = append(cmd.Env, k+"="+v)
-	}
-	out, err := cmd.CombinedOutput()
-	code := 0
-	if exit, ok := err.(*exec.ExitError); ok {
-		code = exit.ExitCode()
-	} else {
-		require.NoError(t, err, string(out))
-	}
-	return string(out), code
 }

@@ -2,7 +2,6 @@ package integration
 
 import (
 	"bufio"
-	"bytes"
 	"context"
 	"crypto/ecdsa"
 	"crypto/elliptic"
@@ -14,7 +13,6 @@ import (
 	"encoding/pem"
 	"io"
 	"math/big"
-	"minimax-m3/portal/httpapi"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -30,9 +28,9 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"minimax-m3/portal"
+	"minimax-m3/portal/httpapi"
+	"minimax-m3/tests/framework/poll"
 )
-
-const portalBearer = "portal-http-test-bearer-token"
 
 // startPortalServer serves a new portal manager over HTTP until the test ends, and destroys the
 // stack the test deploys.
@@ -45,82 +43,6 @@ func startPortalServer(t *testing.T, stack, ns string) (*httptest.Server, *httpC
 	t.Cleanup(ts.Close)
 	destroyAfter(t, m, stack, ns)
 	return ts, &httpClient{t: t, base: ts.URL}
-}
-
-// httpClient calls the portal with the bearer token (portalBearer unless token is set) and keeps
-// every response body it saw.
-type httpClient struct {
-	t      *testing.T
-	base   string
-	token  string
-	bodies []string
-}
-
-func (c *httpClient) bearer() string {
-	if c.token != "" {
-		return c.token
-	}
-	return portalBearer
-}
-
-func (c *httpClient) do(method, path string, body any) (int, []byte) {
-	c.t.Helper()
-	var r io.Reader
-	if body != nil {
-		b, err := json.Marshal(body)
-		require.NoError(c.t, err)
-		r = bytes.NewReader(b)
-	}
-	req, err := http.NewRequest(method, c.base+path, r)
-	require.NoError(c.t, err)
-	req.Header.Set("Authorization", "Bearer "+c.bearer())
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	resp, err := http.DefaultClient.Do(req)
-	require.NoError(c.t, err)
-	defer func() { _ = resp.Body.Close() }()
-	b, err := io.ReadAll(resp.Body)
-	require.NoError(c.t, err)
-	c.bodies = append(c.bodies, string(b))
-	return resp.StatusCode, b
-}
-
-// sse reads a stack's event stream to its end: the progress events and the done event's error.
-func (c *httpClient) sse(stack string) ([]portal.Event, string) {
-	c.t.Helper()
-	req, err := http.NewRequest(http.MethodGet, c.base+"/api/stacks/"+stack+"/events", nil)
-	require.NoError(c.t, err)
-	req.Header.Set("Authorization", "Bearer "+c.bearer())
-	resp, err := http.DefaultClient.Do(req)
-	require.NoError(c.t, err)
-	defer func() { _ = resp.Body.Close() }()
-	require.Equal(c.t, http.StatusOK, resp.StatusCode)
-	require.Equal(c.t, "text/event-stream", resp.Header.Get("Content-Type"))
-	var events []portal.Event
-	var event string
-	sc := bufio.NewScanner(resp.Body)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		c.bodies = append(c.bodies, line)
-		switch {
-		case strings.HasPrefix(line, "event: "):
-			event = strings.TrimPrefix(line, "event: ")
-		case strings.HasPrefix(line, "data: "):
-			data := strings.TrimPrefix(line, "data: ")
-			if event == "done" {
-				var d struct{ Error string }
-				require.NoError(c.t, json.Unmarshal([]byte(data), &d))
-				return events, d.Error
-			}
-			var e portal.Event
-			require.NoError(c.t, json.Unmarshal([]byte(data), &e))
-			events = append(events, e)
-		}
-	}
-	c.t.Fatalf("event stream of %s ended without done: %v", stack, sc.Err())
-	return nil, ""
 }
 
 // The service, through real HTTP requests: the bearer token, 404, 400 with the problems by key,
@@ -289,12 +211,6 @@ func selfSignedCert(t *testing.T, dir string) (certFile, keyFile string, pool *x
 	pool = x509.NewCertPool()
 	pool.AddCert(cert)
 	return certFile, keyFile, pool
-}
-
-// portalCommand is cmd/portal, built.
-func portalCommand(t *testing.T) string {
-	t.Helper()
-	return command(t, "./cmd/portal", "portal")
 }
 
 // runPortalCommand starts cmd/portal on a loopback port with a state directory and returns its
@@ -519,10 +435,10 @@ func TestPortalServiceLimits(t *testing.T) {
 
 	preview("agg-limits-1")
 	// A late subscriber (once the preview ended) reads what the log kept.
-	require.Eventually(t, func() bool {
-		code, body := c.do(http.MethodGet, "/api/stacks", nil)
-		return code == http.StatusOK && strings.Contains(string(body), `"name":"agg-limits-1"`) && !strings.Contains(string(body), `"running"`)
-	}, 2*time.Minute, 200*time.Millisecond)
+	require.NoError(t, poll.Until(context.Background(), 2*time.Minute, 200*time.Millisecond, "the preview of agg-limits-1 ended", func(ctx context.Context) (bool, error) {
+		code, body, err := c.tryDo(ctx, http.MethodGet, "/api/stacks", nil)
+		return err == nil && code == http.StatusOK && strings.Contains(string(body), `"name":"agg-limits-1"`) && !strings.Contains(string(body), `"running"`), err
+	}))
 	events, errText := c.sse("agg-limits-1")
 	require.Empty(t, errText)
 	require.Len(t, events, 5, "the dropped-events notice and the last 4")
@@ -562,14 +478,17 @@ func TestPortalServiceLimits(t *testing.T) {
 	code, _ = c.do(http.MethodPost, "/api/stacks/agg-limits-3/cancel", nil)
 	require.Equal(t, http.StatusAccepted, code)
 	// Once the held stream is closed, a new one is served again (to the end of the cancelled up).
-	require.Eventually(t, func() bool {
-		req, _ := http.NewRequest(http.MethodGet, ts.URL+"/api/stacks/agg-limits-3/events", nil)
+	require.NoError(t, poll.Until(context.Background(), time.Minute, 200*time.Millisecond, "a new event stream is served", func(ctx context.Context) (bool, error) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, ts.URL+"/api/stacks/agg-limits-3/events", nil)
+		if err != nil {
+			return false, err
+		}
 		req.Header.Set("Authorization", "Bearer "+portalBearer)
 		resp, err := http.DefaultClient.Do(req)
 		if err != nil {
-			return false
+			return false, err
 		}
 		_ = resp.Body.Close()
-		return resp.StatusCode == http.StatusOK
-	}, time.Minute, 200*time.Millisecond)
+		return resp.StatusCode == http.StatusOK, nil
+	}))
 }

@@ -2,9 +2,6 @@ package integration
 
 import (
 	"context"
-	"minimax-m3/portal"
-	"minimax-m3/portal/httpapi"
-	"minimax-m3/tests/framework/rackbox"
 	"net/http"
 	"net/http/httptest"
 	"net/http/httputil"
@@ -17,6 +14,11 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+
+	"minimax-m3/portal"
+	"minimax-m3/portal/httpapi"
+	"minimax-m3/tests/framework/poll"
+	"minimax-m3/tests/framework/rackbox"
 )
 
 // The page in a real browser (headless Chromium, driven over the DevTools protocol) while an up
@@ -86,16 +88,20 @@ func TestBoxPortalPageShowsAnUpLive(t *testing.T) {
 
 	do(chromedp.Navigate(ts.URL + "/?token=" + portalBearer))
 	assert.Contains(t, text(`section[data-stack="agg-page"] h2`), "agg-page (up running)")
-	// (Polled off the test goroutine: no require inside.)
-	shows := func(sel string, ok func(string) bool) func() bool {
-		return func() bool {
-			s, err := chromedp.Run(page, chromedp.Text(sel))
-			return err == nil && ok(s)
+	// A poll condition: it returns what fails instead of failing the test. chromedp waits for the
+	// element to be visible: the wait ends with the poll's.
+	shows := func(sel string, ok func(string) bool) func(context.Context) (bool, error) {
+		return func(ctx context.Context) (bool, error) {
+			attempt, cancel := context.WithCancel(page)
+			defer cancel()
+			defer context.AfterFunc(ctx, cancel)()
+			s, err := chromedp.Run(attempt, chromedp.Text(sel))
+			return err == nil && ok(s), err
 		}
 	}
 	release := heldDownload(t, ns)
-	require.Eventually(t, shows(downloadStatus, func(s string) bool { return s == "started" || s == "waiting" }), time.Minute, 100*time.Millisecond,
-		"the page shows the download being waited for")
+	require.NoError(t, poll.Until(ctx, time.Minute, 100*time.Millisecond, "the page shows the download being waited for",
+		shows(downloadStatus, func(s string) bool { return s == "started" || s == "waiting" })))
 	_, graphExists := getOn(t, box.Client, graphGVK, ns, aggGraph)
 	assert.False(t, graphExists, "no graph before the download")
 

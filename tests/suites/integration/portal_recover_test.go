@@ -2,9 +2,9 @@ package integration
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"fmt"
-	"minimax-m3/portal/httpapi"
 	"net/http"
 	"os"
 	"os/exec"
@@ -21,10 +21,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"sigs.k8s.io/controller-runtime/pkg/client"
-
 	"minimax-m3/portal"
+	"minimax-m3/portal/httpapi"
+	"minimax-m3/tests/framework/poll"
 )
 
 // portalProcess is cmd/portal running with the tests' cluster and passphrase, its stderr kept.
@@ -123,11 +122,10 @@ func TestPortalRecoversWhatAKilledPortalLeft(t *testing.T) {
 	require.Equal(t, http.StatusAccepted, code, string(body))
 
 	// The up waits for a graph no operator makes Ready; then everything is killed at once.
-	require.Eventually(t, func() bool {
-		g := &unstructured.Unstructured{}
-		g.SetGroupVersionKind(graphGVK)
-		return cluster.client.Get(t.Context(), client.ObjectKey{Namespace: ns, Name: aggGraph}, g) == nil
-	}, 2*time.Minute, 200*time.Millisecond, "the up created the graph")
+	require.NoError(t, poll.Until(t.Context(), 2*time.Minute, 200*time.Millisecond, "the up created the graph", func(ctx context.Context) (bool, error) {
+		g, _, err := tryGetOn(ctx, cluster.client, graphGVK, ns, aggGraph)
+		return g != nil, err
+	}))
 	workspaces := filepath.Join(stateDir, "workspaces")
 	cli := processesUnder(workspaces)
 	require.NotEmpty(t, cli, "the CLI runs in the stack's workspace")
@@ -136,7 +134,7 @@ func TestPortalRecoversWhatAKilledPortalLeft(t *testing.T) {
 		_ = syscall.Kill(pid, syscall.SIGKILL)
 	}
 	_ = first.cmd.Wait()
-	require.Eventually(t, func() bool { return len(processesUnder(workspaces)) == 0 }, 30*time.Second, 100*time.Millisecond)
+	require.NoError(t, poll.True(t.Context(), 30*time.Second, 100*time.Millisecond, "the killed CLI's processes are gone", func() bool { return len(processesUnder(workspaces)) == 0 }))
 
 	second := startPortalProcess(t, bin, stateDir)
 	c = second.client(t)
@@ -148,7 +146,9 @@ func TestPortalRecoversWhatAKilledPortalLeft(t *testing.T) {
 		_, _ = m.Recover(t.Context(), stack, portal.RunOptions{Wait: true})
 		_ = m.Destroy(t.Context(), stack, true, portal.RunOptions{Wait: true})
 	})
-	require.Eventually(t, func() bool { return strings.Contains(second.log(), "stack "+stack+" was interrupted") }, time.Minute, 100*time.Millisecond)
+	require.NoError(t, poll.True(t.Context(), time.Minute, 100*time.Millisecond, "the second portal reports the interrupted stack", func() bool {
+		return strings.Contains(second.log(), "stack "+stack+" was interrupted")
+	}), second.log())
 	assert.Regexp(t, "stack "+stack+` was interrupted: 1 lock\(s\), [1-9]\d* pending operation\(s\); POST /api/stacks/`+stack+"/recover clears them", second.log())
 	code, body = c.do(http.MethodGet, "/api/stacks", nil)
 	require.Equal(t, http.StatusOK, code)

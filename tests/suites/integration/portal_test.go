@@ -18,82 +18,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"minimax-m3/portal"
+	"minimax-m3/tests/framework/poll"
 )
-
-// newPortal is a portal manager on the project, with a state directory (workspaces and a file
-// backend) of the test's own.
-func newPortal(t *testing.T) *portal.Manager {
-	t.Helper()
-	return newPortalAt(t, t.TempDir())
-}
-
-func newPortalAt(t *testing.T, stateDir string) *portal.Manager {
-	t.Helper()
-	return newPortalWithPassphrase(t, stateDir, "portal-tests")
-}
-
-func newPortalWithPassphrase(t *testing.T, stateDir, passphrase string) *portal.Manager {
-	t.Helper()
-	return newPortalOn(t, cluster.kubeconfig, stateDir, passphrase)
-}
-
-// newPortalOn is a portal manager deploying to the cluster of kubeconfig (the rack box).
-func newPortalOn(t *testing.T, kubeconfig, stateDir, passphrase string) *portal.Manager {
-	t.Helper()
-	m, err := portal.New(portal.Options{
-		ProjectDir: cluster.root,
-		StateDir:   stateDir,
-		EnvVars: map[string]string{
-			"PULUMI_CONFIG_PASSPHRASE": passphrase,
-			"PULUMI_HOME":              filepath.Join(cluster.root, ".toolchain", "pulumi-home"),
-			"KUBECONFIG":               kubeconfig,
-			"PATH":                     os.Getenv("PATH"),
-		},
-	})
-	require.NoError(t, err)
-	return m
-}
-
-// portalToken is the portal tests' Hugging Face token: their own, so that scanning the host's
-// command lines for it finds only what these tests' processes leak.
-const portalToken = "hf_portalTokenNeverInArgv"
-
-// portalRequest is a site's request: its namespace, the token, test-sized timeouts, no smoke test.
-// The portal's tests run on the plain API server, where no Job controller or Dynamo operator runs:
-// the stack waits neither for the download nor for the graph (what a site without either does,
-// README), so nothing of them is played; the rack box's tests wait for both for real
-// (TestBoxPortalPageShowsAnUpLive through the portal).
-func portalRequest(base, stack, ns string) portal.Request {
-	r := portal.NewRequest(base, stack)
-	r.Config.Namespace.Name = ns
-	r.HFToken = portalToken
-	r.Config.ModelDownload.Timeout = "3m"
-	r.Config.ModelDownload.WaitForCompletion = false
-	r.Config.Readiness.Timeout = "3m"
-	r.Config.Readiness.WaitForReady = false
-	r.Config.SmokeTest.Enabled = false
-	return r
-}
-
-// noWaits is portalRequest's site config as a request body's: no waits on the plain API server.
-func noWaits(ns string) map[string]any {
-	return map[string]any{
-		"namespace":     map[string]any{"name": ns},
-		"modelDownload": map[string]any{"timeout": "3m", "waitForCompletion": false},
-		"readiness":     map[string]any{"timeout": "3m", "waitForReady": false},
-		"smokeTest":     map[string]any{"enabled": false},
-	}
-}
-
-// destroyAfter removes the stack's resources when the test ends (playing the garbage collector the
-// plain API server does not run).
-func destroyAfter(t *testing.T, m *portal.Manager, stack, ns string) {
-	t.Cleanup(func() {
-		stop := playControllers(t, cluster.client, ns, controllers{})
-		defer stop()
-		_ = m.Destroy(context.Background(), stack, true, portal.RunOptions{Wait: true})
-	})
-}
 
 // watchCommandLines scans every process's command line until stop, and returns those holding s,
 // one per process.
@@ -311,8 +237,10 @@ func TestPortalCancel(t *testing.T) {
 		errc <- err
 	}()
 	<-waiting
-	require.Eventually(t, func() bool { _, ok := get(t, graphGVK, "portal-cancel", aggGraph); return ok }, time.Minute, 100*time.Millisecond,
-		"the graph is created: its wait begins")
+	require.NoError(t, poll.Until(ctx, time.Minute, 100*time.Millisecond, "the graph is created: its wait begins", func(ctx context.Context) (bool, error) {
+		_, live, err := tryGetOn(ctx, cluster.client, graphGVK, "portal-cancel", aggGraph)
+		return live, err
+	}))
 	require.Equal(t, "up", m.Running("agg-cancel"))
 	require.NoError(t, m.Cancel("agg-cancel"))
 	require.Error(t, <-errc)
@@ -369,7 +297,7 @@ func TestPortalUpNeedsConsentToRollWorkers(t *testing.T) {
 	destroyAfter(t, m, r.Name(), "portal-consent")
 	_, err := m.Up(ctx, r, portal.RunOptions{})
 	require.NoError(t, err, "a new stack rolls nothing")
-	g, _ := get(t, graphGVK, "portal-consent", aggGraph)
+	g := mustGet(t, graphGVK, "portal-consent", aggGraph)
 	generation := g.GetGeneration()
 
 	r.HFToken = ""
@@ -386,7 +314,7 @@ func TestPortalUpNeedsConsentToRollWorkers(t *testing.T) {
 	assert.Equal(t, "allowRoll", invalid.Problems[0].Key)
 	assert.Contains(t, invalid.Problems[0].Message, "Worker of DynamoGraphDeployment portal-consent/"+aggGraph+" restarts (")
 	assert.Contains(t, invalid.Problems[0].Message, "terminationGracePeriodSeconds")
-	g, _ = get(t, graphGVK, "portal-consent", aggGraph)
+	g = mustGet(t, graphGVK, "portal-consent", aggGraph)
 	assert.Equal(t, generation, g.GetGeneration(), "nothing applied")
 
 	_, err = m.Up(ctx, r, portal.RunOptions{AllowRoll: "Frontend"})
@@ -396,7 +324,7 @@ func TestPortalUpNeedsConsentToRollWorkers(t *testing.T) {
 	var mu sync.Mutex
 	_, err = m.Up(ctx, r, portal.RunOptions{AllowRoll: "Worker", Progress: func(e portal.Event) { mu.Lock(); events = append(events, e); mu.Unlock() }})
 	require.NoError(t, err)
-	g, _ = get(t, graphGVK, "portal-consent", aggGraph)
+	g = mustGet(t, graphGVK, "portal-consent", aggGraph)
 	assert.Greater(t, g.GetGeneration(), generation, "applied with consent")
 	mu.Lock()
 	defer mu.Unlock()
