@@ -38,7 +38,7 @@ check: linters ## gofmt, go vet and golangci-lint (program and tests), actionlin
 	cd tests && ../.toolchain/bin/golangci-lint run --config ../.golangci.yml ./...
 	.toolchain/bin/actionlint .github/workflows/*.yml
 
-unit: ## config and mocked-engine tests (no toolchain needed)
+unit: ## config and mocked-engine tests, under the race detector (Go and a C compiler; no toolchain needed)
 	go test -race -count=1 ./...
 	cd tests && go test -race -count=1 ./suites/unit
 

@@ -85,6 +85,7 @@ func TestConfigKeysAreReadFromTheStackSettingsFile(t *testing.T) {
 		}
 		s, err := SelectStack(ctx, Options{ProjectDir: dir, Stack: "agg"})
 		require.NoError(t, err)
+		require.NotEmpty(t, log.Calls(t), "the stack was selected through the CLI")
 		log.Reset(t)
 		require.NoError(t, s.readKeys(ctx))
 		ranConfig := strings.Contains(strings.Join(log.Calls(t), "\n"), "config")

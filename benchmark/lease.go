@@ -147,10 +147,11 @@ func (l *runLease) release() {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	leases := l.kube.CoordinationV1().Leases(l.namespace)
-	// A transient error is tried again (client-go's default backoff, within the 10 s): a Lease left
-	// behind would hold the namespace's next sweep until it expires. Gone, or another run's, is done.
+	// A transient error or a conflict is tried again, the Lease read anew (client-go's default
+	// backoff, within the 10 s): a Lease left behind would hold the namespace's next sweep until it
+	// expires. Gone, or another run's, is done.
 	_ = retry.OnError(retry.DefaultBackoff, func(err error) bool {
-		return ctx.Err() == nil && !apierrors.IsNotFound(err) && !apierrors.IsConflict(err)
+		return ctx.Err() == nil && !apierrors.IsNotFound(err)
 	}, func() error {
 		cur, err := leases.Get(ctx, LeaseName, metav1.GetOptions{})
 		if err != nil {

@@ -17,6 +17,15 @@ func FakePulumi(t *testing.T, failList bool) {
 	if failList {
 		list = fakecli.Reply{Args: "stack ls", Stderr: "error: could not list stacks", Exit: 255}
 	}
+	fakePulumi(t, list)
+}
+
+// FakePulumiListFails is FakePulumi whose `stack ls` fails with stderr.
+func FakePulumiListFails(t *testing.T, stderr string) {
+	fakePulumi(t, fakecli.Reply{Args: "stack ls", Stderr: stderr, Exit: 255})
+}
+
+func fakePulumi(t *testing.T, list fakecli.Reply) {
 	fakecli.Install(t, fakecli.Reply{Stderr: "error: no stack named 'x' found", Exit: 255},
 		fakecli.Reply{Args: "version", Stdout: "v3.276.0"}, list)
 }

@@ -65,3 +65,14 @@ func TestThePageShowsRunningStacksWhenListingFails(t *testing.T) {
 	assert.Contains(t, page, `id="list-error">listing the stacks failed:`)
 	assert.NotContains(t, page, "No stacks yet", "a failed listing is not an empty one")
 }
+
+// What the page shows of the CLI, the backend or a request is text, never markup: an error whose
+// text holds HTML is escaped.
+func TestThePageEscapesWhatItShows(t *testing.T) {
+	portal.FakePulumiListFails(t, `error: <b id="injected">backend</b> & 'x'`)
+	m := portal.NewTestManager(t)
+	code, page := getPage(t, m)
+	assert.Equal(t, http.StatusServiceUnavailable, code)
+	assert.Contains(t, page, `&lt;b id=&#34;injected&#34;&gt;backend&lt;/b&gt; &amp; &#39;x&#39;`)
+	assert.NotContains(t, page, `<b id="injected">`)
+}

@@ -26,20 +26,28 @@ bin="$root/.toolchain/bin"
 plugins="$root/.toolchain/plugins"
 mkdir -p "$cache" "$bin" "$plugins"
 
+case "${1:-}" in
+  "" | linters) ;;
+  *) echo "usage: tools/build.sh [linters]" >&2; exit 2 ;;
+esac
+
 version() { bash "$tools/version.sh" "$1"; }
+# Each assignment on its own line: a failed look-up then stops the script (set -e).
 PULUMI_VERSION=$(version pulumi)
 LANGUAGE_GO_VERSION=$(version pulumi-language-go)
 KUBERNETES_PROVIDER_VERSION=$(version pulumi-resource-kubernetes)
 KUBERNETES_VERSION=$(version kubernetes)
 ETCD_VERSION=$(version etcd)
 KWOK_VERSION=$(version kwok)
-GO_VERSION=$(go env GOVERSION)
 
 log() { printf 'toolchain: %s\n' "$*" >&2; }
 
-# key DIR PACKAGE LDFLAGS: a hash of what a build from tools module DIR depends on.
+# key DIR PACKAGE LDFLAGS: a hash of what a build from tools module DIR depends on (the Go version
+# is the one that module builds with).
 key() {
-  { cat "$1/go.mod" "$1/go.sum"; printf '%s\n' "$2" "$3" "$GO_VERSION"; } | sha256sum | cut -c1-12
+  local go_version
+  go_version=$(cd "$1" && go env GOVERSION)
+  { cat "$1/go.mod" "$1/go.sum"; printf '%s\n' "$2" "$3" "$go_version"; } | sha256sum | cut -c1-12
 }
 
 # build NAME VERSION MODULE_DIR PACKAGE [LDFLAGS] [LINK_DIR]
@@ -58,8 +66,10 @@ build() {
   [ "$link/$name" = "$out" ] || ln -sfn "$out" "$link/$name"
 }
 
-build golangci-lint "$(version golangci-lint)" "$tools/golangci-lint" github.com/golangci/golangci-lint/v2/cmd/golangci-lint
-build actionlint "$(version actionlint)" "$tools/actionlint" github.com/rhysd/actionlint/cmd/actionlint
+GOLANGCI_LINT_VERSION=$(version golangci-lint)
+ACTIONLINT_VERSION=$(version actionlint)
+build golangci-lint "$GOLANGCI_LINT_VERSION" "$tools/golangci-lint" github.com/golangci/golangci-lint/v2/cmd/golangci-lint
+build actionlint "$ACTIONLINT_VERSION" "$tools/actionlint" github.com/rhysd/actionlint/cmd/actionlint
 if [ "${1:-}" = linters ]; then
   log "linters ready in $bin ($((SECONDS))s)"
   exit 0
@@ -196,9 +206,13 @@ fi
 # and without the "using ... from \$PATH" warning.
 export PULUMI_HOME="${PULUMI_HOME:-$root/.toolchain/pulumi-home}"
 export PULUMI_SKIP_UPDATE_CHECK=true
-if [ ! -d "$PULUMI_HOME/plugins/resource-kubernetes-v$KUBERNETES_PROVIDER_VERSION" ]; then
-  "$bin/pulumi" plugin install resource kubernetes "v$KUBERNETES_PROVIDER_VERSION" \
+# The installed copy is marked with the build's cache key: a provider rebuilt at the same version
+# (a changed go.sum, link flags or Go) replaces it.
+installed="$PULUMI_HOME/plugins/resource-kubernetes-v$KUBERNETES_PROVIDER_VERSION"
+if [ "$(cat "$installed/.minimax-m3-key" 2>/dev/null)" != "$provider_key" ]; then
+  "$bin/pulumi" plugin install resource kubernetes "v$KUBERNETES_PROVIDER_VERSION" --reinstall \
     --file "$plugins/pulumi-resource-kubernetes" >&2
+  printf '%s\n' "$provider_key" > "$installed/.minimax-m3-key"
 fi
 
 log "ready in $bin ($((SECONDS))s)"

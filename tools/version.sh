@@ -20,7 +20,15 @@ case "${1:-}" in
   pulumi) required "$tools/pulumi/go.mod" github.com/pulumi/pulumi/pkg/v3 ;;
   pulumi-language-go) required "$tools/pulumi-language-go/go.mod" github.com/pulumi/pulumi/sdk/v3 ;;
   pulumi-resource-kubernetes)
+    # The provider's source is pinned by commit in its tools module, which names the tag it is in a
+    # "// provider vX.Y.Z" line: the two must agree, or the plugin would carry a version its code
+    # is not.
     v=$(required "$tools/../go.mod" github.com/pulumi/pulumi-kubernetes/sdk/v4)
+    pinned=$(awk '$1 == "//" && $2 == "provider" { print $3; exit }' "$tools/pulumi-resource-kubernetes/go.mod")
+    if [ "$pinned" != "$v" ]; then
+      echo "version.sh: go.mod requires the provider SDK $v, tools/pulumi-resource-kubernetes/go.mod builds the provider ${pinned:-(no \"// provider\" line)}: pin the provider at $v's commit there" >&2
+      exit 1
+    fi
     printf '%s\n' "${v#v}" ;;
   kubernetes) required "$tools/kubernetes/go.mod" k8s.io/kubernetes ;;
   kwok) required "$tools/kubernetes/go.mod" sigs.k8s.io/kwok ;;

@@ -1,5 +1,5 @@
 // Command portal serves the minimax-m3 stacks over HTTP for a platform portal: JSON operations,
-// server-sent progress events and a small live page (package portal).
+// server-sent progress events and a small live page (packages portal and portal/httpapi).
 //
 //	MINIMAX_M3_PORTAL_TOKEN=<token> PULUMI_CONFIG_PASSPHRASE=… go run ./cmd/portal -state-dir /var/lib/minimax-m3-portal
 //

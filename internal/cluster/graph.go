@@ -154,7 +154,8 @@ func ReadyCondition(g *unstructured.Unstructured) (Condition, bool) {
 
 // ReadyAtGeneration says whether the operator reports the graph Ready at its generation: Ready True
 // with the condition's observedGeneration, else status.observedGeneration, at metadata.generation.
-// It is what `up` (through the provider's await), the benchmark sweep and the tests wait for.
+// It is what the benchmark sweep waits for between points. (The provider's await for `up` also
+// takes a Ready that carries neither generation.)
 func ReadyAtGeneration(g *unstructured.Unstructured) bool {
 	c, ok := ReadyCondition(g)
 	if !ok || c.Status != "True" {

@@ -8,7 +8,7 @@ import (
 	"fmt"
 	"minimax-m3/portal"
 	"net/http"
-	"text/template"
+	"html/template"
 )
 
 // pageData is what the page shows.

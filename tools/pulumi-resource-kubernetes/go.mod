@@ -1,4 +1,7 @@
-// Builds the Kubernetes provider plugin at the tag commit of the provider SDK version the project's go.mod requires (v4.25.0; tools/version.sh reads it from there): the only provider/v4 version the proxy serves.
+// Builds the Kubernetes provider plugin at the tag commit of the provider SDK version the project's
+// go.mod requires (the only provider/v4 version the proxy serves); tools/version.sh checks that the
+// line below names that version.
+// provider v4.25.0
 module minimax-m3/tools/pulumi-resource-kubernetes
 
 go 1.26

@@ -3,6 +3,7 @@ package unit
 import (
 	"context"
 	"encoding/json"
+	"math"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -41,17 +42,19 @@ func TestBenchmarkSweepsTakeTheNamespacesLease(t *testing.T) {
 		return &benchmark.Sweep{Config: &c, Namespace: "inference", Kube: kube, Concurrency: []int{8}, RunID: run, OutDir: t.TempDir()}
 	}
 
-	kube := fake.NewClientset(heldLease("first", time.Now().Add(-10*time.Second)))
+	renewed := time.Now().Add(-10 * time.Second)
+	kube := fake.NewClientset(heldLease("first", renewed))
 	_, err := newSweep(kube, "second").Run(ctx)
 	var busy *benchmark.BusyError
 	require.ErrorAs(t, err, &busy)
 	assert.Equal(t, "first", busy.RunID)
-	// The age is the Lease's renewal 10 s ago plus however long the run took to read it (seconds,
-	// rounded): its figure is not fixed, only that it is at least 10 s.
+	// The age is the Lease's renewal 10 s ago plus however long the run took to read it (whole
+	// seconds): between 10 s and the time since the renewal.
 	m := regexp.MustCompile(`sweep first \(graph g\) is running in namespace inference: its Lease minimax-m3-benchmark was renewed (\d+)s ago`).FindStringSubmatch(err.Error())
 	if assert.NotNil(t, m, err.Error()) {
 		age, _ := strconv.Atoi(m[1])
 		assert.GreaterOrEqual(t, age, 10)
+		assert.LessOrEqual(t, age, int(math.Ceil(time.Since(renewed).Seconds())))
 	}
 	assert.Empty(t, kube.Actions()[1:], "nothing but the Lease read")
 
