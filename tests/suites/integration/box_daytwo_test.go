@@ -19,12 +19,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"minimax-m3/automation"
-	"minimax-m3/benchmark"
 	"minimax-m3/tests/framework/rackbox"
 )
 
@@ -126,92 +122,6 @@ func TestBoxAdoptingAKubectlAppliedRecipeThenChangingIt(t *testing.T) {
 		pods, err := listPods(ctx, ns, workers)
 		return err == nil && len(pods) == 2, err
 	})
-}
-
-// `pulumi stack rename` keeps the stack's state and outputs; the objects carry the old name's
-// identity. The next update reads the identity its last update exported, knows the objects as its
-// own, and moves them to the new identity with a metadata-only update: no new graph generation, no
-// worker restarted.
-func TestBoxARenamedStackKeepsItsObjects(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	ns := "box-rename"
-	s := readyBoxStack(t, "agg", ns, rackbox.NVL72("rename").WithGPUs(12), nil)
-	var err error
-	before := boxGraph(t, ns, aggGraph)
-	assert.Equal(t, "organization/minimax-m3/agg", before.GetAnnotations()["minimax-m3.io/stack"])
-	workers := client.MatchingLabels{graphLabelKey: aggGraph, "nvidia.com/dynamo-component": "Worker"}
-	var uids []string
-	for _, p := range podsOf(t, ns, workers) {
-		uids = append(uids, string(p.UID))
-	}
-
-	out, err := s.cli("stack", "rename", "agg-renamed")
-	require.NoError(t, err, out)
-	s.name = "agg-renamed"
-	s.stack, err = automation.SelectStack(ctx, automation.Options{ProjectDir: s.dir, Stack: s.name, EnvVars: s.env})
-	require.NoError(t, err)
-	t.Cleanup(func() { _, _ = s.stack.Destroy(ctx) })
-	_, _, err = s.up(ctx)
-	require.NoError(t, err, "the renamed stack still owns its objects\n%s", s.log.String())
-	after := boxGraph(t, ns, aggGraph)
-	assert.Equal(t, "organization/minimax-m3/agg-renamed", after.GetAnnotations()["minimax-m3.io/stack"])
-	assert.Equal(t, before.GetGeneration(), after.GetGeneration(), "metadata only")
-	var now []string
-	for _, p := range podsOf(t, ns, workers) {
-		now = append(now, string(p.UID))
-	}
-	assert.ElementsMatch(t, uids, now, "no worker restarted")
-	// The rename's update patched only metadata, and the provider may record an object's copy from
-	// before its patch (see the adoption test): the smoke test's completed Job shows its old
-	// labels to the next unrefreshed preview once.
-	// One more up records the live objects, with nothing restarted.
-	_, _, err = s.up(ctx)
-	require.NoError(t, err, s.log.String())
-	_, err = s.preview(ctx, optpreview.ExpectNoChanges(), optpreview.Diff())
-	require.NoError(t, err, s.log.String())
-}
-
-// The benchmark's restart between points, the recipe's way (`kubectl delete pods -l
-// nvidia.com/dynamo-graph-deployment-name=<graph>`), on a full rack: every pod of the graph is
-// deleted at once and its ReplicaSet starts every replacement together, with no new pod template
-// (no rollout, no spare GPU, one round of cold starts); the restart returns once as many pods are
-// Ready again and the operator reports the graph Ready.
-func TestBoxBenchmarkRestartDeletesEveryPodAtOnce(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	ns := "box-bench-restart"
-	s := readyBoxStack(t, "agg", ns, rackbox.NVL72("bench-restart").WithGPUs(12), auto.ConfigMap{"minimax-m3:benchmark.enabled": {Value: "true"}})
-	c, err := s.stack.Config(ctx)
-	require.NoError(t, err)
-	graphPods := client.MatchingLabels{graphLabelKey: aggGraph}
-	before := map[string]string{}
-	for _, p := range podsOf(t, ns, graphPods) {
-		before[string(p.UID)] = p.Labels["pod-template-hash"]
-	}
-	require.Len(t, before, 4, "the frontend and three workers")
-	generation := boxGraph(t, ns, aggGraph).GetGeneration()
-
-	kube, err := kubernetes.NewForConfig(box.Config)
-	require.NoError(t, err)
-	dyn, err := dynamic.NewForConfig(box.Config)
-	require.NoError(t, err)
-	sweep := &benchmark.Sweep{Config: &c, Namespace: ns, Kube: kube, Dynamic: dyn}
-	var beats []string
-	require.NoError(t, sweep.RestartPods(ctx, func(m string) { beats = append(beats, m) }))
-	assert.Equal(t, []string{"deleted the graph's 4 pods; waiting for their replacements to be Ready"}, beats)
-
-	after := podsOf(t, ns, graphPods)
-	require.Len(t, after, 4)
-	hashes := slices.Collect(maps.Values(before))
-	for _, p := range after {
-		assert.NotContains(t, before, string(p.UID), "every pod replaced")
-		assert.Contains(t, hashes, p.Labels["pod-template-hash"], "by its own ReplicaSet: no rollout")
-		assert.True(t, podCondition(&p, corev1.PodReady) != nil && podCondition(&p, corev1.PodReady).Status == corev1.ConditionTrue, p.Name)
-	}
-	g := boxGraph(t, ns, aggGraph)
-	assert.Equal(t, generation, g.GetGeneration(), "the graph's spec untouched")
-	assert.True(t, operatorReady(g))
 }
 
 // One stack owns the namespace, the cache, the token Secret and the download; a second stack in the

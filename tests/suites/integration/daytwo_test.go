@@ -20,46 +20,11 @@ import (
 	"k8s.io/client-go/tools/clientcmd"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"minimax-m3/components"
 	kcluster "minimax-m3/internal/cluster"
 	"minimax-m3/internal/objwatch"
 	"minimax-m3/tests/framework/poll"
 	"minimax-m3/tests/framework/rackbox"
 )
-
-// In the rack box: a new draft revision downloads again and rolls the workers through the real
-// operator.
-func TestBoxADraftRevisionChangeRollsTheWorkers(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	s := newBoxStack(t, "agg", "box-draft-change", addRack(t, rackbox.NVL72("draft").WithGPUs(12)), nil)
-	upOK(t, s)
-	before := boxGraph(t, s.ns, aggGraph)
-	workers := client.MatchingLabels{graphLabelKey: aggGraph, "nvidia.com/dynamo-component": "Worker"}
-	podsBefore := podsOf(t, s.ns, workers)
-
-	s.set(ctx, "minimax-m3:model.draft.revision", "0123456789abcdef0123456789abcdef01234567")
-	ops, err := s.preview(ctx)
-	require.NoError(t, err, s.log.String())
-	// The download fetches the new draft first (its Job is replaced); the ConfigMap is updated in
-	// place, and the workers' pod template changes with the config they read.
-	want := map[string]string{
-		"kubernetes:batch/v1:Job model-download":                    "delete-replaced replace create-replacement",
-		"kubernetes:core/v1:ConfigMap speculative-config":           "update",
-		"kubernetes:nvidia.com/v1beta1:DynamoGraphDeployment graph": "update",
-	}
-	assert.Equal(t, want, graphOps(t, ops))
-	assert.Equal(t, want, graphOps(t, upOK(t, s)))
-	after := boxGraph(t, s.ns, aggGraph)
-	assert.Greater(t, after.GetGeneration(), before.GetGeneration(), "a new generation: the operator rolls the workers")
-	w := liveGraphSpecOn(t, box.Client, s.ns, aggGraph).Components[1]
-	assert.Len(t, w.PodTemplate.Annotations[components.SpeculativeConfigChecksum], 64)
-	podsAfter := podsOf(t, s.ns, workers)
-	require.Len(t, podsAfter, 3)
-	for _, p := range podsAfter {
-		assert.NotEqual(t, podsBefore[0].Labels["pod-template-hash"], p.Labels["pod-template-hash"], "worker %s rolled", p.Name)
-	}
-}
 
 // A second kubeconfig context for the same cluster (its own cluster entry, the same server): with
 // the stack's fixed cluster identifier, switching to it replaces nothing. Changing the identifier
@@ -145,36 +110,6 @@ func TestUpWaitsForTheOperatorToObserveTheNewGeneration(t *testing.T) {
 	assert.Equal(t, int64(3), g.GetGeneration())
 	_, observed, _ := unstructured.NestedInt64(g.Object, "status", "observedGeneration")
 	assert.False(t, observed, "no one observed generation 3")
-}
-
-// spec.restart: refused on a graph that does not exist yet (the CRD forbids it on create), an
-// update of the graph alone once it does; the real operator restarts the components one at a time
-// in restart.order (each Deployment rolled by the real Deployment controller, its new pods placed
-// by the scheduler), and `up` returns once it has completed the restart.
-func TestBoxRestartIDRestartsAnExistingGraphOnly(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	s := newBoxStack(t, "agg", "box-restart", addRack(t, rackbox.NVL72("restart").WithGPUs(12)), auto.ConfigMap{"minimax-m3:restart.id": {Value: "first"}})
-	_, err := s.preview(ctx)
-	require.Error(t, err)
-	assert.Contains(t, err.Error()+s.log.String(), "minimax-m3:restart.id: DynamoGraphDeployment "+s.ns+"/"+aggGraph+" does not exist yet")
-
-	require.NoError(t, s.stack.RemoveConfig(ctx, "minimax-m3:restart"))
-	upOK(t, s)
-	s.set(ctx, "minimax-m3:restart.id", "2026-12-02T18:00")
-	s.set(ctx, "minimax-m3:restart.order[0]", "Worker")
-	s.set(ctx, "minimax-m3:restart.order[1]", "Frontend")
-	progress := watchRestart(t, s.ns, aggGraph)
-	ops := upOK(t, s)
-	assert.Equal(t, [][]string{{"Worker"}, {"Frontend"}}, progress(), "the operator restarts one component at a time, in restart.order")
-	assert.Equal(t, map[string]string{"kubernetes:nvidia.com/v1beta1:DynamoGraphDeployment graph": "update"}, graphOps(t, ops))
-	g := boxGraph(t, s.ns, aggGraph)
-	id, _, _ := unstructured.NestedString(g.Object, "spec", "restart", "id")
-	assert.Equal(t, "2026-12-02T18:00", id, "the CRD accepts spec.restart on an update")
-	// `up` returned only once the operator had completed the restart with this ID.
-	observed, _, _ := unstructured.NestedString(g.Object, "status", "restart", "observedID")
-	phase, _, _ := unstructured.NestedString(g.Object, "status", "restart", "phase")
-	assert.Equal(t, []string{"2026-12-02T18:00", "Completed"}, []string{observed, phase})
 }
 
 // watchRestart watches the graph's status.restart as the operator writes it (a watch sees every
