@@ -6,9 +6,9 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"html/template"
 	"minimax-m3/portal"
 	"net/http"
-	"html/template"
 )
 
 // pageData is what the page shows.
