@@ -150,9 +150,11 @@ func namespacesAreFree(ctx context.Context, cli localstack.CLI, stacks []string)
 		ns := cli.Namespace(stack)
 		cmd := exec.CommandContext(ctx, "kubectl", "get", "namespace", ns, "--ignore-not-found", "-o", "name")
 		cmd.Env = cli.Env
-		b, err := cmd.CombinedOutput()
+		var stderr strings.Builder
+		cmd.Stderr = &stderr // a warning there (API discovery, say) is not a namespace
+		b, err := cmd.Output()
 		if err != nil {
-			return fmt.Errorf("kubectl get namespace %s: %w: %s", ns, err, b)
+			return fmt.Errorf("kubectl get namespace %s: %w: %s", ns, err, stderr.String())
 		}
 		if len(strings.TrimSpace(string(b))) > 0 {
 			return fmt.Errorf("-namespace-prefix: namespace %s exists in that cluster; the check deploys only into namespaces it creates", ns)

@@ -34,6 +34,8 @@ func TestBoxOneAggStackThroughDayTwoChanges(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s := newBoxStack(t, "agg", "box-day-two", addRack(t, rackbox.NVL72("day-two").WithGPUs(12)), auto.ConfigMap{"minimax-m3:restart.id": {Value: "first"}})
+	// Whatever the stack is called when the test ends (the last step renames it), it is destroyed.
+	t.Cleanup(func() { _, _ = s.stack.Destroy(context.Background()) })
 	_, err := s.preview(ctx)
 	require.Error(t, err)
 	assert.Contains(t, err.Error()+s.log.String(), "minimax-m3:restart.id: DynamoGraphDeployment "+s.ns+"/"+aggGraph+" does not exist yet")
@@ -154,7 +156,6 @@ func TestBoxOneAggStackThroughDayTwoChanges(t *testing.T) {
 			s.name = "agg-renamed"
 			s.stack, err = automation.SelectStack(ctx, automation.Options{ProjectDir: s.dir, Stack: s.name, EnvVars: s.env})
 			require.NoError(t, err)
-			t.Cleanup(func() { _, _ = s.stack.Destroy(ctx) })
 			_, _, err = s.up(ctx)
 			require.NoError(t, err, "the renamed stack still owns its objects\n%s", s.log.String())
 			after := boxGraph(t, ns, aggGraph)
@@ -175,8 +176,13 @@ func TestBoxOneAggStackThroughDayTwoChanges(t *testing.T) {
 			require.NoError(t, err, s.log.String())
 		}},
 	}
+	parent := s.t
+	defer func() { s.t = parent }()
 	for _, step := range steps {
-		if !t.Run(step.name, step.run) {
+		if !t.Run(step.name, func(t *testing.T) {
+			s.t = t // the stack's helpers fail the step, not the test from the step's goroutine
+			step.run(t)
+		}) {
 			return
 		}
 	}

@@ -431,7 +431,9 @@ func TestBoxFailuresCarryKubernetesReasons(t *testing.T) {
 	t.Run("too few GPUs", func(t *testing.T) {
 		t.Parallel()
 		r := addRack(t, rackbox.NVL72("fail-gpu").WithGPUs(8))
-		s := newBoxStack(t, "agg", "box-fail-gpu", r, auto.ConfigMap{"minimax-m3:readiness.timeout": {Value: "40s"}})
+		// Long enough for the download, the operator and the scheduler's verdict on a box busy
+		// with the parallel tests; the wait runs it out on purpose.
+		s := newBoxStack(t, "agg", "box-fail-gpu", r, auto.ConfigMap{"minimax-m3:readiness.timeout": {Value: "60s"}})
 		_, _, err := s.up(context.Background())
 		require.Error(t, err)
 		assert.Contains(t, s.log.String(), "cannot be scheduled: Unschedulable: 0/", "the scheduler's verdict, in up's output\n%s", s.log.String())

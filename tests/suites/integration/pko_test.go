@@ -129,7 +129,7 @@ func TestOperatorRunner(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	kube, dyn := kubeClients(t, cluster.kubeconfig)
-	_, err := envtest.InstallCRDs(restConfigOf(t, cluster.kubeconfig), envtest.CRDInstallOptions{Paths: []string{pkoCRDs(t)}, ErrorIfPathMissing: true})
+	_, err := envtest.InstallCRDs(restConfigOf(t, cluster.kubeconfig), envtest.CRDInstallOptions{Paths: []string{pkoCRDs(t)}, ErrorIfPathMissing: true, MaxTime: time.Minute})
 	require.NoError(t, err)
 	_, err = kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "pko"}}, metav1.CreateOptions{})
 	require.NoError(t, err)
