@@ -10,7 +10,12 @@ import (
 	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
 
 	"minimax-m3/config"
+	"minimax-m3/internal/cluster"
 )
+
+// PlacementAnnotation on the graph records the clique its workers were placed in
+// (<topologyKey>=<clique>): the next `up` keeps the graph there.
+const PlacementAnnotation = "minimax-m3.io/placement"
 
 // GraphAPIVersion is the DynamoGraphDeployment version the program writes.
 //
@@ -106,6 +111,13 @@ func NewGraph(ctx *pulumi.Context, name string, args *GraphArgs, opts ...pulumi.
 	for k, v := range digests {
 		annotations[k] = pulumi.String(v)
 	}
+	// The operator's component path, whose rollout annotations and pod templates this program
+	// writes: Grove, which the operator picks for a new graph when its API is installed, would
+	// ignore both. `up` reads the operator's choice back (cluster.OtherProvider).
+	annotations[cluster.GroveOptOut] = pulumi.String("false")
+	if p := c.Placement; p.TopologyKey != "" && p.Clique != "" {
+		annotations[PlacementAnnotation] = pulumi.String(p.TopologyKey + "=" + p.Clique)
+	}
 	warnSurgingRolls(ctx, c, args.Meta.liveGraph, digests)
 	dgd, err := newObject(ctx, name, objectArgs{
 		APIVersion: GraphAPIVersion, Kind: "DynamoGraphDeployment",
@@ -127,6 +139,9 @@ func NewGraph(ctx *pulumi.Context, name string, args *GraphArgs, opts ...pulumi.
 	}
 	if args.Status != nil && c.Readiness.WaitForReady && !ctx.DryRun() {
 		reportGraphFailures(ctx, args.Status, g, dgd, c.Namespace.Name, c.GraphName, c.Readiness.Timeout)
+	}
+	if err := newDisruptionBudgets(ctx, g, args); err != nil {
+		return nil, err
 	}
 	g.Object = dgd
 	g.Name = dgd.Metadata.Name().Elem()

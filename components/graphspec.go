@@ -188,6 +188,12 @@ func workerComponent(c *config.Config, r config.Role, speculativeChecksum string
 		}}}
 	}
 
+	if key, clique := c.Placement.TopologyKey, c.Placement.Clique; key != "" && clique != "" {
+		// The clique chosen for the graph (placement.clique, or the one `up` chose): a node
+		// affinity keeps every worker, and every replacement, in it.
+		requireNodeLabel(&spec, key, clique)
+	}
+
 	template, err := w.PodTemplatePatch.Apply(corev1.PodTemplateSpec{ObjectMeta: podMetadata(annotations), Spec: spec})
 	if err != nil {
 		return GraphComponent{}, err

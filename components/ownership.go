@@ -71,6 +71,12 @@ func plannedObjects(c *config.Config) []plannedObject {
 		out = append(out, plannedObject{schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}, "ConfigMap", ns, AIPerfConfigMapName(c),
 			"graphName", "choose another graphName"})
 	}
+	if c.Placement.DisruptionBudget {
+		for _, r := range c.Workers() {
+			out = append(out, plannedObject{disruptionBudgets, "PodDisruptionBudget", ns, DisruptionBudgetName(c, r),
+				"placement.disruptionBudget", "set placement.disruptionBudget=false to keep it (or choose another graphName)"})
+		}
+	}
 	out = append(out,
 		plannedObject{schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}, "ConfigMap", ns, c.ConfigMapName(),
 			"graphName", "choose another graphName"},
@@ -133,6 +139,9 @@ func checkOwnership(ctx *pulumi.Context, reader ObjectReader, c *config.Config, 
 		}
 		ps.Add(obj.key, "%s already exists and was not created by this stack: %s; or set adopt=true to take it over (a kustomize deployment of the recipe, for one)",
 			obj, obj.useInstead)
+	}
+	if p, ok := meta.liveGraph[cluster.WorkloadProviderAnnotation]; ok && p != cluster.WorkloadProviderComponent {
+		ps.Add("graphName", "%s", cluster.ProviderMessage(c.Namespace.Name, c.GraphName, p))
 	}
 	ps = append(ps, sameComponents(c, meta.liveGraph)...)
 	if len(ps) > 0 {

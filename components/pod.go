@@ -56,6 +56,26 @@ func SitePodSpec(pullSecrets []string, s config.Scheduling) corev1.PodSpec {
 	return spec
 }
 
+// requireNodeLabel adds a required node affinity to one value of a label: to every term there is
+// (terms are alternatives, a term's expressions all hold), or as the one term.
+func requireNodeLabel(spec *corev1.PodSpec, key, value string) {
+	req := corev1.NodeSelectorRequirement{Key: key, Operator: corev1.NodeSelectorOpIn, Values: []string{value}}
+	if spec.Affinity == nil {
+		spec.Affinity = &corev1.Affinity{}
+	}
+	if spec.Affinity.NodeAffinity == nil {
+		spec.Affinity.NodeAffinity = &corev1.NodeAffinity{}
+	}
+	na := spec.Affinity.NodeAffinity
+	if na.RequiredDuringSchedulingIgnoredDuringExecution == nil || len(na.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms) == 0 {
+		na.RequiredDuringSchedulingIgnoredDuringExecution = &corev1.NodeSelector{NodeSelectorTerms: []corev1.NodeSelectorTerm{{}}}
+	}
+	terms := na.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms
+	for i := range terms {
+		terms[i].MatchExpressions = append(terms[i].MatchExpressions, req)
+	}
+}
+
 // resources turns configured requests and limits into core/v1 ones, adding extras set identically
 // in both (GPUs, RDMA, network resources) and the container's resource claims.
 func resources(r config.Resources, both map[string]string, claims ...string) corev1.ResourceRequirements {

@@ -78,6 +78,9 @@ func Deploy(ctx *pulumi.Context, o Options) (pulumi.Map, error) {
 			if meta, err = checkOwnership(ctx, reader, &c, previous); err != nil {
 				return nil, err
 			}
+			if err := place(ctx, reader, &c, meta); err != nil {
+				return nil, err
+			}
 		}
 	}
 	if c.Speculative.Mode == config.SpeculativeSynthetic {

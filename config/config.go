@@ -105,9 +105,7 @@ func Validate(c *Config) Problems {
 	c.ModelCache.validate(v, "modelCache")
 	c.ModelDownload.validate(v, "modelDownload")
 	c.ComputeDomain.validate(v, "computeDomain")
-	if c.Placement.TopologyKey != "" {
-		v.qualifiedName("placement.topologyKey", c.Placement.TopologyKey)
-	}
+	c.Placement.validate(v, "placement")
 	v.duration("readiness.timeout", c.Readiness.Timeout)
 	v.duration("readiness.deleteTimeout", c.Readiness.DeleteTimeout)
 	c.Restart.validate(v, "restart", c)
@@ -167,11 +165,39 @@ func (d ComputeDomainConfig) validate(v validator, key string) {
 	}
 }
 
-// PlacementConfig keeps a graph's workers inside one NVLink domain.
+// PlacementConfig keeps a graph's workers inside one NVLink domain that has room for all of them.
 type PlacementConfig struct {
-	// TopologyKey is the node label of the NVLink clique (the starter's placement Component).
-	// Empty adds no pod affinity.
+	// TopologyKey is the node label of the NVLink clique (the starter's placement Component;
+	// GPU feature discovery's nvidia.com/gpu.clique). It makes a required pod affinity among the
+	// graph's workers and, with Check, a required node affinity to one clique. Empty adds neither:
+	// the workers may spread over the pool.
 	TopologyKey string `json:"topologyKey"`
+	// Clique pins the workers to this value of TopologyKey. Empty lets `preview` and `up` choose
+	// (with Check): the clique the graph runs in, else the one that holds every worker most
+	// tightly. Setting it to another clique moves a running graph (every worker restarts).
+	Clique string `json:"clique"`
+	// Check reads the pool's nodes and pods before anything is created or changed, and refuses a
+	// graph no clique (or, without TopologyKey, the pool) has room for, with a table of cliques.
+	Check bool `json:"check"`
+	// DisruptionBudget adds a PodDisruptionBudget per worker role: a drain evicts at most one
+	// worker of a role at a time.
+	DisruptionBudget bool `json:"disruptionBudget"`
+}
+
+// DefaultTopologyKey is GPU feature discovery's node label of the NVLink clique; the
+// disaggregated profile's default topologyKey (its workers move KV over MNNVL).
+const DefaultTopologyKey = "nvidia.com/gpu.clique"
+
+func (p PlacementConfig) validate(v validator, key string) {
+	if p.TopologyKey != "" {
+		v.qualifiedName(key+".topologyKey", p.TopologyKey)
+	}
+	if p.Clique != "" {
+		if p.TopologyKey == "" {
+			v.add(key+".clique", "needs placement.topologyKey, the label whose value it is")
+		}
+		v.errs(key+".clique", p.Clique, "label value", validation.IsValidLabelValue(p.Clique))
+	}
 }
 
 // ReadinessConfig says whether `up` waits for the graph to report Ready.

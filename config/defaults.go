@@ -61,6 +61,7 @@ func Defaults(p Profile) Config {
 			WaitForCompletion: true,
 		},
 		ComputeDomain: ComputeDomainConfig{Create: true},
+		Placement:     PlacementConfig{Check: true, DisruptionBudget: true},
 		Readiness:     ReadinessConfig{WaitForReady: true, Timeout: "2h", DeleteTimeout: "10m"},
 		// The recipe's benchmark (perf/perf.yaml and perf/README.md): its AIPerf image, trace and caps.
 		Benchmark: BenchmarkConfig{
@@ -93,6 +94,8 @@ func Defaults(p Profile) Config {
 		},
 	}
 	if p == Disaggregated {
+		// Prefill and decode move KV over MNNVL: one clique for all six.
+		c.Placement.TopologyKey = DefaultTopologyKey
 		c.Frontend.Router.TrackActiveBlocks = true
 		c.Frontend.Router.TrackOutputBlocks = true
 		// The disaggregated frontend loads the tokenizer itself to route prefill and decode.
@@ -123,6 +126,12 @@ func baseWorker() WorkerConfig {
 			Limits:   map[string]string{"cpu": "128", "memory": "512Gi"},
 		},
 		PodAnnotations: map[string]string{"nvidia.com/vllm-distributed-executor-backend": "mp"},
+		// A stock GB200 pool taints its trays for GPUs and arm64; the recipe's workers tolerate
+		// neither and rely on ExtendedResourceToleration, which many clusters do not enable.
+		Scheduling: Scheduling{Tolerations: []Toleration{
+			{Key: "nvidia.com/gpu", Operator: "Exists", Effect: "NoSchedule"},
+			{Key: "kubernetes.io/arch", Operator: "Equal", Value: "arm64", Effect: "NoSchedule"},
+		}},
 		// No spare GPU slot needed to roll (config.Rollout); OperatorDefault is the recipe's form.
 		Rollout: Rollout{Strategy: RollingUpdate},
 		VLLM: VLLMConfig{

@@ -2,6 +2,7 @@ package cluster
 
 import (
 	"context"
+	"fmt"
 
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -71,6 +72,35 @@ func GraphFailureOf(g *unstructured.Unstructured) (GraphFailure, bool) {
 	return GraphFailure{}, false
 }
 
+// The operator's choice of how it runs a graph: its own DynamoComponentDeployments ("component")
+// or Grove's PodCliqueSets ("grove"). It writes the choice once, on the first reconcile, and it
+// never changes; the program opts out of Grove (GroveOptOut) and reads the choice back.
+const (
+	WorkloadProviderAnnotation = "nvidia.com/workload-provider"
+	WorkloadProviderComponent  = "component"
+	// GroveOptOut is the annotation, with the value "false", that keeps a new graph off Grove.
+	GroveOptOut = "nvidia.com/enable-grove"
+)
+
+// OtherProvider is a failure when the operator runs the graph through anything but its
+// component path, whose rollout annotations and pod placement the program writes.
+func OtherProvider(g *unstructured.Unstructured) (GraphFailure, bool) {
+	p, ok := g.GetAnnotations()[WorkloadProviderAnnotation]
+	if !ok || p == WorkloadProviderComponent {
+		return GraphFailure{}, false
+	}
+	return GraphFailure{Generation: g.GetGeneration(), Reason: "WorkloadProvider", Message: ProviderMessage(g.GetNamespace(), g.GetName(), p)}, true
+}
+
+// ProviderMessage says why a graph the operator runs through another provider cannot be deployed
+// by the program, and what to do.
+func ProviderMessage(namespace, name, provider string) string {
+	return fmt.Sprintf("the Dynamo operator runs DynamoGraphDeployment %s/%s through %q (%s, which it never changes), "+
+		"not through its component path: that path ignores the rollout annotations and the placement this program writes. "+
+		"Delete the graph (or set graphName to a new name) so that it is created again with %s: \"false\"",
+		namespace, name, provider, WorkloadProviderAnnotation, GroveOptOut)
+}
+
 // GraphGeneration is the graph's metadata.generation; 0 when it does not exist.
 func (r *Reader) GraphGeneration(ctx context.Context, namespace, name string) (int64, error) {
 	obj, err := r.client.Resource(GraphResource).Namespace(namespace).Get(ctx, name, metav1.GetOptions{})
@@ -89,10 +119,15 @@ func (r *Reader) WatchGraphFailures(ctx context.Context, namespace, name string,
 	graphs := r.dynamic.Resource(GraphResource).Namespace(namespace)
 	lw := objwatch.ByName(name, graphs.List, graphs.Watch)
 	var last GraphFailure
+	providerSeen := false
 	_, err := objwatch.Until(ctx, lw, &unstructured.Unstructured{}, nil, func(e watch.Event) (bool, error) {
 		g, ok := e.Object.(*unstructured.Unstructured)
 		if !ok || e.Type == watch.Deleted {
 			return false, nil
+		}
+		if f, other := OtherProvider(g); other && !providerSeen {
+			providerSeen = true
+			report(f)
 		}
 		if f, failed := GraphFailureOf(g); failed && f.Generation > after && f != last {
 			last = f

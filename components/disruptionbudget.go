@@ -1,0 +1,52 @@
+package components
+
+import (
+	"strings"
+
+	metav1 "github.com/pulumi/pulumi-kubernetes/sdk/v4/go/kubernetes/meta/v1"
+	policyv1 "github.com/pulumi/pulumi-kubernetes/sdk/v4/go/kubernetes/policy/v1"
+	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"minimax-m3/config"
+	"minimax-m3/internal/cluster"
+)
+
+// componentLabel is the label the Dynamo operator puts on a graph's pods naming their component.
+const componentLabel = "nvidia.com/dynamo-component"
+
+// DisruptionBudgetName is the PodDisruptionBudget of a worker role: <graphName>-<role>.
+func DisruptionBudgetName(c *config.Config, r config.Role) string {
+	return c.GraphName + "-" + strings.ToLower(r.Name)
+}
+
+var disruptionBudgets = schema.GroupVersionResource{Group: "policy", Version: "v1", Resource: "poddisruptionbudgets"}
+
+// newDisruptionBudgets adds a PodDisruptionBudget per worker role (placement.disruptionBudget): a
+// node drain (kubectl drain, a node pool upgrade) evicts at most one worker of a role at a time and
+// waits for its replacement to be Ready before the next. On a full clique the replacement of an
+// evicted worker cannot be placed, and the drain then stops at the second worker instead of taking
+// the role down. The operator's own rollouts delete pods, which a budget does not hold back.
+func newDisruptionBudgets(ctx *pulumi.Context, g *Graph, args *GraphArgs) error {
+	c := args.Config
+	if !c.Placement.DisruptionBudget {
+		return nil
+	}
+	for _, r := range c.Workers() {
+		name := DisruptionBudgetName(c, r)
+		if _, err := policyv1.NewPodDisruptionBudget(ctx, "disruption-budget-"+strings.ToLower(r.Name), &policyv1.PodDisruptionBudgetArgs{
+			Metadata: &metav1.ObjectMetaArgs{Name: pulumi.String(name), Namespace: args.Namespace, Labels: stackLabels(ctx),
+				Annotations: args.Meta.annotations(ctx, "PodDisruptionBudget", name, nil)},
+			Spec: &policyv1.PodDisruptionBudgetSpecArgs{
+				MaxUnavailable: pulumi.Int(1),
+				Selector: &metav1.LabelSelectorArgs{MatchLabels: pulumi.StringMap{
+					cluster.GraphLabel: pulumi.String(c.GraphName),
+					componentLabel:     pulumi.String(r.Name),
+				}},
+			},
+		}, pulumi.Parent(g)); err != nil {
+			return err
+		}
+	}
+	return nil
+}

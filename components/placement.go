@@ -1,0 +1,178 @@
+package components
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+
+	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
+	corev1 "k8s.io/api/core/v1"
+
+	"minimax-m3/config"
+	"minimax-m3/internal/cluster"
+	"minimax-m3/placement"
+)
+
+// PoolReader reads the cluster's nodes and the pods that hold their resources, for placement.
+type PoolReader interface {
+	Pool(ctx context.Context) (placement.Pool, error)
+}
+
+// PlacementError is a graph the pool has no room for: nothing was created or changed.
+type PlacementError struct {
+	// Key is the config key to change (without the namespace).
+	Key     string
+	Message string
+	Result  placement.Result
+}
+
+func (e *PlacementError) Error() string {
+	return fmt.Sprintf("%s: %s; nothing was changed (placement.check=false skips this check):\n%s", config.Key(e.Key), e.Message, e.Result.Table())
+}
+
+// place decides where the graph's workers go, before anything is created or changed: it reads the
+// pool's nodes and pods, fits the workers into each NVLink clique (placement.topologyKey) as the
+// scheduler's filters would, and pins them to one with room (c.Placement.Clique) through a node
+// affinity: the clique the graph already runs in when it still holds every worker (a change never
+// moves a running graph), else the tightest fit. With no clique that holds them all it refuses with
+// a table of the cliques. Without a topology key it checks that the pool holds the workers at all.
+// Without a reader of the pool (a render, a cluster it cannot list) the scheduler alone decides.
+func place(ctx *pulumi.Context, reader ObjectReader, c *config.Config, meta StackMeta) error {
+	pr, ok := reader.(PoolReader)
+	if !c.Placement.Check || !ok {
+		return nil
+	}
+	pool, err := pr.Pool(ctx.Context())
+	if err != nil {
+		_ = ctx.Log.Warn("not checking where the graph's workers fit (the scheduler alone places them): "+err.Error(), nil)
+		return nil
+	}
+	workers, err := graphWorkers(c)
+	if err != nil {
+		return err
+	}
+	key := c.Placement.TopologyKey
+	own := func(p *corev1.Pod) bool {
+		return p.Namespace == c.Namespace.Name && p.Labels[cluster.GraphLabel] == c.GraphName
+	}
+	var roles []string
+	for _, r := range c.Workers() {
+		roles = append(roles, r.Name)
+	}
+	previous := c.Placement.Clique // set by the user: the one clique the workers may go to
+	if previous == "" {
+		previous = previousClique(key, meta.liveGraph, pool, func(p *corev1.Pod) bool {
+			return own(p) && slices.Contains(roles, p.Labels[componentLabel])
+		})
+	}
+	res := placement.Place(pool, placement.Request{TopologyKey: key, Workers: workers, Own: own, Previous: previous})
+	if n := res.Excluded[placement.ExcludedNoKey]; n > 0 {
+		_ = ctx.Log.Warn(fmt.Sprintf("%d node(s) the workers may use carry no %s label and are left out: GPU feature discovery labels a tray with its clique once the fabric manager has initialised it", n, key), nil)
+	}
+	if res.Fits() {
+		if key != "" && c.Placement.Clique == "" {
+			c.Placement.Clique = res.Chosen
+		}
+		d, _ := res.Domain(res.Chosen)
+		where := "the pool"
+		if key != "" {
+			where = fmt.Sprintf("clique %s=%s", key, res.Chosen)
+		}
+		_ = ctx.Log.Info(fmt.Sprintf("placement: the graph's %d workers go to %s (%d trays, %d free GPUs)", len(workers), where, d.Trays, d.FreeGPUs), nil)
+		return nil
+	}
+	return refusal(c, res, previous, workers)
+}
+
+// refusal says why no clique takes the graph, under the key that changes it.
+func refusal(c *config.Config, res placement.Result, previous string, workers []placement.Worker) error {
+	key := c.Placement.TopologyKey
+	e := &PlacementError{Key: "placement.topologyKey", Result: res}
+	need := demand(workers)
+	switch {
+	case c.Placement.Clique != "":
+		d, _ := res.Domain(c.Placement.Clique)
+		e.Key = "placement.clique"
+		e.Message = fmt.Sprintf("clique %s=%s holds %d of the graph's %d workers (%s)", key, c.Placement.Clique, d.Holds, len(workers), need)
+	case previous != "":
+		d, _ := res.Domain(previous)
+		e.Key = "placement.clique"
+		e.Message = fmt.Sprintf("the graph runs in clique %s=%s, which holds %d of its %d workers (%s); free room there, "+
+			"or set placement.clique to a clique below that holds them all to move the graph (every worker restarts)", key, previous, d.Holds, len(workers), need)
+	case key != "" && len(res.Domains) == 0 && res.Excluded[placement.ExcludedNoKey] > 0:
+		e.Message = fmt.Sprintf("no node the workers may use carries the label %s: is GPU feature discovery running, and the trays' fabric manager initialised? "+
+			"Set placement.topologyKey to the pool's clique label", key)
+	case key != "":
+		e.Message = fmt.Sprintf("no NVLink clique has room for the graph's %d workers (%s) among the nodes they may use", len(workers), need)
+	default:
+		e.Key = "placement.check"
+		e.Message = fmt.Sprintf("the nodes the workers may use have no room for the graph's %d workers (%s)", len(workers), need)
+	}
+	return e
+}
+
+// demand says what the workers request, for messages: "4 nvidia.com/gpu each".
+func demand(workers []placement.Worker) string {
+	var each []string
+	for _, w := range workers {
+		gpus := int64(0)
+		for _, ctr := range w.Spec.Containers {
+			q := ctr.Resources.Requests[placement.GPU]
+			gpus += q.Value()
+		}
+		s := fmt.Sprintf("%s %d %s", w.Role, gpus, placement.GPU)
+		if !slices.Contains(each, s) {
+			each = append(each, s)
+		}
+	}
+	return strings.Join(each, ", ") + " each"
+}
+
+// graphWorkers are the graph's worker pods as the scheduler sees their specs, one per replica.
+func graphWorkers(c *config.Config) ([]placement.Worker, error) {
+	spec, err := GraphSpec(c)
+	if err != nil {
+		return nil, err
+	}
+	var out []placement.Worker
+	for _, r := range c.Workers() {
+		for _, comp := range spec.Components {
+			if comp.Name != r.Name {
+				continue
+			}
+			for range comp.Replicas {
+				out = append(out, placement.Worker{Role: comp.Name, Spec: comp.PodTemplate.Spec})
+			}
+		}
+	}
+	return out, nil
+}
+
+// previousClique is the clique the graph runs in: the one its placement annotation names, else
+// (a graph adopted, or placed before the annotation) the one clique all its bound pods are on.
+func previousClique(key string, liveGraph map[string]string, pool placement.Pool, worker func(*corev1.Pod) bool) string {
+	if key == "" {
+		return ""
+	}
+	if v, ok := strings.CutPrefix(liveGraph[PlacementAnnotation], key+"="); ok {
+		return v
+	}
+	nodes := map[string]string{}
+	for _, n := range pool.Nodes {
+		nodes[n.Name] = n.Labels[key]
+	}
+	found := ""
+	for i := range pool.Pods {
+		p := &pool.Pods[i]
+		if !worker(p) || p.Spec.NodeName == "" {
+			continue
+		}
+		v := nodes[p.Spec.NodeName]
+		if v == "" || (found != "" && v != found) {
+			return ""
+		}
+		found = v
+	}
+	return found
+}

@@ -1,0 +1,158 @@
+package placement_test
+
+import (
+	"fmt"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"minimax-m3/placement"
+)
+
+const key = "nvidia.com/gpu.clique"
+
+var gpuTaint = corev1.Taint{Key: "nvidia.com/gpu", Value: "present", Effect: corev1.TaintEffectNoSchedule}
+
+// rack is trays of 4 GPUs in one clique, Ready, tainted for GPUs like a managed GB200 pool.
+func rack(name string, trays int) []corev1.Node {
+	var nodes []corev1.Node
+	for i := range trays {
+		res := corev1.ResourceList{
+			corev1.ResourceCPU:    resource.MustParse("140"),
+			corev1.ResourceMemory: resource.MustParse("880Gi"),
+			placement.GPU:         resource.MustParse("4"),
+		}
+		nodes = append(nodes, corev1.Node{
+			ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-tray-%02d", name, i+1), Labels: map[string]string{key: "fabric." + name, "pool": "gb200"}},
+			Spec:       corev1.NodeSpec{Taints: []corev1.Taint{gpuTaint}},
+			Status: corev1.NodeStatus{Capacity: res, Allocatable: res,
+				Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}},
+		})
+	}
+	return nodes
+}
+
+// pod is a bound pod requesting gpus on a node.
+func pod(ns, name, node string, gpus int64, labels map[string]string) corev1.Pod {
+	return corev1.Pod{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: labels},
+		Spec: corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "main", Resources: corev1.ResourceRequirements{
+			Requests: corev1.ResourceList{placement.GPU: *resource.NewQuantity(gpus, resource.DecimalSI)},
+			Limits:   corev1.ResourceList{placement.GPU: *resource.NewQuantity(gpus, resource.DecimalSI)},
+		}}}},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning},
+	}
+}
+
+// workers are n TP4 workers that select the pool and tolerate the GPU taint.
+func workers(n int) []placement.Worker {
+	spec := pod("", "", "", 4, nil).Spec
+	spec.NodeName = ""
+	spec.NodeSelector = map[string]string{"pool": "gb200"}
+	spec.Tolerations = []corev1.Toleration{{Key: "nvidia.com/gpu", Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule}}
+	out := make([]placement.Worker, n)
+	for i := range out {
+		out[i] = placement.Worker{Role: "Worker", Spec: spec}
+	}
+	return out
+}
+
+// othersOn fills the first n trays of a rack with another team's pods.
+func othersOn(nodes []corev1.Node, n int) []corev1.Pod {
+	var pods []corev1.Pod
+	for i := range n {
+		pods = append(pods, pod("team-b", fmt.Sprintf("train-%s", nodes[i].Name), nodes[i].Name, 4, nil))
+	}
+	return pods
+}
+
+func TestTheGraphGoesToTheOnlyCliqueWithRoomForEveryWorker(t *testing.T) {
+	a, b := rack("a", 4), rack("b", 4)
+	// a: 2 free trays (8 GPUs, what the scheduler's spreading favours); b: 3 free (12 GPUs).
+	pool := placement.Pool{Nodes: append(a, b...), Pods: append(othersOn(a, 2), othersOn(b, 1)...)}
+	res := placement.Place(pool, placement.Request{TopologyKey: key, Workers: workers(3)})
+	require.True(t, res.Fits(), res.Table())
+	assert.Equal(t, "fabric.b", res.Chosen)
+	da, _ := res.Domain("fabric.a")
+	db, _ := res.Domain("fabric.b")
+	assert.Equal(t, placement.Domain{Name: "fabric.a", Trays: 4, FreeGPUs: 8, Holds: 2}, da)
+	assert.Equal(t, placement.Domain{Name: "fabric.b", Trays: 4, FreeGPUs: 12, Holds: 3}, db)
+}
+
+func TestTwoCliquesEachTooSmallAreRefusedWithTheirTable(t *testing.T) {
+	a, b := rack("a", 4), rack("b", 4)
+	pool := placement.Pool{Nodes: append(a, b...), Pods: append(othersOn(a, 2), othersOn(b, 2)...)}
+	res := placement.Place(pool, placement.Request{TopologyKey: key, Workers: workers(3)})
+	assert.False(t, res.Fits())
+	assert.Empty(t, res.Chosen)
+	table := res.Table()
+	assert.Contains(t, table, "CLIQUE (nvidia.com/gpu.clique)")
+	assert.Regexp(t, `fabric\.a\s+4\s+8\s+2 of 3 workers`, table)
+	assert.Regexp(t, `fabric\.b\s+4\s+8\s+2 of 3 workers`, table)
+}
+
+func TestCordonedNotReadyUnlabelledAndUntoleratedTraysAreNotCounted(t *testing.T) {
+	a := rack("a", 6)
+	a[0].Spec.Unschedulable = true                           // drained for maintenance
+	a[1].Status.Conditions[0].Status = corev1.ConditionFalse // lost
+	delete(a[2].Labels, key)                                 // fabric manager not initialised
+	a[3].Spec.Taints = append(a[3].Spec.Taints, corev1.Taint{Key: "team-b/reserved", Effect: corev1.TaintEffectNoExecute})
+	res := placement.Place(placement.Pool{Nodes: a}, placement.Request{TopologyKey: key, Workers: workers(3)})
+	assert.False(t, res.Fits(), "two usable trays for three workers")
+	d, _ := res.Domain("fabric.a")
+	assert.Equal(t, 2, d.Trays)
+	assert.Equal(t, map[string]int{placement.ExcludedCordoned: 1, placement.ExcludedNotReady: 1, placement.ExcludedNoKey: 1, placement.ExcludedNotMatched: 1}, res.Excluded)
+	assert.Contains(t, res.Table(), "not counted: 1 cordoned, 1 not Ready, 1 without the label nvidia.com/gpu.clique")
+
+	// A PreferNoSchedule taint does not keep a pod off a node.
+	a[3].Spec.Taints[1].Effect = corev1.TaintEffectPreferNoSchedule
+	a[2].Labels[key] = "fabric.a"
+	res = placement.Place(placement.Pool{Nodes: a}, placement.Request{TopologyKey: key, Workers: workers(4)})
+	assert.True(t, res.Fits(), res.Table())
+}
+
+func TestTheGraphStaysInTheCliqueItRunsIn(t *testing.T) {
+	a, b := rack("a", 6), rack("b", 3)
+	own := map[string]string{"graph": "g"}
+	// The graph's three workers run in a; b has exactly room for three (the tighter fit).
+	pods := []corev1.Pod{pod("ns", "w-0", a[0].Name, 4, own), pod("ns", "w-1", a[1].Name, 4, own), pod("ns", "w-2", a[2].Name, 4, own)}
+	pods = append(pods, othersOn(a[3:], 3)...) // a is now full, but for the graph's own workers
+	req := placement.Request{TopologyKey: key, Workers: workers(3), Previous: "fabric.a",
+		Own: func(p *corev1.Pod) bool { return p.Namespace == "ns" && p.Labels["graph"] == "g" }}
+	res := placement.Place(placement.Pool{Nodes: append(a, b...), Pods: pods}, req)
+	require.True(t, res.Fits(), res.Table())
+	assert.Equal(t, "fabric.a", res.Chosen, "its own workers' GPUs are its room")
+
+	// A fourth worker does not fit where it runs: refused, not moved to b.
+	req.Workers = workers(4)
+	res = placement.Place(placement.Pool{Nodes: append(a, b...), Pods: pods}, req)
+	assert.False(t, res.Fits())
+	assert.Empty(t, res.Chosen)
+
+	// A new graph takes the tightest clique that holds it.
+	res = placement.Place(placement.Pool{Nodes: append(rack("a", 6), b...)}, placement.Request{TopologyKey: key, Workers: workers(3)})
+	assert.Equal(t, "fabric.b", res.Chosen)
+}
+
+func TestWithoutATopologyKeyThePoolIsOneDomain(t *testing.T) {
+	a, b := rack("a", 2), rack("b", 1)
+	res := placement.Place(placement.Pool{Nodes: append(a, b...)}, placement.Request{Workers: workers(3)})
+	require.True(t, res.Fits(), res.Table())
+	assert.Empty(t, res.Chosen)
+	assert.Contains(t, res.Table(), "(all nodes)")
+	res = placement.Place(placement.Pool{Nodes: append(a, b...)}, placement.Request{Workers: workers(4)})
+	assert.False(t, res.Fits())
+}
+
+func TestFinishedAndUnboundPodsHoldNothing(t *testing.T) {
+	a := rack("a", 3)
+	done := pod("team-b", "done", a[0].Name, 4, nil)
+	done.Status.Phase = corev1.PodSucceeded
+	pending := pod("team-b", "pending", "", 4, nil)
+	res := placement.Place(placement.Pool{Nodes: a, Pods: []corev1.Pod{done, pending}}, placement.Request{TopologyKey: key, Workers: workers(3)})
+	assert.True(t, res.Fits(), res.Table())
+}
