@@ -54,6 +54,22 @@ func TestObjectsMergeIntoTheRecipeDefaults(t *testing.T) {
 	assert.Equal(t, 16384, c.Worker.VLLM.MaxNumBatchedTokens)
 }
 
+func TestPlacementDefaultsFitAStockGB200Pool(t *testing.T) {
+	agg, err := Parse(valid("agg"))
+	require.NoError(t, err)
+	disagg, err := Parse(valid("disagg"))
+	require.NoError(t, err)
+	assert.Equal(t, PlacementConfig{Check: true, DisruptionBudget: true}, agg.Placement, "agg workers need no common clique")
+	assert.Equal(t, PlacementConfig{TopologyKey: DefaultTopologyKey, Check: true, DisruptionBudget: true}, disagg.Placement, "disagg moves KV over MNNVL")
+	for _, w := range []WorkerConfig{agg.Worker, disagg.PrefillWorker, disagg.DecodeWorker} {
+		assert.Len(t, w.Scheduling.Tolerations, 2)
+	}
+	// A list written as JSON text (pulumi config set --path ... '[]') replaces the default.
+	c, err := Parse(with(valid("agg"), "worker", `{"scheduling": {"tolerations": "[]"}}`))
+	require.NoError(t, err)
+	assert.Empty(t, c.Worker.Scheduling.Tolerations)
+}
+
 // Every validation rule, each with the key its error must name.
 func TestValidationNamesTheKeyToFix(t *testing.T) {
 	cases := []struct {
@@ -63,6 +79,9 @@ func TestValidationNamesTheKeyToFix(t *testing.T) {
 		text string
 	}{
 		{"unknown profile", with(valid("agg"), "profile", "hybrid"), "minimax-m3:profile", "unknown profile"},
+		{"clique without key", with(valid("agg"), "placement", `{"clique": "fabric.a"}`), "minimax-m3:placement.clique", "needs placement.topologyKey"},
+		{"clique not a label value", with(valid("disagg"), "placement", `{"clique": "fabric a"}`), "minimax-m3:placement.clique", "label value"},
+		{"topology key not a label", with(valid("disagg"), "placement", `{"topologyKey": "gpu clique"}`), "minimax-m3:placement.topologyKey", ""},
 		{"missing profile", with(valid("agg"), "profile", ""), "minimax-m3:profile", "is required"},
 		{"TP does not fit the node", with(valid("agg"), "worker", `{"tensorParallelSize": 8}`), "minimax-m3:worker.tensorParallelSize", "does not fit 4 GPUs per node"},
 		{"TP does not divide the node", with(valid("disagg"), "decodeWorker", `{"tensorParallelSize": 3}`), "minimax-m3:decodeWorker.tensorParallelSize", "does not fit"},

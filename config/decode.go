@@ -114,6 +114,15 @@ func decodeValue(ps *Problems, key string, raw any, dst reflect.Value) {
 		}
 		dst.Set(merged)
 	case reflect.Slice:
+		if text, isText := raw.(string); isText && strings.HasPrefix(strings.TrimSpace(text), "[") {
+			// A list written as JSON text: what `pulumi config set --path key '[]'` stores.
+			dec := json.NewDecoder(strings.NewReader(text))
+			dec.UseNumber()
+			var parsed any
+			if dec.Decode(&parsed) == nil {
+				raw = parsed
+			}
+		}
 		list, ok := raw.([]any)
 		if !ok {
 			ps.Add(key, "must be a list, got %s", describeJSON(raw))

@@ -288,10 +288,24 @@ func usable(n *corev1.Node, w *Worker) bool {
 	if ok, err := nodeaffinity.GetRequiredNodeAffinity(pod).Match(n); err != nil || !ok {
 		return false
 	}
-	_, untolerated := schedulingcorev1.FindMatchingUntoleratedTaint(klog.Background(), n.Spec.Taints, w.Spec.Tolerations, func(t *corev1.Taint) bool {
+	_, untolerated := schedulingcorev1.FindMatchingUntoleratedTaint(klog.Background(), n.Spec.Taints, tolerations(pod), func(t *corev1.Taint) bool {
 		return t.Effect == corev1.TaintEffectNoSchedule || t.Effect == corev1.TaintEffectNoExecute
 	}, false)
 	return !untolerated
+}
+
+// tolerations are the worker's own and, for each extended resource it requests (nvidia.com/gpu),
+// the one the ExtendedResourceToleration admission plugin adds, as GPU node pools that taint their
+// nodes by that name expect (the recipe's workers rely on it). On a cluster without the plugin such
+// a worker stays Pending, and `up` names the taint the scheduler reports.
+func tolerations(pod *corev1.Pod) []corev1.Toleration {
+	out := slices.Clone(pod.Spec.Tolerations)
+	for name := range resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{}) {
+		if strings.Contains(string(name), "/") && !strings.Contains(string(name), "kubernetes.io/") {
+			out = append(out, corev1.Toleration{Key: string(name), Operator: corev1.TolerationOpExists, Effect: corev1.TaintEffectNoSchedule})
+		}
+	}
+	return out
 }
 
 func ready(n *corev1.Node) bool {

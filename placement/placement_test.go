@@ -156,3 +156,12 @@ func TestFinishedAndUnboundPodsHoldNothing(t *testing.T) {
 	res := placement.Place(placement.Pool{Nodes: a, Pods: []corev1.Pod{done, pending}}, placement.Request{TopologyKey: key, Workers: workers(3)})
 	assert.True(t, res.Fits(), res.Table())
 }
+
+func TestAGPUTaintIsToleratedAsExtendedResourceTolerationDoes(t *testing.T) {
+	w := workers(3)
+	for i := range w {
+		w[i].Spec.Tolerations = nil // the recipe's workers: no toleration of their own
+	}
+	res := placement.Place(placement.Pool{Nodes: rack("a", 3)}, placement.Request{TopologyKey: key, Workers: w})
+	assert.True(t, res.Fits(), res.Table())
+}

@@ -38,6 +38,9 @@ type Rack struct {
 	// CPU, Memory and EphemeralStorage are each tray's allocatable resources: two Grace CPUs of
 	// 72 cores and 480 GB LPDDR5X each, less what the system reserves.
 	CPU, Memory, EphemeralStorage string
+	// Labels are added to every tray's own: a pool of several racks is racks sharing a label the
+	// workers select (nothing pinned per rack).
+	Labels map[string]string
 	// Taints are the pool's taints. ExtendedResourceToleration (enabled in the box's API server,
 	// as on managed GPU pools) tolerates nvidia.com/gpu for every pod that requests a GPU.
 	Taints []corev1.Taint
@@ -95,7 +98,7 @@ func (r Rack) Nodes() []*corev1.Node {
 			corev1.ResourcePods:             resource.MustParse("110"),
 			GPU:                             *resource.NewQuantity(int64(r.GPUsPerTray), resource.DecimalSI),
 		}
-		nodes = append(nodes, fakeNode(name, map[string]string{
+		labels := map[string]string{
 			corev1.LabelArchStable:         "arm64",
 			CliqueLabel:                    r.Clique(),
 			RackLabel:                      r.Name,
@@ -103,7 +106,11 @@ func (r Rack) Nodes() []*corev1.Node {
 			"nvidia.com/gpu.product":       "NVIDIA-GB200",
 			"nvidia.com/gpu.count":         strconv.Itoa(r.GPUsPerTray),
 			corev1.LabelInstanceTypeStable: "gb200-nvl72-tray",
-		}, r.Taints, res))
+		}
+		for k, v := range r.Labels {
+			labels[k] = v
+		}
+		nodes = append(nodes, fakeNode(name, labels, r.Taints, res))
 	}
 	return nodes
 }

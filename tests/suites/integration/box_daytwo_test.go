@@ -69,7 +69,10 @@ func TestBoxAdoptingAKubectlAppliedRecipeThenChangingIt(t *testing.T) {
 		"minimax-m3:modelDownload.enabled":      {Value: "false"},
 		"minimax-m3:modelCache.storageClass":    {Value: rackbox.StorageClass},
 		"minimax-m3:worker.rollout.strategy":    {Value: "OperatorDefault"},
-		"minimax-m3:adopt":                      {Value: "true"},
+		// The recipe's workers tolerate no taint (the default tolerates a stock pool's GPU and
+		// arm64 taints): the recipe-exact form, like the rollout above.
+		"minimax-m3:worker.scheduling.tolerations": {Value: "[]"},
+		"minimax-m3:adopt":                         {Value: "true"},
 	}, nil)
 	require.NoError(t, s.stack.RemoveConfig(ctx, "minimax-m3:hfToken"))
 	_, _, err = s.up(ctx)

@@ -145,8 +145,8 @@ func workerRoles(stack string) []string {
 }
 
 // newBoxStack is a stack in the box whose workers run on rack r, placed as a user places them on
-// a GB200 pool: a node selector for the pool (here the test's rack), the arm64 taint tolerated,
-// and placement.topologyKey keeping them in one NVLink clique. The smoke test runs (its pod's
+// a GB200 pool: a node selector for the pool (here the test's rack; the GPU and arm64 taints are
+// tolerated by default), and placement.topologyKey keeping them in one NVLink clique. The smoke test runs (its pod's
 // result comes from a kwok stage: no model runs here).
 func newBoxStack(t *testing.T, stack, ns string, r rackbox.Rack, extra auto.ConfigMap) *testStack {
 	t.Helper()
@@ -162,9 +162,6 @@ func newBoxStackOn(t *testing.T, kubeconfig, stack, ns string, r rackbox.Rack, e
 	}
 	for _, role := range workerRoles(stack) {
 		cfg[fmt.Sprintf("minimax-m3:%s.scheduling.nodeSelector[%q]", role, rackbox.RackLabel)] = auto.ConfigValue{Value: r.Name}
-		for k, v := range map[string]string{"key": corev1.LabelArchStable, "operator": "Equal", "value": "arm64", "effect": "NoSchedule"} {
-			cfg[fmt.Sprintf("minimax-m3:%s.scheduling.tolerations[0].%s", role, k)] = auto.ConfigValue{Value: v}
-		}
 	}
 	for k, v := range extra {
 		cfg[k] = v

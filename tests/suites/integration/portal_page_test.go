@@ -13,7 +13,6 @@ import (
 	"github.com/chromedp/chromedp"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
-	corev1 "k8s.io/api/core/v1"
 
 	"minimax-m3/portal"
 	"minimax-m3/portal/httpapi"
@@ -48,10 +47,7 @@ func TestBoxPortalPageShowsAnUpLive(t *testing.T) {
 	})
 	c := &httpClient{t: t, base: ts.URL}
 
-	worker := map[string]any{"scheduling": map[string]any{
-		"nodeSelector": map[string]any{rackbox.RackLabel: r.Name},
-		"tolerations":  []any{map[string]any{"key": corev1.LabelArchStable, "operator": "Equal", "value": "arm64", "effect": "NoSchedule"}},
-	}}
+	worker := map[string]any{"scheduling": map[string]any{"nodeSelector": map[string]any{rackbox.RackLabel: r.Name}}}
 	code, body := c.do(http.MethodPost, "/api/stacks/agg-page/up", map[string]any{"base": "agg", "hfToken": portalToken, "config": map[string]any{
 		"namespace": map[string]any{"name": ns}, "modelDownload": map[string]any{"timeout": "3m", "image": rackbox.HeldImage},
 		"readiness": map[string]any{"timeout": "3m"}, "worker": worker, "placement": map[string]any{"topologyKey": rackbox.CliqueLabel},
