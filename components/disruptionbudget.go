@@ -36,7 +36,9 @@ func newDisruptionBudgets(ctx *pulumi.Context, g *Graph, args *GraphArgs) error 
 		name := DisruptionBudgetName(c, r)
 		if _, err := policyv1.NewPodDisruptionBudget(ctx, "disruption-budget-"+strings.ToLower(r.Name), &policyv1.PodDisruptionBudgetArgs{
 			Metadata: &metav1.ObjectMetaArgs{Name: pulumi.String(name), Namespace: args.Namespace, Labels: stackLabels(ctx),
-				Annotations: args.Meta.annotations(ctx, "PodDisruptionBudget", name, nil)},
+				// A budget holds from the moment it exists; its status is the disruption
+				// controller's count, which nothing here waits for.
+				Annotations: args.Meta.annotations(ctx, "PodDisruptionBudget", name, pulumi.StringMap{"pulumi.com/skipAwait": pulumi.String("true")})},
 			Spec: &policyv1.PodDisruptionBudgetSpecArgs{
 				MaxUnavailable: pulumi.Int(1),
 				Selector: &metav1.LabelSelectorArgs{MatchLabels: pulumi.StringMap{

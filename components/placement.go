@@ -38,7 +38,7 @@ func (e *PlacementError) Error() string {
 // moves a running graph), else the tightest fit. With no clique that holds them all it refuses with
 // a table of the cliques. Without a topology key it checks that the pool holds the workers at all.
 // Without a reader of the pool (a render, a cluster it cannot list) the scheduler alone decides.
-func place(ctx *pulumi.Context, reader ObjectReader, c *config.Config, meta StackMeta) error {
+func place(ctx *pulumi.Context, reader ObjectReader, c *config.Config, meta StackMeta, previousStack previousStack) error {
 	pr, ok := reader.(PoolReader)
 	if !c.Placement.Check || !ok {
 		return nil
@@ -53,8 +53,12 @@ func place(ctx *pulumi.Context, reader ObjectReader, c *config.Config, meta Stac
 		return err
 	}
 	key := c.Placement.TopologyKey
+	// The graph's own pods, and those of the graph the stack deployed under an earlier name, which
+	// a new graphName deletes first.
 	own := func(p *corev1.Pod) bool {
-		return p.Namespace == c.Namespace.Name && p.Labels[cluster.GraphLabel] == c.GraphName
+		g := p.Labels[cluster.GraphLabel]
+		return p.Namespace == c.Namespace.Name && g == c.GraphName ||
+			previousStack.graphName != "" && p.Namespace == previousStack.namespace && g == previousStack.graphName
 	}
 	var roles []string
 	for _, r := range c.Workers() {
@@ -67,6 +71,13 @@ func place(ctx *pulumi.Context, reader ObjectReader, c *config.Config, meta Stac
 		})
 	}
 	res := placement.Place(pool, placement.Request{TopologyKey: key, Workers: workers, Own: own, Previous: previous})
+	if res.Empty() {
+		// No node the workers may use exists (yet): a pool scaled to zero that an autoscaler
+		// grows for Pending pods, or a cluster without GPU nodes. Nothing to choose from.
+		_ = ctx.Log.Warn(fmt.Sprintf("placement: no node the graph's workers may use exists (their node selector, affinity and tolerations match none): "+
+			"the scheduler places them when nodes appear (%s)", strings.TrimSpace(strings.ReplaceAll(res.Table(), "\n", "; "))), nil)
+		return nil
+	}
 	if n := res.Excluded[placement.ExcludedNoKey]; n > 0 {
 		_ = ctx.Log.Warn(fmt.Sprintf("%d node(s) the workers may use carry no %s label and are left out: GPU feature discovery labels a tray with its clique once the fabric manager has initialised it", n, key), nil)
 	}

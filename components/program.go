@@ -71,14 +71,14 @@ func Deploy(ctx *pulumi.Context, o Options) (pulumi.Map, error) {
 			}
 		}
 		if reader != nil {
-			previous, err := previousIdentity(ctx)
+			previous, err := previousOutputs(ctx)
 			if err != nil {
 				return nil, err
 			}
-			if meta, err = checkOwnership(ctx, reader, &c, previous); err != nil {
+			if meta, err = checkOwnership(ctx, reader, &c, previous.identity); err != nil {
 				return nil, err
 			}
-			if err := place(ctx, reader, &c, meta); err != nil {
+			if err := place(ctx, reader, &c, meta, previous); err != nil {
 				return nil, err
 			}
 		}
@@ -125,20 +125,33 @@ func Deploy(ctx *pulumi.Context, o Options) (pulumi.Map, error) {
 	return outputs, nil
 }
 
-// previousIdentity is the identity the stack's last update wrote (its stackIdentity output, read
-// back through a reference to the stack itself), "" before the first. It differs from
-// StackIdentity after `pulumi stack rename`, which keeps the stack's state and outputs.
-func previousIdentity(ctx *pulumi.Context) (string, error) {
+// previousStack is what the stack's last update exported ("" before the first).
+type previousStack struct {
+	// identity is the identity the stack's objects carry; it differs from StackIdentity after
+	// `pulumi stack rename`, which keeps the stack's state and outputs.
+	identity string
+	// namespace and graphName name the graph it deployed: a new graphName replaces that graph,
+	// whose workers' GPUs are then the new one's.
+	namespace, graphName string
+}
+
+// previousOutputs reads the stack's last outputs through a reference to the stack itself.
+func previousOutputs(ctx *pulumi.Context) (previousStack, error) {
+	var p previousStack
 	self, err := pulumi.NewStackReference(ctx, "self", &pulumi.StackReferenceArgs{Name: pulumi.String(StackIdentity(ctx))})
 	if err != nil {
-		return "", err
+		return p, err
 	}
-	out, err := self.GetOutputDetails(IdentityOutput)
-	if err != nil || out == nil {
-		return "", err
+	for name, dst := range map[string]*string{IdentityOutput: &p.identity, "namespace": &p.namespace, "graphName": &p.graphName} {
+		out, err := self.GetOutputDetails(name)
+		if err != nil {
+			return p, err
+		}
+		if out != nil {
+			*dst, _ = out.Value.(string)
+		}
 	}
-	id, _ := out.Value.(string)
-	return id, nil
+	return p, nil
 }
 
 // LoadConfig reads and validates every `minimax-m3:` key the stack sets. keys lists the stack's

@@ -72,7 +72,7 @@ const (
 	ExcludedCordoned   = "cordoned"
 	ExcludedNotReady   = "not Ready"
 	ExcludedNoKey      = "without the topology label"
-	ExcludedNotMatched = "not selected or tainted"
+	ExcludedNotMatched = "not selected, tainted, or too small for a worker"
 )
 
 // Place fits the request's workers into each domain of the pool, as the scheduler's node filters
@@ -171,6 +171,12 @@ func (r Result) Fits() bool {
 		}
 	}
 	return false
+}
+
+// Empty reports a pool with no node the workers may use at all, in any state: nothing to choose
+// from (a node pool scaled to zero, or no GPU nodes).
+func (r Result) Empty() bool {
+	return len(r.Domains) == 0 && r.Excluded[ExcludedCordoned]+r.Excluded[ExcludedNotReady]+r.Excluded[ExcludedNoKey] == 0
 }
 
 // Domain is the named domain's row, and whether the pool has it.
@@ -282,10 +288,14 @@ func usableByAny(n *corev1.Node, workers []Worker) bool {
 	return slices.ContainsFunc(workers, func(w Worker) bool { return usable(n, &w) })
 }
 
-// usable is the scheduler's node affinity and taint filters for one worker.
+// usable is the scheduler's node affinity and taint filters for one worker, and whether the node
+// could hold it at all (a CPU node has no GPUs to give).
 func usable(n *corev1.Node, w *Worker) bool {
 	pod := &corev1.Pod{Spec: w.Spec}
 	if ok, err := nodeaffinity.GetRequiredNodeAffinity(pod).Match(n); err != nil || !ok {
+		return false
+	}
+	if !room(n.Status.Allocatable, resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{})) {
 		return false
 	}
 	_, untolerated := schedulingcorev1.FindMatchingUntoleratedTaint(klog.Background(), n.Spec.Taints, tolerations(pod), func(t *corev1.Taint) bool {

@@ -3,6 +3,7 @@ module minimax-m3/tests
 go 1.26.6
 
 require (
+	github.com/ai-dynamo/grove/operator/api v0.1.0-alpha.12-rc1
 	github.com/chromedp/chromedp v0.23.1
 	github.com/go-logr/logr v1.4.4
 	github.com/pulumi/pulumi/sdk/v3 v3.276.0
@@ -17,6 +18,7 @@ require (
 	k8s.io/utils v0.0.0-20260626114624-be93311217bd
 	minimax-m3 v0.0.0
 	sigs.k8s.io/controller-runtime v0.25.2
+	sigs.k8s.io/yaml v1.6.0
 )
 
 require (
@@ -177,7 +179,6 @@ require (
 	sigs.k8s.io/json v0.0.0-20250730193827-2d320260d730 // indirect
 	sigs.k8s.io/randfill v1.0.0 // indirect
 	sigs.k8s.io/structured-merge-diff/v6 v6.4.2 // indirect
-	sigs.k8s.io/yaml v1.6.0 // indirect
 )
 
 replace minimax-m3 => ../

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -12,6 +13,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"syscall"
 	"time"
 
@@ -55,11 +57,14 @@ func run(ctx context.Context) error {
 		fmt.Println("== stopping the rack box")
 		_ = box.Stop()
 	}()
-	rack := rackbox.NVL72("nvl72")
-	fmt.Printf("== one GB200 NVL72 rack: %d trays of %d GPUs (kwok), the NVIDIA DRA driver's DeviceClasses and ResourceSlices\n", rack.Trays, rack.GPUsPerTray)
-	if err := box.AddRack(ctx, rack); err != nil {
+	racks, err := strconv.Atoi(cmp.Or(os.Getenv("RACKS"), "1"))
+	if err != nil || racks < 1 {
+		return fmt.Errorf("RACKS=%q: want a number of racks, 1 or more", os.Getenv("RACKS"))
+	}
+	if err := addPool(ctx, box, racks); err != nil {
 		return err
 	}
+	fmt.Printf("== the box's kubeconfig, to watch with kubectl while it runs:\n   export KUBECONFIG=%s\n   kubectl get nodes -L %s; kubectl get pods -A -o wide\n", box.Kubeconfig, rackbox.CliqueLabel)
 	source := os.Getenv("MINIMAX_M3_DYNAMO_OPERATOR")
 	if source == "" {
 		source = filepath.Join(root, "..", "shared", "reference", "dynamo-operator")
@@ -133,6 +138,34 @@ func servePortal(ctx context.Context, root, stateDir string, env map[string]stri
 	return hs.Close()
 }
 
+// addPool adds the GB200 pool: one empty NVL72 rack, or (RACKS=n) n racks of which the first
+// three are partly used by another team's pods: 2 trays free on the first (room for neither
+// stack), 4 on the second (agg's three workers, the tightest fit) and 9 on the third (disagg's
+// six). The stacks land on the second and third; `kubectl get pods -A -o wide` shows it.
+func addPool(ctx context.Context, box *rackbox.Box, racks int) error {
+	free := []int{2, 4, 9}
+	for i := range racks {
+		rack := rackbox.NVL72(fmt.Sprintf("nvl72-%d", i+1))
+		if racks == 1 {
+			rack = rackbox.NVL72("nvl72")
+		}
+		if err := box.AddRack(ctx, rack); err != nil {
+			return err
+		}
+		used := 0
+		if racks > 1 && i < len(free) {
+			used = rack.Trays - free[i]
+			if _, err := box.Occupy(ctx, "other-team", rack.NodeNames()[:used]...); err != nil {
+				return err
+			}
+		}
+		fmt.Printf("== GB200 NVL72 rack %s (clique %s): %d trays of %d GPUs (kwok), %d of them used by another team's pods\n",
+			rack.Name, rack.Clique(), rack.Trays, rack.GPUsPerTray, used)
+	}
+	fmt.Println("== the NVIDIA DRA driver's DeviceClasses and the racks' ResourceSlices")
+	return nil
+}
+
 func runStack(ctx context.Context, root, dir, stack string, env map[string]string) error {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
@@ -150,11 +183,10 @@ func runStack(ctx context.Context, root, dir, stack string, env map[string]strin
 	if stack == "disagg" {
 		roles = []string{"prefillWorker", "decodeWorker"}
 	}
-	// The rack's trays carry the arm64 taint of a GB200 pool; the workers tolerate it.
+	// The workers select the GB200 pool (the default tolerations cover its GPU and arm64 taints);
+	// which rack of it is the program's choice.
 	for _, role := range roles {
-		for k, v := range map[string]string{"key": "kubernetes.io/arch", "operator": "Equal", "value": "arm64", "effect": "NoSchedule"} {
-			cfg[fmt.Sprintf("minimax-m3:%s.scheduling.tolerations[0].%s", role, k)] = auto.ConfigValue{Value: v}
-		}
+		cfg[fmt.Sprintf("minimax-m3:%s.scheduling.nodeSelector[%q]", role, rackbox.PoolLabel)] = auto.ConfigValue{Value: "gb200"}
 	}
 	s, err := automation.NewStack(ctx, automation.Options{
 		ProjectDir: dir,

@@ -13,7 +13,6 @@ import (
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
@@ -38,24 +37,14 @@ func addPool(t *testing.T, pool string, racks ...rackbox.Rack) []rackbox.Rack {
 	return racks
 }
 
-// occupy binds another team's pod, holding all four GPUs, to each named tray.
+// occupy plays another team holding every GPU of each named tray, for the test's lifetime.
 func occupy(t *testing.T, team string, trays ...string) {
 	t.Helper()
-	ctx := context.Background()
-	ns := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: team}}
-	if err := box.Client.Create(ctx, ns); err != nil && !apierrors.IsAlreadyExists(err) {
-		require.NoError(t, err)
-	}
-	for _, tray := range trays {
-		gpus := corev1.ResourceList{rackbox.GPU: resource.MustParse("4")}
-		p := &corev1.Pod{
-			ObjectMeta: metav1.ObjectMeta{Namespace: team, Name: "training-" + tray},
-			Spec: corev1.PodSpec{NodeName: tray, Tolerations: []corev1.Toleration{{Operator: corev1.TolerationOpExists}},
-				Containers: []corev1.Container{{Name: "train", Image: "team.example/train:1", Resources: corev1.ResourceRequirements{Requests: gpus, Limits: gpus}}}},
-		}
-		require.NoError(t, box.Client.Create(ctx, p))
+	pods, err := box.Occupy(context.Background(), team, trays...)
+	for _, p := range pods {
 		t.Cleanup(func() { _ = box.Client.Delete(context.Background(), p, client.GracePeriodSeconds(0)) })
 	}
+	require.NoError(t, err)
 }
 
 // release deletes the team's pod on a tray.

@@ -170,6 +170,7 @@ func TestBoxStackLifecycle(t *testing.T) {
 			// CRD schema on the way in, nothing pruned or rewritten by the API server or the operator.
 			cfg, err := s.stack.Config(ctx)
 			require.NoError(t, err)
+			cfg.Placement.Clique = r.Clique() // the clique `up` chose: the rack's
 			want, err := components.GraphSpec(&cfg)
 			require.NoError(t, err)
 			spec := liveGraphSpecOn(t, box.Client, ns, tc.graph)
@@ -432,8 +433,13 @@ func TestBoxFailuresCarryKubernetesReasons(t *testing.T) {
 		t.Parallel()
 		r := addRack(t, rackbox.NVL72("fail-gpu").WithGPUs(8))
 		// Long enough for the download, the operator and the scheduler's verdict on a box busy
-		// with the parallel tests; the wait runs it out on purpose.
-		s := newBoxStack(t, "agg", "box-fail-gpu", r, auto.ConfigMap{"minimax-m3:readiness.timeout": {Value: "60s"}})
+		// with the parallel tests; the wait runs it out on purpose. The placement check, which
+		// would refuse this graph before anything is created (box_placement_test.go), is off:
+		// this is what `up` shows when the room is gone after the check (another team took it).
+		s := newBoxStack(t, "agg", "box-fail-gpu", r, auto.ConfigMap{
+			"minimax-m3:readiness.timeout": {Value: "60s"},
+			"minimax-m3:placement.check":   {Value: "false"},
+		})
 		_, _, err := s.up(context.Background())
 		require.Error(t, err)
 		assert.Contains(t, s.log.String(), "cannot be scheduled: Unschedulable: 0/", "the scheduler's verdict, in up's output\n%s", s.log.String())

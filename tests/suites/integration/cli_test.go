@@ -100,8 +100,11 @@ func TestRenderedManifestsPassAServerSideDryRun(t *testing.T) {
 					}
 				}
 			}
-			assert.ElementsMatch(t, []string{"Namespace", "PersistentVolumeClaim", "Job", "ComputeDomain", "ConfigMap", "DynamoGraphDeployment", "Job"}, kinds,
-				"without HF_TOKEN no Secret is rendered; the second Job is the smoke test")
+			want := []string{"Namespace", "PersistentVolumeClaim", "Job", "ComputeDomain", "ConfigMap", "DynamoGraphDeployment", "Job"}
+			for range workerRoles(stack) {
+				want = append(want, "PodDisruptionBudget")
+			}
+			assert.ElementsMatch(t, want, kinds, "without HF_TOKEN no Secret is rendered; the second Job is the smoke test; a budget per worker role")
 
 			// A dry run of namespaced objects needs their namespace to exist.
 			require.NoError(t, cluster.client.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))

@@ -286,7 +286,7 @@ func policyUp(t *testing.T, s *testStack, args ...string) (string, int) {
 // Pulumi.yaml and the stack files, for the Automation API's inline program).
 func copyProgramInto(t *testing.T, dir string) {
 	t.Helper()
-	for _, p := range []string{"go.mod", "go.sum", "main.go", "config", "components", "internal"} {
+	for _, p := range []string{"go.mod", "go.sum", "main.go", "config", "components", "internal", "placement"} {
 		out, err := exec.Command("cp", "-r", filepath.Join(cluster.root, p), dir).CombinedOutput()
 		require.NoError(t, err, string(out))
 	}
@@ -413,6 +413,7 @@ func playGarbageCollector(ctx context.Context, t *testing.T, on client.Client, n
 		{Version: "v1", Kind: "ConfigMapList"},
 		{Version: "v1", Kind: "SecretList"},
 		{Version: "v1", Kind: "PersistentVolumeClaimList"},
+		{Group: "policy", Version: "v1", Kind: "PodDisruptionBudgetList"},
 		graphGVK.GroupVersion().WithKind("DynamoGraphDeploymentList"),
 		computeDomainGVK.GroupVersion().WithKind("ComputeDomainList"),
 	}

@@ -57,7 +57,7 @@ func TestBoxOperatorFailureReasonInUpsError(t *testing.T) {
 		return ok && used.Value() == 1, nil
 	}))
 
-	s := newBoxStack(t, "agg", ns, addRack(t, rackbox.NVL72("quota").WithGPUs(4)), auto.ConfigMap{
+	s := newBoxStack(t, "agg", ns, addRack(t, rackbox.NVL72("quota").WithGPUs(12)), auto.ConfigMap{
 		"minimax-m3:namespace.create":  {Value: "false"},
 		"minimax-m3:readiness.timeout": {Value: "30s"},
 	})

@@ -90,7 +90,7 @@ func TestPortalService(t *testing.T) {
 	last := events[len(events)-1]
 	require.Equal(t, "result", last.Status)
 	require.NoError(t, json.Unmarshal([]byte(last.Message), &preview))
-	assert.Equal(t, 15, preview.Changes["create"])
+	assert.Equal(t, 16, preview.Changes["create"])
 	require.NotEmpty(t, preview.Plan)
 
 	code, body = c.do(http.MethodPost, "/api/stacks/agg-http/up", map[string]any{"base": "agg", "config": site, "plan": preview.Plan})

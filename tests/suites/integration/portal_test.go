@@ -91,7 +91,7 @@ func TestPortalLifecycle(t *testing.T) {
 	pre, err := m.Preview(ctx, r, portal.RunOptions{Plan: plan, Progress: progress})
 	require.NoError(t, err)
 	assert.FileExists(t, plan)
-	assert.Equal(t, 15, pre.Changes["create"], "%+v", pre.Changes)
+	assert.Equal(t, 16, pre.Changes["create"], "%+v", pre.Changes)
 	names := map[string]string{}
 	for _, s := range pre.Steps {
 		names[s.Name] = s.Op
@@ -104,7 +104,7 @@ func TestPortalLifecycle(t *testing.T) {
 	leaks := scan()
 	require.Len(t, leaks, 1, "only the control process: %v", leaks)
 	assert.Contains(t, leaks[0], "control-"+portalToken)
-	assert.Equal(t, 15, up.Changes["create"])
+	assert.Equal(t, 16, up.Changes["create"])
 	assert.Equal(t, portal.Outputs{Namespace: "portal", GraphName: aggGraph, FrontendService: aggGraph + "-frontend", FrontendPort: 8000,
 		FrontendURL: "http://" + aggGraph + "-frontend.portal.svc.cluster.local:8000", GPUCount: 12,
 		Model: "nvidia/MiniMax-M3-NVFP4", ServedModelName: "nvidia/MiniMax-M3-NVFP4", ModelRevision: r.Config.Model.Revision,
@@ -189,16 +189,23 @@ func TestPortalConcurrency(t *testing.T) {
 	errs := make([]error, 3)
 	started := make(chan struct{})
 	var once sync.Once
+	first := make(chan struct{})
 	wg.Add(2)
 	go func() {
 		defer wg.Done()
+		defer close(first)
 		_, errs[0] = m.Up(ctx, a, portal.RunOptions{Progress: func(portal.Event) { once.Do(func() { close(started) }) }})
 	}()
 	go func() {
 		defer wg.Done()
 		_, errs[1] = m.Up(ctx, b, portal.RunOptions{})
 	}()
-	<-started
+	select {
+	case <-started:
+	case <-first: // it ended before its first event: its error says why
+		wg.Wait()
+		require.NoError(t, errs[0])
+	}
 	_, errs[2] = m.Up(ctx, a, portal.RunOptions{})
 	wg.Wait()
 	require.NoError(t, errs[0])
@@ -236,7 +243,11 @@ func TestPortalCancel(t *testing.T) {
 		}})
 		errc <- err
 	}()
-	<-waiting
+	select {
+	case <-waiting:
+	case err := <-errc:
+		require.Fail(t, "the up ended before it waited for the graph", "%v", err)
+	}
 	require.NoError(t, poll.Until(ctx, time.Minute, 100*time.Millisecond, "the graph is created: its wait begins", func(ctx context.Context) (bool, error) {
 		_, live, err := tryGetOn(ctx, cluster.client, graphGVK, "portal-cancel", aggGraph)
 		return live, err

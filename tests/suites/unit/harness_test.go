@@ -51,6 +51,8 @@ type mocks struct {
 	// program reads it through a reference to its own stack, which is not recorded (it is a read
 	// of the stack's outputs, not an object).
 	previous string
+	// outputs are other outputs of the stack's last update (namespace, graphName).
+	outputs map[string]string
 }
 
 func (m *mocks) NewResource(args pulumi.MockResourceArgs) (string, resource.PropertyMap, error) {
@@ -60,6 +62,9 @@ func (m *mocks) NewResource(args pulumi.MockResourceArgs) (string, resource.Prop
 		outputs := resource.PropertyMap{}
 		if m.previous != "" {
 			outputs[components.IdentityOutput] = resource.NewProperty(m.previous)
+		}
+		for k, v := range m.outputs {
+			outputs[resource.PropertyKey(k)] = resource.NewProperty(v)
 		}
 		return args.ID, resource.PropertyMap{"name": resource.NewProperty(args.ID), "outputs": resource.NewProperty(outputs)}, nil
 	}
@@ -125,6 +130,17 @@ func runWith(t testing.TB, opts components.Options, stack string, overrides map[
 // runAfter runs the program on a stack whose last update exported the identity previous.
 func runAfter(t testing.TB, previous string, opts components.Options, stack string, overrides map[string]string) (*result, error) {
 	t.Helper()
+	return runMocked(t, &mocks{previous: previous}, opts, stack, overrides)
+}
+
+// runPrevious runs the program on a stack whose last update exported these outputs.
+func runPrevious(t testing.TB, outputs map[string]string, opts components.Options, stack string, overrides map[string]string) (*result, error) {
+	t.Helper()
+	return runMocked(t, &mocks{outputs: outputs}, opts, stack, overrides)
+}
+
+func runMocked(t testing.TB, m *mocks, opts components.Options, stack string, overrides map[string]string) (*result, error) {
+	t.Helper()
 	cfg := stackConfig(t, stack)
 	for k, v := range siteConfig() {
 		cfg[k] = v
@@ -136,7 +152,6 @@ func runAfter(t testing.TB, previous string, opts components.Options, stack stri
 			cfg[k] = v
 		}
 	}
-	m := &mocks{previous: previous}
 	res := &result{}
 	err := pulumi.RunErr(func(ctx *pulumi.Context) error {
 		keys := make([]string, 0, len(cfg))

@@ -204,3 +204,32 @@ func TestWorkersTolerateAStockGB200Pool(t *testing.T) {
 		}
 	}
 }
+
+func TestAPoolWithNoNodeForTheWorkersLeavesPlacementToTheScheduler(t *testing.T) {
+	// A GPU pool scaled to zero: only CPU nodes, which no worker may use.
+	cpu := corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "cpu-1"}, Status: corev1.NodeStatus{
+		Allocatable: corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("64")},
+		Conditions:  []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}}}
+	r, err := runWith(t, components.Options{Cluster: poolCluster{fakeCluster{}, placement.Pool{Nodes: []corev1.Node{cpu}}}}, "disagg", nil)
+	require.NoError(t, err)
+	assert.Empty(t, graphAnnotations(t, r)[components.PlacementAnnotation], "no clique chosen")
+}
+
+func TestARenamedGraphCountsTheGPUsOfTheGraphItReplaces(t *testing.T) {
+	// A full rack: the stack's graph under its old name holds every GPU; the new name deletes it first.
+	a := gb200Rack("a", 3)
+	var pods []corev1.Pod
+	for i := range a {
+		p := teamPods(a[i:], 1)[0]
+		p.Namespace, p.Name = "inference", fmt.Sprintf("old-%d", i)
+		p.Labels = map[string]string{"nvidia.com/dynamo-graph-deployment-name": "mm3-old", "nvidia.com/dynamo-component": "Worker"}
+		pods = append(pods, p)
+	}
+	cluster := poolCluster{fakeCluster{}, placement.Pool{Nodes: a, Pods: pods}}
+	overrides := map[string]string{"minimax-m3:placement": `{"topologyKey": "nvidia.com/gpu.clique"}`}
+	_, err := runWith(t, components.Options{Cluster: cluster}, "agg", overrides)
+	require.Error(t, err, "a new stack does not own the old graph's GPUs")
+	r, err := runPrevious(t, map[string]string{"namespace": "inference", "graphName": "mm3-old"}, components.Options{Cluster: cluster}, "agg", overrides)
+	require.NoError(t, err)
+	assert.Equal(t, clique+"=fabric.a", graphAnnotations(t, r)[components.PlacementAnnotation])
+}
