@@ -41,6 +41,9 @@ func newDisruptionBudgets(ctx *pulumi.Context, g *Graph, args *GraphArgs) error 
 				Annotations: args.Meta.annotations(ctx, "PodDisruptionBudget", name, pulumi.StringMap{"pulumi.com/skipAwait": pulumi.String("true")})},
 			Spec: &policyv1.PodDisruptionBudgetSpecArgs{
 				MaxUnavailable: pulumi.Int(1),
+				// A worker that crash-loops is not Ready: it must not keep a drain from evicting
+				// the healthy ones (the default counts it as the one unavailable).
+				UnhealthyPodEvictionPolicy: pulumi.String("AlwaysAllow"),
 				Selector: &metav1.LabelSelectorArgs{MatchLabels: pulumi.StringMap{
 					cluster.GraphLabel: pulumi.String(c.GraphName),
 					componentLabel:     pulumi.String(r.Name),

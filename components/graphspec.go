@@ -188,15 +188,15 @@ func workerComponent(c *config.Config, r config.Role, speculativeChecksum string
 		}}}
 	}
 
-	if key, clique := c.Placement.TopologyKey, c.Placement.Clique; key != "" && clique != "" {
-		// The clique chosen for the graph (placement.clique, or the one `up` chose): a node
-		// affinity keeps every worker, and every replacement, in it.
-		requireNodeLabel(&spec, key, clique)
-	}
-
 	template, err := w.PodTemplatePatch.Apply(corev1.PodTemplateSpec{ObjectMeta: podMetadata(annotations), Spec: spec})
 	if err != nil {
 		return GraphComponent{}, err
+	}
+	if key, clique := c.Placement.TopologyKey, c.Placement.Clique; key != "" && clique != "" {
+		// The clique chosen for the graph (placement.clique, or the one `up` chose): a node
+		// affinity keeps every worker, and every replacement, in it. Added after the patch, which
+		// could otherwise replace the node selector terms and drop it.
+		requireNodeLabel(&template.Spec, key, clique)
 	}
 	return GraphComponent{
 		Name:                   r.Name,

@@ -71,18 +71,19 @@ func plannedObjects(c *config.Config) []plannedObject {
 		out = append(out, plannedObject{schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}, "ConfigMap", ns, AIPerfConfigMapName(c),
 			"graphName", "choose another graphName"})
 	}
-	if c.Placement.DisruptionBudget {
-		for _, r := range c.Workers() {
-			out = append(out, plannedObject{disruptionBudgets, "PodDisruptionBudget", ns, DisruptionBudgetName(c, r),
-				"placement.disruptionBudget", "set placement.disruptionBudget=false to keep it (or choose another graphName)"})
-		}
-	}
 	out = append(out,
 		plannedObject{schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}, "ConfigMap", ns, c.ConfigMapName(),
 			"graphName", "choose another graphName"},
 		plannedObject{cluster.GraphResource, "DynamoGraphDeployment", ns, c.GraphName,
 			"graphName", "choose another graphName"},
 	)
+	// After the graph: a credential that may not read budgets still checks the graph.
+	if c.Placement.DisruptionBudget {
+		for _, r := range c.Workers() {
+			out = append(out, plannedObject{disruptionBudgets, "PodDisruptionBudget", ns, DisruptionBudgetName(c, r),
+				"placement.disruptionBudget", "set placement.disruptionBudget=false to keep it (or choose another graphName)"})
+		}
+	}
 	return out
 }
 

@@ -33,12 +33,21 @@ func (e *PlacementError) Error() string {
 
 // place decides where the graph's workers go, before anything is created or changed: it reads the
 // pool's nodes and pods, fits the workers into each NVLink clique (placement.topologyKey) as the
-// scheduler's filters would, and pins them to one with room (c.Placement.Clique) through a node
-// affinity: the clique the graph already runs in when it still holds every worker (a change never
-// moves a running graph), else the tightest fit. With no clique that holds them all it refuses with
-// a table of the cliques. Without a topology key it checks that the pool holds the workers at all.
-// Without a reader of the pool (a render, a cluster it cannot list) the scheduler alone decides.
+// scheduler's filters would, and pins a new graph to one with room (c.Placement.Clique) through a
+// node affinity, recorded on the graph (PlacementAnnotation): the tightest fit. A graph that carries
+// a pin keeps it, whatever else happens (a change never moves a running graph); a live graph without
+// one (deployed before placement existed, or adopted) is not pinned, which would restart every
+// worker. With no clique that holds them all it refuses with a table of the cliques, unless the
+// update leaves the workers where they are. Without a topology key it checks that the pool holds
+// the workers at all. Without a reader of the pool (a render, a cluster it cannot list) or with
+// placement.check off, the scheduler alone decides where an unpinned graph goes.
 func place(ctx *pulumi.Context, reader ObjectReader, c *config.Config, meta StackMeta, previousStack previousStack) error {
+	key := c.Placement.TopologyKey
+	pinnedByUser := c.Placement.Clique != ""
+	pin, pinned := strings.CutPrefix(meta.liveGraph[PlacementAnnotation], key+"=")
+	if pinned && key != "" && !pinnedByUser {
+		c.Placement.Clique = pin // kept even when the check cannot run
+	}
 	pr, ok := reader.(PoolReader)
 	if !c.Placement.Check || !ok {
 		return nil
@@ -52,23 +61,23 @@ func place(ctx *pulumi.Context, reader ObjectReader, c *config.Config, meta Stac
 	if err != nil {
 		return err
 	}
-	key := c.Placement.TopologyKey
-	// The graph's own pods, and those of the graph the stack deployed under an earlier name, which
-	// a new graphName deletes first.
-	own := func(p *corev1.Pod) bool {
-		g := p.Labels[cluster.GraphLabel]
-		return p.Namespace == c.Namespace.Name && g == c.GraphName ||
-			previousStack.graphName != "" && p.Namespace == previousStack.namespace && g == previousStack.graphName
-	}
 	var roles []string
 	for _, r := range c.Workers() {
 		roles = append(roles, r.Name)
 	}
-	previous := c.Placement.Clique // set by the user: the one clique the workers may go to
+	// The graph's own workers, and those of the graph the stack deployed under an earlier name,
+	// which a new graphName deletes first: their GPUs are the graph's to use.
+	own := func(p *corev1.Pod) bool {
+		if !slices.Contains(roles, p.Labels[componentLabel]) {
+			return false
+		}
+		g := p.Labels[cluster.GraphLabel]
+		return p.Namespace == c.Namespace.Name && g == c.GraphName ||
+			previousStack.graphName != "" && p.Namespace == previousStack.namespace && g == previousStack.graphName
+	}
+	previous := c.Placement.Clique // set by the user, or the graph's pin: the one clique it may use
 	if previous == "" {
-		previous = previousClique(key, meta.liveGraph, pool, func(p *corev1.Pod) bool {
-			return own(p) && slices.Contains(roles, p.Labels[componentLabel])
-		})
+		previous = previousClique(key, pool, own)
 	}
 	res := placement.Place(pool, placement.Request{TopologyKey: key, Workers: workers, Own: own, Previous: previous})
 	if res.Empty() {
@@ -81,28 +90,64 @@ func place(ctx *pulumi.Context, reader ObjectReader, c *config.Config, meta Stac
 	if n := res.Excluded[placement.ExcludedNoKey]; n > 0 {
 		_ = ctx.Log.Warn(fmt.Sprintf("%d node(s) the workers may use carry no %s label and are left out: GPU feature discovery labels a tray with its clique once the fabric manager has initialised it", n, key), nil)
 	}
+	unpinnedLive := meta.liveGraph != nil && !pinned && !pinnedByUser
 	if res.Fits() {
-		if key != "" && c.Placement.Clique == "" {
-			c.Placement.Clique = res.Chosen
-		}
-		d, _ := res.Domain(res.Chosen)
 		where := "the pool"
 		if key != "" {
 			where = fmt.Sprintf("clique %s=%s", key, res.Chosen)
+			if c.Placement.Clique == "" && !unpinnedLive {
+				c.Placement.Clique = res.Chosen
+			}
 		}
+		d, _ := res.Domain(res.Chosen)
 		_ = ctx.Log.Info(fmt.Sprintf("placement: the graph's %d workers go to %s (%d trays, %d free GPUs)", len(workers), where, d.Trays, d.FreeGPUs), nil)
+		if unpinnedLive && key != "" {
+			_ = ctx.Log.Info(fmt.Sprintf("placement: the running graph is not pinned to a clique (deployed before placement, or adopted); "+
+				"set placement.clique=%s to pin it (every worker restarts once)", res.Chosen), nil)
+		}
 		return nil
 	}
-	return refusal(c, res, previous, workers)
+	if meta.liveGraph != nil && !workersMove(c, meta.liveGraph, pool, own) {
+		// The update leaves every worker where it runs (no worker template or count changes):
+		// the pool's state (a drained tray, another team's growth) is no reason to refuse it.
+		_ = ctx.Log.Warn("placement: the pool has no room for the graph's workers as they would be placed anew, but this update moves none of them:\n"+res.Table(), nil)
+		return nil
+	}
+	return refusal(c, res, previous, pinnedByUser, workers)
+}
+
+// workersMove reports whether the update places worker pods anew: a worker role's pod template
+// changes (the operator rolls it), or the graph needs more workers than it has running.
+func workersMove(c *config.Config, live map[string]string, pool placement.Pool, own func(*corev1.Pod) bool) bool {
+	planned, err := TemplateDigests(c)
+	if err != nil {
+		return true
+	}
+	for _, r := range c.Workers() {
+		k := templateAnnotationPrefix + r.Name
+		if live[k] == "" || live[k] != planned[k] {
+			return true
+		}
+	}
+	running, want := 0, 0
+	for i := range pool.Pods {
+		if p := &pool.Pods[i]; own(p) && p.Spec.NodeName != "" && p.DeletionTimestamp == nil {
+			running++
+		}
+	}
+	for _, r := range c.Workers() {
+		want += r.Config.Replicas
+	}
+	return running < want
 }
 
 // refusal says why no clique takes the graph, under the key that changes it.
-func refusal(c *config.Config, res placement.Result, previous string, workers []placement.Worker) error {
+func refusal(c *config.Config, res placement.Result, previous string, pinnedByUser bool, workers []placement.Worker) error {
 	key := c.Placement.TopologyKey
 	e := &PlacementError{Key: "placement.topologyKey", Result: res}
 	need := demand(workers)
 	switch {
-	case c.Placement.Clique != "":
+	case pinnedByUser:
 		d, _ := res.Domain(c.Placement.Clique)
 		e.Key = "placement.clique"
 		e.Message = fmt.Sprintf("clique %s=%s holds %d of the graph's %d workers (%s)", key, c.Placement.Clique, d.Holds, len(workers), need)
@@ -111,6 +156,9 @@ func refusal(c *config.Config, res placement.Result, previous string, workers []
 		e.Key = "placement.clique"
 		e.Message = fmt.Sprintf("the graph runs in clique %s=%s, which holds %d of its %d workers (%s); free room there, "+
 			"or set placement.clique to a clique below that holds them all to move the graph (every worker restarts)", key, previous, d.Holds, len(workers), need)
+	case len(res.Domains) == 0 && res.Excluded[placement.ExcludedTooSmall] > 0 && res.Excluded[placement.ExcludedNoKey] == 0:
+		e.Key = "placement.check"
+		e.Message = fmt.Sprintf("no GPU node the workers may use could hold one of them even empty (%s): does the pool offer every resource they request (an RDMA device, say)?", need)
 	case key != "" && len(res.Domains) == 0 && res.Excluded[placement.ExcludedNoKey] > 0:
 		e.Message = fmt.Sprintf("no node the workers may use carries the label %s: is GPU feature discovery running, and the trays' fabric manager initialised? "+
 			"Set placement.topologyKey to the pool's clique label", key)
@@ -160,14 +208,11 @@ func graphWorkers(c *config.Config) ([]placement.Worker, error) {
 	return out, nil
 }
 
-// previousClique is the clique the graph runs in: the one its placement annotation names, else
-// (a graph adopted, or placed before the annotation) the one clique all its bound pods are on.
-func previousClique(key string, liveGraph map[string]string, pool placement.Pool, worker func(*corev1.Pod) bool) string {
+// previousClique is the clique all the graph's bound workers are on (a graph adopted, or placed
+// before the placement annotation), "" when they are on none or several.
+func previousClique(key string, pool placement.Pool, worker func(*corev1.Pod) bool) string {
 	if key == "" {
 		return ""
-	}
-	if v, ok := strings.CutPrefix(liveGraph[PlacementAnnotation], key+"="); ok {
-		return v
 	}
 	nodes := map[string]string{}
 	for _, n := range pool.Nodes {

@@ -119,7 +119,7 @@ func decodeValue(ps *Problems, key string, raw any, dst reflect.Value) {
 			dec := json.NewDecoder(strings.NewReader(text))
 			dec.UseNumber()
 			var parsed any
-			if dec.Decode(&parsed) == nil {
+			if dec.Decode(&parsed) == nil && !dec.More() {
 				raw = parsed
 			}
 		}

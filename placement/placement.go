@@ -72,7 +72,8 @@ const (
 	ExcludedCordoned   = "cordoned"
 	ExcludedNotReady   = "not Ready"
 	ExcludedNoKey      = "without the topology label"
-	ExcludedNotMatched = "not selected, tainted, or too small for a worker"
+	ExcludedNotMatched = "not selected, tainted, or without GPUs"
+	ExcludedTooSmall   = "too small for a worker"
 )
 
 // Place fits the request's workers into each domain of the pool, as the scheduler's node filters
@@ -99,6 +100,17 @@ func Place(p Pool, r Request) Result {
 		n := &p.Nodes[i]
 		if !usableByAny(n, r.Workers) {
 			res.Excluded[ExcludedNotMatched]++
+			continue
+		}
+		if !holdsAny(n, r.Workers) {
+			// Selected, but it could not hold a worker even empty: a CPU node of an unselective
+			// pool counts for nothing; a GPU node without a resource the workers request (an
+			// RDMA device) is named.
+			if q, ok := n.Status.Allocatable[GPU]; ok && !q.IsZero() {
+				res.Excluded[ExcludedTooSmall]++
+			} else {
+				res.Excluded[ExcludedNotMatched]++
+			}
 			continue
 		}
 		switch {
@@ -176,7 +188,7 @@ func (r Result) Fits() bool {
 // Empty reports a pool with no node the workers may use at all, in any state: nothing to choose
 // from (a node pool scaled to zero, or no GPU nodes).
 func (r Result) Empty() bool {
-	return len(r.Domains) == 0 && r.Excluded[ExcludedCordoned]+r.Excluded[ExcludedNotReady]+r.Excluded[ExcludedNoKey] == 0
+	return len(r.Domains) == 0 && r.Excluded[ExcludedCordoned]+r.Excluded[ExcludedNotReady]+r.Excluded[ExcludedNoKey]+r.Excluded[ExcludedTooSmall] == 0
 }
 
 // Domain is the named domain's row, and whether the pool has it.
@@ -212,7 +224,7 @@ func (r Result) Table() string {
 		fmt.Fprintf(&b, "  (no node the workers may use)\n")
 	}
 	var left []string
-	for _, reason := range []string{ExcludedCordoned, ExcludedNotReady, ExcludedNoKey} {
+	for _, reason := range []string{ExcludedCordoned, ExcludedNotReady, ExcludedNoKey, ExcludedTooSmall} {
 		if n := r.Excluded[reason]; n > 0 {
 			what := reason
 			if reason == ExcludedNoKey {
@@ -284,18 +296,21 @@ func room(free, reqs corev1.ResourceList) bool {
 	return true
 }
 
+// holdsAny reports whether the node, empty, could hold one of the workers it may run.
+func holdsAny(n *corev1.Node, workers []Worker) bool {
+	return slices.ContainsFunc(workers, func(w Worker) bool {
+		return usable(n, &w) && room(n.Status.Allocatable, resourcehelper.PodRequests(&corev1.Pod{Spec: w.Spec}, resourcehelper.PodResourcesOptions{}))
+	})
+}
+
 func usableByAny(n *corev1.Node, workers []Worker) bool {
 	return slices.ContainsFunc(workers, func(w Worker) bool { return usable(n, &w) })
 }
 
-// usable is the scheduler's node affinity and taint filters for one worker, and whether the node
-// could hold it at all (a CPU node has no GPUs to give).
+// usable is the scheduler's node affinity and taint filters for one worker.
 func usable(n *corev1.Node, w *Worker) bool {
 	pod := &corev1.Pod{Spec: w.Spec}
 	if ok, err := nodeaffinity.GetRequiredNodeAffinity(pod).Match(n); err != nil || !ok {
-		return false
-	}
-	if !room(n.Status.Allocatable, resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{})) {
 		return false
 	}
 	_, untolerated := schedulingcorev1.FindMatchingUntoleratedTaint(klog.Background(), n.Spec.Taints, tolerations(pod), func(t *corev1.Taint) bool {

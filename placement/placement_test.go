@@ -116,26 +116,27 @@ func TestCordonedNotReadyUnlabelledAndUntoleratedTraysAreNotCounted(t *testing.T
 }
 
 func TestTheGraphStaysInTheCliqueItRunsIn(t *testing.T) {
-	a, b := rack("a", 6), rack("b", 3)
+	a, b := rack("a", 7), rack("b", 3)
 	own := map[string]string{"graph": "g"}
-	// The graph's three workers run in a; b has exactly room for three (the tighter fit).
+	// The graph's three workers run in a, beside another team's three and one free tray (16 GPUs
+	// for the graph); b has exactly room for three (12: the tighter fit for a new graph).
 	pods := []corev1.Pod{pod("ns", "w-0", a[0].Name, 4, own), pod("ns", "w-1", a[1].Name, 4, own), pod("ns", "w-2", a[2].Name, 4, own)}
-	pods = append(pods, othersOn(a[3:], 3)...) // a is now full, but for the graph's own workers
+	pods = append(pods, othersOn(a[3:], 3)...)
 	req := placement.Request{TopologyKey: key, Workers: workers(3), Previous: "fabric.a",
 		Own: func(p *corev1.Pod) bool { return p.Namespace == "ns" && p.Labels["graph"] == "g" }}
 	res := placement.Place(placement.Pool{Nodes: append(a, b...), Pods: pods}, req)
 	require.True(t, res.Fits(), res.Table())
 	assert.Equal(t, "fabric.a", res.Chosen, "its own workers' GPUs are its room")
 
-	// A fourth worker does not fit where it runs: refused, not moved to b.
-	req.Workers = workers(4)
+	// A new graph takes the tightest clique that holds it.
+	fresh := placement.Place(placement.Pool{Nodes: append(a, b...), Pods: pods}, placement.Request{TopologyKey: key, Workers: workers(3)})
+	assert.Equal(t, "fabric.b", fresh.Chosen)
+
+	// A fifth worker does not fit where it runs: refused, not moved to b.
+	req.Workers = workers(5)
 	res = placement.Place(placement.Pool{Nodes: append(a, b...), Pods: pods}, req)
 	assert.False(t, res.Fits())
 	assert.Empty(t, res.Chosen)
-
-	// A new graph takes the tightest clique that holds it.
-	res = placement.Place(placement.Pool{Nodes: append(rack("a", 6), b...)}, placement.Request{TopologyKey: key, Workers: workers(3)})
-	assert.Equal(t, "fabric.b", res.Chosen)
 }
 
 func TestWithoutATopologyKeyThePoolIsOneDomain(t *testing.T) {
@@ -164,4 +165,17 @@ func TestAGPUTaintIsToleratedAsExtendedResourceTolerationDoes(t *testing.T) {
 	}
 	res := placement.Place(placement.Pool{Nodes: rack("a", 3)}, placement.Request{TopologyKey: key, Workers: w})
 	assert.True(t, res.Fits(), res.Table())
+}
+
+func TestAGPUNodeTooSmallForAWorkerIsNamedNotIgnored(t *testing.T) {
+	w := workers(3)
+	for i := range w {
+		rdma := corev1.ResourceList{placement.GPU: resource.MustParse("4"), "rdma.example.com/device": resource.MustParse("1")}
+		w[i].Spec.Containers[0].Resources = corev1.ResourceRequirements{Requests: rdma, Limits: rdma}
+	}
+	res := placement.Place(placement.Pool{Nodes: rack("a", 3)}, placement.Request{TopologyKey: key, Workers: w})
+	assert.False(t, res.Empty(), "GPU nodes are there: not a pool scaled to zero")
+	assert.False(t, res.Fits())
+	assert.Equal(t, 3, res.Excluded[placement.ExcludedTooSmall])
+	assert.Contains(t, res.Table(), "3 too small for a worker")
 }

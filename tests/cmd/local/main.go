@@ -58,8 +58,9 @@ func run(ctx context.Context) error {
 		_ = box.Stop()
 	}()
 	racks, err := strconv.Atoi(cmp.Or(os.Getenv("RACKS"), "1"))
-	if err != nil || racks < 1 {
-		return fmt.Errorf("RACKS=%q: want a number of racks, 1 or more", os.Getenv("RACKS"))
+	if err != nil || racks < 1 || racks == 2 {
+		// Two racks of the partly used pool hold agg but no clique holds disagg.
+		return fmt.Errorf("RACKS=%q: want 1 (one empty rack) or 3 and more (a pool partly used by another team)", os.Getenv("RACKS"))
 	}
 	if err := addPool(ctx, box, racks); err != nil {
 		return err

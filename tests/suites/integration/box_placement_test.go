@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	policyv1 "k8s.io/api/policy/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -138,6 +139,12 @@ func TestBoxAGraphLandsWholeInTheOneCliqueWithRoom(t *testing.T) {
 			assert.NotContains(t, []string{cordoned, unlabelled}, node, "worker %s avoids the cordoned and the unlabelled tray", pod)
 		}
 		assert.Equal(t, rackbox.CliqueLabel+"="+b.Clique(), boxGraph(t, ns, aggGraph).GetAnnotations()[components.PlacementAnnotation])
+		// The budget selects the workers the operator made (the disruption controller counts them).
+		eventually(t, 2*time.Minute, "the Worker budget counts the three workers", func(ctx context.Context) (bool, error) {
+			pdb := &policyv1.PodDisruptionBudget{}
+			err := box.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: aggGraph + "-worker"}, pdb)
+			return err == nil && pdb.Status.ExpectedPods == 3 && pdb.Status.DisruptionsAllowed == 1, client.IgnoreNotFound(err)
+		})
 
 		// The other team frees one of a's trays: a (12 free, first by name) is now as tight a fit as
 		// b for a new graph. A flag change rolls the workers where they run.

@@ -3,6 +3,7 @@ package unit
 import (
 	"context"
 	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -130,11 +131,11 @@ func TestTraysWithoutTheCliqueLabelAreNamed(t *testing.T) {
 }
 
 func TestARunningGraphStaysInItsClique(t *testing.T) {
-	a, b := gb200Rack("a", 8), gb200Rack("b", 6)
+	a, b := gb200Rack("a", 9), gb200Rack("b", 6)
 	ns := "inference"
 	var pods []corev1.Pod
-	// The graph's six workers run on a; another team fills a's last two trays. b has exactly six
-	// free trays: the tighter fit for a new graph.
+	// The graph's six workers run on a; another team has two of a's trays, one is free (28 GPUs
+	// for the graph). b has exactly six free trays (24): the tighter fit for a new graph.
 	for i, role := range []string{"PrefillWorker", "PrefillWorker", "PrefillWorker", "DecodeWorker", "DecodeWorker", "DecodeWorker"} {
 		p := teamPods(a[i:], 1)[0]
 		p.Namespace, p.Name = ns, fmt.Sprintf("w-%d", i)
@@ -151,17 +152,31 @@ func TestARunningGraphStaysInItsClique(t *testing.T) {
 	require.NoError(t, err)
 	assert.Equal(t, clique+"=fabric.a", graphAnnotations(t, r)[components.PlacementAnnotation], "a flag change does not move the graph")
 
-	// Without the annotation (a graph adopted, or placed before it), its workers' clique counts.
+	// The pin holds where the pool cannot be read or the check is off.
+	r, err = runWith(t, components.Options{Cluster: live}, "disagg", map[string]string{"minimax-m3:placement": `{"check": false}`})
+	require.NoError(t, err)
+	assert.Equal(t, clique+"=fabric.a", graphAnnotations(t, r)[components.PlacementAnnotation])
+	for role, exprs := range workerCliques(t, r) {
+		assert.Contains(t, exprs, corev1.NodeSelectorRequirement{Key: clique, Operator: corev1.NodeSelectorOpIn, Values: []string{"fabric.a"}}, role)
+	}
+
+	// Without the annotation (a graph adopted, or deployed before placement), the graph is not
+	// pinned: a pin would restart every worker. Its workers' clique is where it fits.
 	delete(live[graph], "@"+components.PlacementAnnotation)
 	r, err = runWith(t, components.Options{Cluster: cluster}, "disagg", nil)
 	require.NoError(t, err)
-	assert.Equal(t, clique+"=fabric.a", graphAnnotations(t, r)[components.PlacementAnnotation])
+	assert.Empty(t, graphAnnotations(t, r)[components.PlacementAnnotation])
+	for _, c := range graphSpec(t, r).Components[1:] {
+		assert.Nil(t, c.PodTemplate.Spec.Affinity.NodeAffinity, c.Name)
+	}
 
-	// A seventh worker does not fit where the graph runs: refused, not moved.
+	// Two more workers do not fit where the graph runs (one more does): refused, not moved.
 	live[graph]["@"+components.PlacementAnnotation] = clique + "=fabric.a"
 	_, err = runWith(t, components.Options{Cluster: cluster}, "disagg", map[string]string{"minimax-m3:decodeWorker": `{"replicas": 4}`})
+	require.NoError(t, err)
+	_, err = runWith(t, components.Options{Cluster: cluster}, "disagg", map[string]string{"minimax-m3:decodeWorker": `{"replicas": 5}`})
 	require.Error(t, err)
-	assert.Contains(t, err.Error(), "minimax-m3:placement.clique: the graph runs in clique nvidia.com/gpu.clique=fabric.a, which holds 6 of its 7 workers")
+	assert.Contains(t, err.Error(), "minimax-m3:placement.clique: the graph runs in clique nvidia.com/gpu.clique=fabric.a, which holds 7 of its 8 workers")
 
 	// Moving it is explicit.
 	r, err = runWith(t, components.Options{Cluster: cluster}, "disagg", map[string]string{"minimax-m3:placement": `{"clique": "fabric.b"}`})
@@ -232,4 +247,60 @@ func TestARenamedGraphCountsTheGPUsOfTheGraphItReplaces(t *testing.T) {
 	r, err := runPrevious(t, map[string]string{"namespace": "inference", "graphName": "mm3-old"}, components.Options{Cluster: cluster}, "agg", overrides)
 	require.NoError(t, err)
 	assert.Equal(t, clique+"=fabric.a", graphAnnotations(t, r)[components.PlacementAnnotation])
+}
+
+func TestAnUpdateThatMovesNoWorkerIsNotRefusedForTheRoomItWouldNeed(t *testing.T) {
+	// The graph runs pinned to a, one worker on a tray drained since: anew, a holds 5 of 6.
+	a := gb200Rack("a", 6)
+	a[0].Spec.Unschedulable = true
+	ns, name := "inference", "minimax-m3-disagg-gb200-agentic"
+	var pods []corev1.Pod
+	for i, role := range []string{"PrefillWorker", "PrefillWorker", "PrefillWorker", "DecodeWorker", "DecodeWorker", "DecodeWorker"} {
+		p := teamPods(a[i:], 1)[0]
+		p.Namespace, p.Name = ns, fmt.Sprintf("w-%d", i)
+		p.Labels = map[string]string{"nvidia.com/dynamo-graph-deployment-name": name, "nvidia.com/dynamo-component": role}
+		pods = append(pods, p)
+	}
+	graph := "dynamographdeployments/" + ns + "/" + name
+	annotations := map[string]string{"app.kubernetes.io/managed-by": "pulumi", "app.kubernetes.io/part-of": "minimax-m3", "app.kubernetes.io/instance": "disagg",
+		"@" + components.PlacementAnnotation: clique + "=fabric.a"}
+	// The live graph's worker digests are those of this very config: the update changes the
+	// frontend only.
+	base, err := runWith(t, components.Options{Cluster: poolCluster{fakeCluster{graph: annotations}, placement.Pool{Nodes: gb200Rack("a", 6)}}}, "disagg", nil)
+	require.NoError(t, err)
+	for k, v := range graphAnnotations(t, base) {
+		if strings.HasPrefix(k, "minimax-m3.io/template-") {
+			annotations["@"+k] = v
+		}
+	}
+	cluster := poolCluster{fakeCluster{graph: annotations}, placement.Pool{Nodes: a, Pods: pods}}
+	_, err = runWith(t, components.Options{Cluster: cluster}, "disagg", map[string]string{"minimax-m3:frontend": `{"replicas": 2}`})
+	require.NoError(t, err, "the workers stay where they run")
+
+	// A worker change places them anew: refused, naming the clique it runs in.
+	_, err = runWith(t, components.Options{Cluster: cluster}, "disagg", map[string]string{"minimax-m3:decodeWorker": `{"vllm": {"maxNumSeqs": 48}}`})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "minimax-m3:placement.clique: the graph runs in clique nvidia.com/gpu.clique=fabric.a, which holds 5 of its 6 workers")
+	assert.Contains(t, err.Error(), "not counted: 1 cordoned")
+}
+
+func TestTheBudgetLetsADrainEvictPastACrashingWorker(t *testing.T) {
+	for _, pdb := range mustRun(t, "agg", nil).byType("kubernetes:policy/v1:PodDisruptionBudget") {
+		assert.Equal(t, "AlwaysAllow", decode[map[string]any](t, pdb, "spec")["unhealthyPodEvictionPolicy"])
+	}
+}
+
+func TestAPodTemplatePatchCannotDropThePin(t *testing.T) {
+	a := gb200Rack("a", 6)
+	for i := range a {
+		a[i].Labels["zone"] = "z1"
+	}
+	cluster := poolCluster{fakeCluster{}, placement.Pool{Nodes: a}}
+	r, err := runWith(t, components.Options{Cluster: cluster}, "disagg", map[string]string{
+		"minimax-m3:decodeWorker": `{"podTemplatePatch": {"spec": {"affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [{"matchExpressions": [{"key": "zone", "operator": "In", "values": ["z1"]}]}]}}}}}}`,
+	})
+	require.NoError(t, err)
+	exprs := workerCliques(t, r)["DecodeWorker"]
+	assert.Contains(t, exprs, corev1.NodeSelectorRequirement{Key: "zone", Operator: corev1.NodeSelectorOpIn, Values: []string{"z1"}})
+	assert.Contains(t, exprs, corev1.NodeSelectorRequirement{Key: clique, Operator: corev1.NodeSelectorOpIn, Values: []string{"fabric.a"}})
 }
