@@ -175,6 +175,11 @@ func LoadConfig(ctx *pulumi.Context, keys []string) (config.Config, config.Raw, 
 		}
 	}
 	c, err := config.Parse(raw)
+	if err == nil {
+		if ps := RepeatedFlags(&c); len(ps) > 0 {
+			err = ps
+		}
+	}
 	return c, raw, err
 }
 

@@ -8,6 +8,7 @@ import (
 	"regexp"
 	"strings"
 
+	"minimax-m3/components"
 	"minimax-m3/config"
 )
 
@@ -116,14 +117,17 @@ func (r Request) validate(storedToken bool) config.Problems {
 		raw.Values[config.HFTokenKey] = "stored"
 		raw.Secrets[config.HFTokenKey] = true
 	}
-	if _, err := config.Parse(raw); err != nil {
+	c, err := config.Parse(raw)
+	if err != nil {
 		var parsed config.Problems
 		if ok := asProblems(err, &parsed); ok {
 			return append(ps, parsed...)
 		}
 		ps.Add("config", "%v", err)
+		return ps
 	}
-	return ps
+	// The program's own check of what it writes (the flags extraArgs may not repeat).
+	return append(ps, components.RepeatedFlags(&c)...)
 }
 
 func asProblems(err error, into *config.Problems) bool {

@@ -199,8 +199,8 @@ func TestADisruptionBudgetPerWorkerRole(t *testing.T) {
 	r := mustRun(t, "disagg", nil)
 	pdbs := r.byType("kubernetes:policy/v1:PodDisruptionBudget")
 	require.Len(t, pdbs, 2)
-	for i, role := range []string{"PrefillWorker", "DecodeWorker"} {
-		spec := decode[map[string]any](t, pdbs[i], "spec")
+	for _, role := range []string{"PrefillWorker", "DecodeWorker"} {
+		spec := decode[map[string]any](t, r.named(t, "kubernetes:policy/v1:PodDisruptionBudget", "disruption-budget-"+strings.ToLower(role)), "spec")
 		assert.EqualValues(t, 1, spec["maxUnavailable"], role)
 		assert.Equal(t, map[string]any{"matchLabels": map[string]any{
 			"nvidia.com/dynamo-graph-deployment-name": "minimax-m3-disagg-gb200-agentic", "nvidia.com/dynamo-component": role,
