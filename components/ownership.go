@@ -46,7 +46,12 @@ func (o plannedObject) String() string {
 // plannedObjects lists what the stack would create, as the components do.
 func plannedObjects(c *config.Config) []plannedObject {
 	ns := c.Namespace.Name
-	var out []plannedObject
+	// The graph first: a credential that may read it but not some other object (a cluster-scoped
+	// Namespace) still learns its pin and its workload provider before the check gives up.
+	out := []plannedObject{
+		{cluster.GraphResource, "DynamoGraphDeployment", ns, c.GraphName, "graphName", "choose another graphName"},
+		{schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}, "ConfigMap", ns, c.ConfigMapName(), "graphName", "choose another graphName"},
+	}
 	if c.Namespace.Create {
 		out = append(out, plannedObject{schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}, "Namespace", "", ns,
 			"namespace.create", "set namespace.create=false to deploy into it (the stack then never changes or deletes it)"})
@@ -71,13 +76,6 @@ func plannedObjects(c *config.Config) []plannedObject {
 		out = append(out, plannedObject{schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}, "ConfigMap", ns, AIPerfConfigMapName(c),
 			"graphName", "choose another graphName"})
 	}
-	out = append(out,
-		plannedObject{schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}, "ConfigMap", ns, c.ConfigMapName(),
-			"graphName", "choose another graphName"},
-		plannedObject{cluster.GraphResource, "DynamoGraphDeployment", ns, c.GraphName,
-			"graphName", "choose another graphName"},
-	)
-	// After the graph: a credential that may not read budgets still checks the graph.
 	if c.Placement.DisruptionBudget {
 		for _, r := range c.Workers() {
 			out = append(out, plannedObject{disruptionBudgets, "PodDisruptionBudget", ns, DisruptionBudgetName(c, r),

@@ -57,7 +57,11 @@ func place(ctx *pulumi.Context, reader ObjectReader, c *config.Config, meta Stac
 		_ = ctx.Log.Warn("not checking where the graph's workers fit (the scheduler alone places them): "+err.Error(), nil)
 		return nil
 	}
-	workers, err := graphWorkers(c)
+	// The workers as they would be placed anew, without the pin: Previous confines the choice to
+	// the pinned clique, and a refusal then shows every clique to move to.
+	unpinned := *c
+	unpinned.Placement.Clique = ""
+	workers, err := graphWorkers(&unpinned)
 	if err != nil {
 		return err
 	}
@@ -102,8 +106,8 @@ func place(ctx *pulumi.Context, reader ObjectReader, c *config.Config, meta Stac
 		d, _ := res.Domain(res.Chosen)
 		_ = ctx.Log.Info(fmt.Sprintf("placement: the graph's %d workers go to %s (%d trays, %d free GPUs)", len(workers), where, d.Trays, d.FreeGPUs), nil)
 		if unpinnedLive && key != "" {
-			_ = ctx.Log.Info(fmt.Sprintf("placement: the running graph is not pinned to a clique (deployed before placement, or adopted); "+
-				"set placement.clique=%s to pin it (every worker restarts once)", res.Chosen), nil)
+			_ = ctx.Log.Info(fmt.Sprintf("placement: the running graph is not pinned to a clique (it was created unpinned: adopted, deployed before "+
+				"placement or with the check off); set placement.clique=%s to pin it (every worker restarts once)", res.Chosen), nil)
 		}
 		return nil
 	}
@@ -129,16 +133,20 @@ func workersMove(c *config.Config, live map[string]string, pool placement.Pool, 
 			return true
 		}
 	}
-	running, want := 0, 0
+	// Per role, the pods the graph has (a drained worker's Pending replacement included): more
+	// replicas than that are new pods to place.
+	have := map[string]int{}
 	for i := range pool.Pods {
-		if p := &pool.Pods[i]; own(p) && p.Spec.NodeName != "" && p.DeletionTimestamp == nil {
-			running++
+		if p := &pool.Pods[i]; own(p) && p.DeletionTimestamp == nil {
+			have[p.Labels[componentLabel]]++
 		}
 	}
 	for _, r := range c.Workers() {
-		want += r.Config.Replicas
+		if !r.Config.ScalingAdapter && have[r.Name] < r.Config.Replicas {
+			return true
+		}
 	}
-	return running < want
+	return false
 }
 
 // refusal says why no clique takes the graph, under the key that changes it.

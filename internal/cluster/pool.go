@@ -16,8 +16,8 @@ var (
 	podsResource  = corev1.SchemeGroupVersion.WithResource("pods")
 )
 
-// Pool reads every node and every pod that holds a node's resources (bound, not finished), the way
-// the scheduler sees the cluster, in two list calls.
+// Pool reads every node and every unfinished pod (those bound to a node hold its resources), the
+// way the scheduler sees the cluster, in two list calls.
 func (r *Reader) Pool(ctx context.Context) (placement.Pool, error) {
 	var pool placement.Pool
 	nodes, err := r.dynamic.Resource(nodesResource).List(ctx, metav1.ListOptions{})
@@ -32,8 +32,9 @@ func (r *Reader) Pool(ctx context.Context) (placement.Pool, error) {
 		pool.Nodes = append(pool.Nodes, n)
 	}
 	pods, err := r.dynamic.Resource(podsResource).List(ctx, metav1.ListOptions{
-		// Only bound pods hold a node's resources; finished ones no longer do.
-		FieldSelector: "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed",
+		// Finished pods no longer hold anything; Pending ones are kept (a drained worker's
+		// replacement), though only bound pods hold a node's resources.
+		FieldSelector: "status.phase!=Succeeded,status.phase!=Failed",
 	})
 	if err != nil {
 		return pool, fmt.Errorf("listing pods: %w", err)

@@ -24,9 +24,10 @@ func TestExtraArgsThatRepeatAWrittenFlagAreRefusedAtTheirKey(t *testing.T) {
 		assert.Contains(t, err.Error(), tc.want)
 		assert.Empty(t, r.resources, "nothing is registered")
 	}
-	// A flag the program does not write passes, on every role.
+	// A flag the program does not write passes, on every role; so does the very same switch again
+	// (copied from the recipe, it changes nothing).
 	_, err := run(t, "disagg", map[string]string{
-		"minimax-m3:prefillWorker": `{"extraArgs": ["--enable-log-requests"]}`,
+		"minimax-m3:prefillWorker": `{"extraArgs": ["--enable-log-requests", "--trust-remote-code"]}`,
 		"minimax-m3:frontend":      `{"extraArgs": ["--namespace-prefix", "x"]}`,
 	})
 	require.NoError(t, err)

@@ -177,6 +177,7 @@ func TestARunningGraphStaysInItsClique(t *testing.T) {
 	_, err = runWith(t, components.Options{Cluster: cluster}, "disagg", map[string]string{"minimax-m3:decodeWorker": `{"replicas": 5}`})
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "minimax-m3:placement.clique: the graph runs in clique nvidia.com/gpu.clique=fabric.a, which holds 7 of its 8 workers")
+	assert.Regexp(t, `fabric\.b\s+6\s+24\s+6 of 8 workers`, err.Error(), "the other cliques are shown, to move to")
 
 	// Moving it is explicit.
 	r, err = runWith(t, components.Options{Cluster: cluster}, "disagg", map[string]string{"minimax-m3:placement": `{"clique": "fabric.b"}`})
@@ -276,6 +277,12 @@ func TestAnUpdateThatMovesNoWorkerIsNotRefusedForTheRoomItWouldNeed(t *testing.T
 	cluster := poolCluster{fakeCluster{graph: annotations}, placement.Pool{Nodes: a, Pods: pods}}
 	_, err = runWith(t, components.Options{Cluster: cluster}, "disagg", map[string]string{"minimax-m3:frontend": `{"replicas": 2}`})
 	require.NoError(t, err, "the workers stay where they run")
+	// Drained: the worker was evicted, its replacement is Pending (bound to no node).
+	drained := cluster
+	drained.pool.Pods = append([]corev1.Pod{}, pods...)
+	drained.pool.Pods[0].Spec.NodeName, drained.pool.Pods[0].Status.Phase = "", corev1.PodPending
+	_, err = runWith(t, components.Options{Cluster: drained}, "disagg", map[string]string{"minimax-m3:frontend": `{"replicas": 2}`})
+	require.NoError(t, err, "a drained worker's Pending replacement is still one of the graph's workers")
 
 	// A worker change places them anew: refused, naming the clique it runs in.
 	_, err = runWith(t, components.Options{Cluster: cluster}, "disagg", map[string]string{"minimax-m3:decodeWorker": `{"vllm": {"maxNumSeqs": 48}}`})
