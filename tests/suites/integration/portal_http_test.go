@@ -78,6 +78,12 @@ func TestPortalService(t *testing.T) {
 	assert.Contains(t, string(body), `"key":"namespace.name"`)
 	assert.Contains(t, string(body), "[secret]")
 	assert.NotContains(t, string(body), portalToken)
+	// A flag the program writes, smuggled in again through extraArgs (argparse keeps the last): refused
+	// at its index before anything runs.
+	code, body = c.do(http.MethodPost, "/api/stacks/agg-http/up", map[string]any{"base": "agg", "hfToken": portalToken,
+		"config": map[string]any{"namespace": map[string]any{"name": "portal-http"}, "worker": map[string]any{"extraArgs": []string{"--kv-cache-dtype", "auto"}}}})
+	assert.Equal(t, http.StatusBadRequest, code, string(body))
+	assert.Contains(t, string(body), `"key":"worker.extraArgs[0]"`)
 	code, body = c.do(http.MethodPost, "/api/stacks/agg-http/up", map[string]any{"base": "agg", "allowRoll": "Workers"})
 	assert.Equal(t, http.StatusBadRequest, code)
 	assert.Contains(t, string(body), `"key":"allowRoll"`)
