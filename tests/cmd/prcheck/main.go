@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 
 	"minimax-m3/policy"
@@ -120,7 +121,11 @@ func run(ctx context.Context, o options, out io.Writer) (bool, error) {
 	if err != nil {
 		return false, fmt.Errorf("go env GOFLAGS: %w", err)
 	}
-	cli.Env = append(cli.Env, "GOFLAGS="+strings.TrimSpace(strings.TrimSpace(string(goflags))+" -trimpath"))
+	flags := strings.Fields(string(goflags))
+	if !slices.Contains(flags, "-trimpath") {
+		flags = append(flags, "-trimpath")
+	}
+	cli.Env = append(cli.Env, "GOFLAGS="+strings.Join(flags, " "))
 	if o.kubeconfig != "" {
 		if err := namespacesAreFree(ctx, cli, strings.Split(o.stacks, ",")); err != nil {
 			return false, err

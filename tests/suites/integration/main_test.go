@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -46,11 +47,15 @@ func run(m *testing.M) int {
 	if _, err := os.Stat(filepath.Join(cluster.bin, "pulumi")); err != nil {
 		return fail(fmt.Errorf("pulumi is not built: run `make toolchain` first (%v)", err))
 	}
-	// Pulumi and its plugins come from the built toolchain, ahead of anything else on PATH.
+	// Pulumi and its plugins come from the built toolchain, ahead of anything else on PATH. Every
+	// Go build the tests start (the program in each project copy and checkout, the commands) is
+	// -trimpath, as `make integration` builds this binary: a copy's packages then compile once, not
+	// once per folder, and the dependencies compile once for all of them (buildFlags).
 	for k, v := range map[string]string{
 		"PATH":                     cluster.bin + string(os.PathListSeparator) + os.Getenv("PATH"),
 		"PULUMI_HOME":              filepath.Join(root, ".toolchain", "pulumi-home"),
 		"PULUMI_SKIP_UPDATE_CHECK": "true",
+		"GOFLAGS":                  buildFlags(os.Getenv("GOFLAGS")),
 	} {
 		if err := os.Setenv(k, v); err != nil {
 			return fail(err)
@@ -84,6 +89,15 @@ func run(m *testing.M) int {
 	}
 	defer func() { _ = os.RemoveAll(built.dir) }()
 	return m.Run()
+}
+
+// buildFlags is GOFLAGS with -trimpath added unless it is there.
+func buildFlags(goflags string) string {
+	flags := strings.Fields(goflags)
+	if !slices.Contains(flags, "-trimpath") {
+		flags = append(flags, "-trimpath")
+	}
+	return strings.Join(flags, " ")
 }
 
 // testTimeout is `go test -timeout`. A signal, or that timeout, ends the process without running
