@@ -117,6 +117,7 @@ func Validate(c *Config) Problems {
 			r.Config.validate(v, r.Key, c, r)
 		}
 	}
+	c.agree(v)
 	return ps.sorted()
 }
 

@@ -67,7 +67,8 @@ func decodeValue(ps *Problems, key string, raw any, dst reflect.Value) {
 			ps.Add(key, "must be true or false, got %s", describeJSON(raw))
 		}
 	case reflect.Pointer:
-		if raw == nil {
+		if text, isText := raw.(string); raw == nil || isText && strings.TrimSpace(text) == "null" {
+			// null, or its text: what `pulumi config set --path key null` stores.
 			dst.SetZero()
 			return
 		}

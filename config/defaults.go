@@ -134,6 +134,10 @@ func baseWorker() WorkerConfig {
 		}},
 		// No spare GPU slot needed to roll (config.Rollout); OperatorDefault is the recipe's form.
 		Rollout: Rollout{Strategy: RollingUpdate},
+		// The engine has 4 hours to come up (VLLM_ENGINE_READY_TIMEOUT_S below) and the operator's
+		// startup probe would restart it after 2: 1500 failures 10 s apart outlast the engine by
+		// 10 minutes, so a worker that cannot come up exits with the engine's own reason.
+		Probes: Probes{Startup: &Probe{FailureThreshold: 1500}},
 		VLLM: VLLMConfig{
 			TrustRemoteCode:     true,
 			BlockSize:           128,

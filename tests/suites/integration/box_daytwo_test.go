@@ -72,7 +72,9 @@ func TestBoxAdoptingAKubectlAppliedRecipeThenChangingIt(t *testing.T) {
 		// The recipe's workers tolerate no taint (the default tolerates a stock pool's GPU and
 		// arm64 taints): the recipe-exact form, like the rollout above.
 		"minimax-m3:worker.scheduling.tolerations": {Value: "[]"},
-		"minimax-m3:adopt":                         {Value: "true"},
+		// The recipe keeps the operator's startup probe (the default outlasts the engine's timeout).
+		"minimax-m3:worker.probes.startup": {Value: "null"},
+		"minimax-m3:adopt":                 {Value: "true"},
 	}, nil)
 	require.NoError(t, s.stack.RemoveConfig(ctx, "minimax-m3:hfToken"))
 	_, _, err = s.up(ctx)

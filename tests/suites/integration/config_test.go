@@ -195,7 +195,7 @@ func TestEveryTypedFieldSetThroughTheCLIReadsBackTheSame(t *testing.T) {
 				role + ".scheduling.tolerations[0].key=nvidia.com/gpu",
 				role + ".scheduling.tolerations[0].operator=Exists",
 				role + ".scheduling.tolerations[0].effect=NoSchedule",
-				role + ".probes.startup.failureThreshold=1080",
+				role + ".probes.startup.failureThreshold=1560",
 				role + ".podTemplatePatch.spec.hostIPC=true",
 				"modelDownload.scheduling.nodeSelector.pool=cpu",
 			} {
@@ -210,7 +210,7 @@ func TestEveryTypedFieldSetThroughTheCLIReadsBackTheSame(t *testing.T) {
 			assert.Equal(t, "--enable-log-requests", pod.Containers[0].Args[len(pod.Containers[0].Args)-1])
 			assert.Equal(t, []string{"gb200"}, pod.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms[0].MatchExpressions[0].Values)
 			assert.Equal(t, "nvidia.com/gpu", pod.Tolerations[0].Key)
-			assert.EqualValues(t, 1080, pod.Containers[0].StartupProbe.FailureThreshold)
+			assert.EqualValues(t, 1560, pod.Containers[0].StartupProbe.FailureThreshold)
 			assert.True(t, pod.HostIPC)
 			job := mustGet(t, jobGVK, ns, "minimax-m3-model-download")
 			selector, _, _ := unstructured.NestedStringMap(job.Object, "spec", "template", "spec", "nodeSelector")

@@ -6,6 +6,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"minimax-m3/components"
 )
@@ -213,7 +214,10 @@ func TestGraphReproducesTheRecipe(t *testing.T) {
 					Limits:   map[string]string{"cpu": "128", "memory": w.memoryLimit, "nvidia.com/gpu": "4"},
 				}, resourcesOf(wc))
 				assert.Equal(t, []corev1.VolumeMount{{Name: "shared-model-cache", MountPath: "/shared-model-cache"}}, wc.VolumeMounts)
-				assert.Nil(t, wc.StartupProbe, "the operator's default probes are kept unless the site sets one")
+				// The recipe keeps the operator's startup probe (2 h) under an engine timeout of 4 h;
+				// the program's outlasts the engine (config.WorkerConfig's fits).
+				assert.Equal(t, &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/live", Port: intstr.FromString("system")}},
+					PeriodSeconds: 10, TimeoutSeconds: 5, FailureThreshold: 1500}, wc.StartupProbe)
 				assert.Nil(t, wc.LivenessProbe)
 				assert.Nil(t, wc.ReadinessProbe)
 			}

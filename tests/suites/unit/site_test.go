@@ -30,7 +30,7 @@ const siteWorker = `{
     "schedulerName": "kai-scheduler", "runtimeClassName": "nvidia", "priorityClassName": "inference-high"
   },
   "network": {"socketInterface": "eth0", "rdmaResource": "rdma.example.com/device", "rdmaCount": "1"},
-  "probes": {"startup": {"failureThreshold": 1080}, "liveness": {"periodSeconds": 5, "timeoutSeconds": 4, "failureThreshold": 120}},
+  "probes": {"startup": {"failureThreshold": 1560}, "liveness": {"periodSeconds": 5, "timeoutSeconds": 4, "failureThreshold": 120}},
   "extraEnv": [{"name": "SITE_TUNING", "value": "on"}],
   "extraArgs": ["--enable-log-requests"]
 }`
@@ -109,7 +109,7 @@ func TestSiteConfigLandsWhereTheStarterPutIt(t *testing.T) {
 				assert.Equal(t, "1", resourcesOf(wc).Limits["rdma.example.com/device"])
 				// probes: a set probe replaces the operator's whole; unset fields keep its values.
 				assert.Equal(t, &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/live", Port: intstr.FromString("system")}},
-					PeriodSeconds: 10, TimeoutSeconds: 5, FailureThreshold: 1080}, wc.StartupProbe)
+					PeriodSeconds: 10, TimeoutSeconds: 5, FailureThreshold: 1560}, wc.StartupProbe)
 				assert.Equal(t, &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/live", Port: intstr.FromString("system")}},
 					PeriodSeconds: 5, TimeoutSeconds: 4, FailureThreshold: 120}, wc.LivenessProbe)
 				assert.Nil(t, wc.ReadinessProbe)
