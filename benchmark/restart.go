@@ -29,7 +29,9 @@ const graphPodLabel = "nvidia.com/dynamo-graph-deployment-name"
 // RestartPods deletes every pod of the graph, as `kubectl delete pods -l
 // nvidia.com/dynamo-graph-deployment-name=<graph>` does, and waits until as many pods as before,
 // none of them a deleted one, are Ready and the operator reports the graph Ready at its
-// generation. readiness.timeout bounds the wait: one round of cold starts.
+// generation. readiness.timeout bounds the wait: one round of cold starts. What keeps a
+// replacement from running is reported through beat as it is seen (cluster.ProblemsOf), and a
+// terminal problem (a crash loop, an OOM kill, an image that cannot exist) ends the wait at once.
 func (s *Sweep) RestartPods(ctx context.Context, beat func(string)) error {
 	timeout, _ := time.ParseDuration(s.Config.Readiness.Timeout) // validated
 	ctx, cancel := context.WithTimeout(ctx, timeout)
@@ -53,10 +55,29 @@ func (s *Sweep) RestartPods(ctx context.Context, beat func(string)) error {
 		return fmt.Errorf("deleting the pods of graph %s: %w", s.Config.GraphName, err)
 	}
 	beat(fmt.Sprintf("deleted the graph's %d pods; waiting for their replacements to be Ready", len(old)))
+	seen := map[cluster.PodProblem]bool{}
 	for {
 		list, err := pods.List(ctx, selector)
 		if err == nil && restarted(list.Items, old) {
 			break
+		}
+		if err == nil {
+			// What keeps a replacement from running, as `up` shows it; a terminal one ends the
+			// wait (cluster.PodProblem's Terminal: it does not clear without a change).
+			for _, p := range list.Items {
+				if old[p.UID] {
+					continue
+				}
+				for _, problem := range cluster.ProblemsOf(&p) {
+					if problem.Terminal {
+						return fmt.Errorf("the graph's pods did not come back: %s (this does not clear without a change)", problem)
+					}
+					if !seen[problem] {
+						seen[problem] = true
+						beat(problem.String())
+					}
+				}
+			}
 		}
 		select {
 		case <-ctx.Done():

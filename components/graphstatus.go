@@ -15,14 +15,15 @@ type GraphStatusWatcher interface {
 	// WatchGraphFailures calls report for each failure the operator writes for a generation above
 	// after, until ctx ends.
 	WatchGraphFailures(ctx context.Context, namespace, name string, after int64, report func(cluster.GraphFailure)) error
-	// WatchUnschedulablePods calls report for each pod of the graph the scheduler cannot place,
-	// with the scheduler's reason, until ctx ends.
-	WatchUnschedulablePods(ctx context.Context, namespace, graph string, report func(cluster.UnschedulablePod)) error
+	// WatchPodProblems calls report for each new problem of a pod of the graph, or of the node
+	// under it, with Kubernetes' reason, until ctx ends.
+	WatchPodProblems(ctx context.Context, namespace, graph string, report func(cluster.PodProblem)) error
 }
 
 // reportGraphFailures shows, while `up` waits for the graph, each failure the Dynamo operator
-// reports for the generation this `up` writes, as a warning on the graph's component: its reason
-// and message are in the output at once and in `up`'s error when the wait ends. The provider's
+// reports for the generation this `up` writes, and each problem of the graph's pods and their
+// nodes (cluster.PodProblem), as a warning on the graph's component: its reason and message are in
+// the output as Kubernetes reports them, and in `up`'s error when the wait ends. The provider's
 // wait itself cannot end early on a failure (it ends at readiness.timeout), nor say why.
 func reportGraphFailures(ctx *pulumi.Context, w GraphStatusWatcher, g *Graph, dgd pulumi.Resource, namespace, name, timeout string) {
 	rctx, cancel := context.WithCancel(context.Background())
@@ -40,12 +41,23 @@ func reportGraphFailures(ctx *pulumi.Context, w GraphStatusWatcher, g *Graph, dg
 		})
 	}()
 	go func() {
-		_ = w.WatchUnschedulablePods(rctx, namespace, name, func(p cluster.UnschedulablePod) {
-			_ = ctx.Log.Warn(fmt.Sprintf("pod %s/%s of DynamoGraphDeployment %s (component %s) cannot be scheduled: %s: %s "+
-				"(up waits for Ready until readiness.timeout, %s, in case capacity frees up: Ctrl-C stops waiting)", namespace, p.Pod, name, p.Component, p.Reason, p.Message, timeout),
-				&pulumi.LogArgs{Resource: g})
+		_ = w.WatchPodProblems(rctx, namespace, name, func(p cluster.PodProblem) {
+			_ = ctx.Log.Warn(PodProblemMessage(namespace, name, p, timeout), &pulumi.LogArgs{Resource: g})
 		})
 	}()
 	// The graph's registration returns once the provider's wait ended, either way.
 	dgd.URN().ApplyT(func(string) string { cancel(); return "" })
+}
+
+// PodProblemMessage is how `up` shows a problem of one of the graph's pods: Kubernetes' reason with
+// the pod, node and container, and whether waiting can still help.
+func PodProblemMessage(namespace, graph string, p cluster.PodProblem, timeout string) string {
+	what := "up waits for Ready until readiness.timeout, " + timeout + ", in case it clears: Ctrl-C stops waiting"
+	switch {
+	case p.Terminal:
+		what = "this does not clear without a change (docs/day-two.md#troubleshooting); up still waits until readiness.timeout, " + timeout + ": Ctrl-C stops waiting"
+	case p.Reason == "Unschedulable":
+		what = "up waits for Ready until readiness.timeout, " + timeout + ", in case capacity frees up: Ctrl-C stops waiting"
+	}
+	return fmt.Sprintf("DynamoGraphDeployment %s/%s: %s (%s)", namespace, graph, p, what)
 }

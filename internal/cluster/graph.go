@@ -4,11 +4,9 @@ import (
 	"context"
 	"fmt"
 
-	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
-	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
 
@@ -22,29 +20,8 @@ type GraphFailure struct {
 	Reason, Message string
 }
 
-// UnschedulablePod is a pod of the graph that the scheduler could not place: its PodScheduled
-// condition False, with the scheduler's reason and message (such as "0/18 nodes are available:
-// 18 Insufficient nvidia.com/gpu").
-type UnschedulablePod struct {
-	Pod, Component  string
-	Reason, Message string
-}
-
 // GraphLabel is the label the Dynamo operator puts on every pod of a graph.
 const GraphLabel = "nvidia.com/dynamo-graph-deployment-name"
-
-// UnschedulableOf is the scheduler's verdict on a pending pod it could not place, if any.
-func UnschedulableOf(p *corev1.Pod) (UnschedulablePod, bool) {
-	if p.Spec.NodeName != "" || p.DeletionTimestamp != nil {
-		return UnschedulablePod{}, false
-	}
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
-			return UnschedulablePod{Pod: p.Name, Component: p.Labels["nvidia.com/dynamo-component"], Reason: c.Reason, Message: c.Message}, true
-		}
-	}
-	return UnschedulablePod{}, false
-}
 
 // GraphResource is the DynamoGraphDeployment resource, in the version the stack writes.
 var GraphResource = schema.GroupVersionResource{Group: "nvidia.com", Version: "v1beta1", Resource: "dynamographdeployments"}
@@ -132,30 +109,6 @@ func (r *Reader) WatchGraphFailures(ctx context.Context, namespace, name string,
 		if f, failed := GraphFailureOf(g); failed && f.Generation > after && f != last {
 			last = f
 			report(f)
-		}
-		return false, nil
-	})
-	return err
-}
-
-// WatchUnschedulablePods calls report for each pod of the graph the scheduler cannot place, with
-// the scheduler's reason, until ctx ends.
-func (r *Reader) WatchUnschedulablePods(ctx context.Context, namespace, graph string, report func(UnschedulablePod)) error {
-	pods := r.dynamic.Resource(corev1.SchemeGroupVersion.WithResource("pods")).Namespace(namespace)
-	lw := objwatch.ByLabel(GraphLabel+"="+graph, pods.List, pods.Watch)
-	seen := map[UnschedulablePod]bool{}
-	_, err := objwatch.Until(ctx, lw, &unstructured.Unstructured{}, nil, func(e watch.Event) (bool, error) {
-		u, ok := e.Object.(*unstructured.Unstructured)
-		if !ok || e.Type == watch.Deleted {
-			return false, nil
-		}
-		var p corev1.Pod
-		if runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &p) != nil {
-			return false, nil
-		}
-		if u, found := UnschedulableOf(&p); found && !seen[u] {
-			seen[u] = true
-			report(u)
 		}
 		return false, nil
 	})

@@ -320,6 +320,70 @@ func TestBox(t *testing.T) {
 			return true, nil
 		}))
 	})
+
+	// Each trouble a test can give a pod: the status a real kubelet writes in that state. A node
+	// made NotReady stays so (the box's kubelets no longer heartbeat it). Last: the node stays
+	// NotReady.
+	t.Run("troubled pods reach the state a kubelet writes, and a node made NotReady stays so", func(t *testing.T) {
+		node := rack.NodeNames()[1]
+		for _, trouble := range []string{rackbox.TroubleImagePull, rackbox.TroubleCrashLoop, rackbox.TroubleOOMKilled, rackbox.TroubleNeverReady} {
+			pod := &corev1.Pod{
+				ObjectMeta: metav1.ObjectMeta{Namespace: "box", Name: "trouble-" + trouble, Annotations: map[string]string{rackbox.TroubleAnnotation: trouble}},
+				Spec:       corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "main", Image: "nvcr.io/nvidia/ai-dynamo/vllm-runtime:9.9.9"}}},
+			}
+			require.NoError(t, c.Create(ctx, pod))
+			require.NoError(t, poll.Until(ctx, time.Minute, 200*time.Millisecond, trouble+": the kubelet's status", func(ctx context.Context) (bool, error) {
+				err := c.Get(ctx, client.ObjectKeyFromObject(pod), pod)
+				return err == nil && len(pod.Status.ContainerStatuses) == 1, err
+			}))
+			st := pod.Status.ContainerStatuses[0]
+			assert.False(t, st.Ready, trouble)
+			switch trouble {
+			case rackbox.TroubleImagePull:
+				assert.Equal(t, corev1.PodPending, pod.Status.Phase)
+				require.NotNil(t, st.State.Waiting)
+				assert.Equal(t, "ImagePullBackOff", st.State.Waiting.Reason)
+				assert.Equal(t, `Back-off pulling image "nvcr.io/nvidia/ai-dynamo/vllm-runtime:9.9.9"`, st.State.Waiting.Message)
+			case rackbox.TroubleCrashLoop, rackbox.TroubleOOMKilled:
+				assert.Equal(t, corev1.PodRunning, pod.Status.Phase)
+				require.NotNil(t, st.State.Waiting, trouble)
+				assert.Equal(t, "CrashLoopBackOff", st.State.Waiting.Reason)
+				assert.Contains(t, st.State.Waiting.Message, "restarting failed container=main pod=trouble-"+trouble)
+				require.NotNil(t, st.LastTerminationState.Terminated, trouble)
+				want := map[string]struct {
+					restarts, code int32
+					reason         string
+				}{rackbox.TroubleCrashLoop: {3, 1, "Error"}, rackbox.TroubleOOMKilled: {1, 137, "OOMKilled"}}[trouble]
+				assert.Equal(t, want.restarts, st.RestartCount, trouble)
+				assert.Equal(t, want.code, st.LastTerminationState.Terminated.ExitCode, trouble)
+				assert.Equal(t, want.reason, st.LastTerminationState.Terminated.Reason, trouble)
+			case rackbox.TroubleNeverReady:
+				assert.Equal(t, corev1.PodRunning, pod.Status.Phase)
+				require.NotNil(t, st.State.Running)
+				assert.True(t, *st.Started)
+			}
+		}
+
+		require.NoError(t, b.MakeNodeNotReady(ctx, node))
+		notReady := func(ctx context.Context) (bool, error) {
+			var n corev1.Node
+			if err := c.Get(ctx, client.ObjectKey{Name: node}, &n); err != nil {
+				return false, err
+			}
+			for _, cond := range n.Status.Conditions {
+				if cond.Type == corev1.NodeReady {
+					return cond.Status == corev1.ConditionUnknown, nil
+				}
+			}
+			return false, nil
+		}
+		require.NoError(t, poll.Until(ctx, time.Minute, 200*time.Millisecond, "the node is NotReady", notReady))
+		// Still NotReady after the box's node stages had their turn (they run within a second).
+		time.Sleep(3 * time.Second)
+		still, err := notReady(ctx)
+		require.NoError(t, err)
+		assert.True(t, still, "the box's kubelets leave a node made NotReady alone")
+	})
 }
 
 // jobReaches waits up to a minute for the Job's condition want; an error says it did not come.

@@ -45,6 +45,8 @@ spec:
     kind: Node
   selector:
     matchExpressions:
+    - key: '.metadata.annotations["rackbox.minimax-m3.io/trouble"]'
+      operator: 'DoesNotExist'
     - key: '.status.conditions.[] | select( .type == "Ready" ) | .status'
       operator: 'NotIn'
       values: ['True']
@@ -90,6 +92,8 @@ spec:
     kind: Node
   selector:
     matchExpressions:
+    - key: '.metadata.annotations["rackbox.minimax-m3.io/trouble"]'
+      operator: 'DoesNotExist'
     - key: '.status.phase'
       operator: 'In'
       values: ['Running']
@@ -123,6 +127,8 @@ spec:
   selector:
     matchExpressions:
     - key: '.metadata.deletionTimestamp'
+      operator: 'DoesNotExist'
+    - key: '.metadata.annotations["rackbox.minimax-m3.io/trouble"]'
       operator: 'DoesNotExist'
     - key: '.status.phase'
       operator: 'In'
@@ -228,7 +234,7 @@ var stages = lifeStages + strings.Join([]string{
 		match(`.metadata.labels["app.kubernetes.io/component"]`, "In", "smoke-test"),
 		match(".spec.containers.[0].image", "In", FailingImage),
 	}, 1, "Error", `{"passed": false, "request": "POST /v1/chat/completions", "status": 503, "body": "(rackbox: no model runs here; this result is set by a kwok stage)"}`, "Failed"),
-}, "") + "---" + deleteStages
+}, "") + troubleStages + "---" + deleteStages
 
 // match is one of a stage selector's matchExpressions.
 func match(key, operator, value string) string {

@@ -1,6 +1,7 @@
 package unit
 
 import (
+	"minimax-m3/components"
 	"minimax-m3/internal/cluster"
 	"testing"
 
@@ -40,7 +41,7 @@ func TestGraphFailureOf(t *testing.T) {
 // What counts as a graph pod the scheduler cannot place: pending, unbound, PodScheduled=False with
 // reason Unschedulable (the shape the real scheduler writes in the rack box's full-rack tests). A
 // bound pod, a pod not yet tried, or one being deleted is not one.
-func TestUnschedulableOf(t *testing.T) {
+func TestUnschedulablePods(t *testing.T) {
 	const msg = "0/5 nodes are available: 2 node(s) didn't match Pod's node affinity/selector, 3 Insufficient nvidia.com/gpu."
 	pod := func(node string, cond *corev1.PodCondition) *corev1.Pod {
 		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: "g-worker-abc", Labels: map[string]string{"nvidia.com/dynamo-component": "Worker"}}}
@@ -51,9 +52,10 @@ func TestUnschedulableOf(t *testing.T) {
 		return p
 	}
 	unschedulable := &corev1.PodCondition{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable, Message: msg}
-	u, ok := cluster.UnschedulableOf(pod("", unschedulable))
-	require.True(t, ok)
-	assert.Equal(t, cluster.UnschedulablePod{Pod: "g-worker-abc", Component: "Worker", Reason: "Unschedulable", Message: msg}, u)
+	ps := cluster.ProblemsOf(pod("", unschedulable))
+	require.Len(t, ps, 1)
+	assert.Equal(t, cluster.PodProblem{Pod: "g-worker-abc", Component: "Worker", Reason: "Unschedulable", Message: msg}, ps[0])
+	assert.Equal(t, "pod g-worker-abc (component Worker) cannot be scheduled: Unschedulable: "+msg, ps[0].String())
 
 	deleting := pod("", unschedulable)
 	deleting.DeletionTimestamp = &metav1.Time{}
@@ -63,7 +65,97 @@ func TestUnschedulableOf(t *testing.T) {
 		"scheduled": pod("", &corev1.PodCondition{Type: corev1.PodScheduled, Status: corev1.ConditionTrue}),
 		"deleting":  deleting,
 	} {
-		_, ok := cluster.UnschedulableOf(p)
-		assert.False(t, ok, name)
+		assert.Empty(t, cluster.ProblemsOf(p), name)
 	}
+}
+
+// What a bound pod's container statuses say, in the shapes a kubelet writes them: the reason, the
+// restarts and the last exit, and whether it is terminal (cluster.PodProblem's Terminal).
+func TestContainerProblems(t *testing.T) {
+	started := true
+	pod := func(st corev1.ContainerStatus) *corev1.Pod {
+		st.Name = "main"
+		return &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Name: "g-worker-abc", Labels: map[string]string{"nvidia.com/dynamo-component": "Worker"}},
+			Spec:       corev1.PodSpec{NodeName: "tray-03"},
+			Status:     corev1.PodStatus{ContainerStatuses: []corev1.ContainerStatus{st}},
+		}
+	}
+	waiting := func(reason, msg string) corev1.ContainerState {
+		return corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: reason, Message: msg}}
+	}
+	ended := func(reason string, code int32) corev1.ContainerState {
+		return corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{Reason: reason, ExitCode: code}}
+	}
+	running := corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}
+	const pull = `Back-off pulling image "nvcr.io/nvidia/ai-dynamo/vllm-runtime:9.9.9"`
+	cases := []struct {
+		name     string
+		status   corev1.ContainerStatus
+		reason   string
+		terminal bool
+		text     string
+	}{
+		{"pull back-off", corev1.ContainerStatus{State: waiting("ImagePullBackOff", pull)}, "ImagePullBackOff", false,
+			"pod g-worker-abc (component Worker) on node tray-03, container main: ImagePullBackOff: " + pull},
+		{"pull error", corev1.ContainerStatus{State: waiting("ErrImagePull", "manifest unknown")}, "ErrImagePull", false, "ErrImagePull: manifest unknown"},
+		{"invalid image", corev1.ContainerStatus{State: waiting("InvalidImageName", "couldn't parse image name")}, "InvalidImageName", true, "InvalidImageName"},
+		{"missing Secret key", corev1.ContainerStatus{State: waiting("CreateContainerConfigError", `secret "hf-token-secret" not found`)}, "CreateContainerConfigError", false, `secret "hf-token-secret" not found`},
+		{"first crashes", corev1.ContainerStatus{RestartCount: 2, State: waiting("CrashLoopBackOff", "back-off 20s"), LastTerminationState: ended("Error", 1)}, "CrashLoopBackOff", false,
+			"CrashLoopBackOff (2 restarts, last exit Error, code 1): back-off 20s"},
+		{"crash loop", corev1.ContainerStatus{RestartCount: 3, State: waiting("CrashLoopBackOff", "back-off 40s"), LastTerminationState: ended("Error", 1)}, "CrashLoopBackOff", true,
+			"CrashLoopBackOff (3 restarts, last exit Error, code 1)"},
+		{"OOM killed, backing off", corev1.ContainerStatus{RestartCount: 1, State: waiting("CrashLoopBackOff", "back-off 10s"), LastTerminationState: ended("OOMKilled", 137)}, "OOMKilled", true,
+			"OOMKilled (1 restarts, last exit OOMKilled, code 137): back-off 10s"},
+		{"OOM killed, running again", corev1.ContainerStatus{RestartCount: 1, State: running, LastTerminationState: ended("OOMKilled", 137)}, "OOMKilled", true, "OOMKilled"},
+		{"OOM killed now", corev1.ContainerStatus{State: ended("OOMKilled", 137)}, "OOMKilled", true, "OOMKilled"},
+		{"readiness failing", corev1.ContainerStatus{State: running, Started: &started}, "NotReady", false, "NotReady: running and started, its readiness probe failing"},
+	}
+	for _, tc := range cases {
+		ps := cluster.ProblemsOf(pod(tc.status))
+		if !assert.Len(t, ps, 1, tc.name) {
+			continue
+		}
+		assert.Equal(t, tc.reason, ps[0].Reason, tc.name)
+		assert.Equal(t, tc.terminal, ps[0].Terminal, tc.name)
+		assert.Contains(t, ps[0].String(), tc.text, tc.name)
+	}
+	notStarted := false
+	for name, st := range map[string]corev1.ContainerStatus{
+		"running and ready":              {State: running, Started: &started, Ready: true},
+		"still starting (startup probe)": {State: running, Started: &notStarted},
+		"creating":                       {State: waiting("ContainerCreating", "")},
+	} {
+		assert.Empty(t, cluster.ProblemsOf(pod(st)), name)
+	}
+}
+
+// A node NotReady (its kubelet stopped reporting) or cordoned is named for the pods on it; a Ready,
+// schedulable node is not.
+func TestNodeProblems(t *testing.T) {
+	node := func(ready corev1.ConditionStatus, cordoned bool) *corev1.Node {
+		n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "tray-03"}}
+		n.Spec.Unschedulable = cordoned
+		n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: ready, Reason: "NodeStatusUnknown", Message: "Kubelet stopped posting node status."}}
+		return n
+	}
+	reason, msg, ok := cluster.NodeProblemOf(node(corev1.ConditionUnknown, false))
+	require.True(t, ok)
+	assert.Equal(t, "NodeNotReady", reason)
+	assert.Equal(t, "Ready is Unknown: NodeStatusUnknown Kubelet stopped posting node status.", msg)
+	reason, _, ok = cluster.NodeProblemOf(node(corev1.ConditionTrue, true))
+	require.True(t, ok)
+	assert.Equal(t, "NodeCordoned", reason)
+	_, _, ok = cluster.NodeProblemOf(node(corev1.ConditionTrue, false))
+	assert.False(t, ok)
+}
+
+// How `up` words a problem: terminal ones say waiting will not help.
+func TestPodProblemMessage(t *testing.T) {
+	crash := cluster.PodProblem{Pod: "g-worker-abc", Component: "Worker", Node: "tray-03", Container: "main", Reason: "CrashLoopBackOff", Restarts: 3, LastReason: "Error", LastExitCode: 1, Terminal: true}
+	assert.Equal(t, "DynamoGraphDeployment ns/g: pod g-worker-abc (component Worker) on node tray-03, container main: CrashLoopBackOff (3 restarts, last exit Error, code 1) "+
+		"(this does not clear without a change (docs/day-two.md#troubleshooting); up still waits until readiness.timeout, 2h: Ctrl-C stops waiting)",
+		components.PodProblemMessage("ns", "g", crash, "2h"))
+	pull := cluster.PodProblem{Pod: "g-frontend-x", Component: "Frontend", Node: "tray-01", Container: "main", Reason: "ImagePullBackOff", Message: "Back-off pulling image"}
+	assert.Contains(t, components.PodProblemMessage("ns", "g", pull, "2h"), "in case it clears")
 }

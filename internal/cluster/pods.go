@@ -1,0 +1,239 @@
+package cluster
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"sync"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
+
+	"minimax-m3/internal/objwatch"
+)
+
+// PodProblem is what keeps a pod of the graph from running, or from staying up, as Kubernetes
+// reports it: the scheduler's verdict, a container's waiting reason or last termination, or the
+// state of the node under the pod.
+type PodProblem struct {
+	Pod, Component string
+	// Node is the node the pod is bound to ("" while it is not); Container the container the
+	// reason is about ("" for the pod or its node).
+	Node, Container string
+	// Reason is Kubernetes' own: Unschedulable, ErrImagePull, ImagePullBackOff, InvalidImageName,
+	// CreateContainerConfigError, CreateContainerError, CrashLoopBackOff, OOMKilled, NotReady
+	// (Running, its readiness probe failing), NodeNotReady or NodeCordoned.
+	Reason, Message string
+	// Restarts is the container's restart count; LastReason and LastExitCode how its previous run
+	// ended (Error, OOMKilled).
+	Restarts     int32
+	LastReason   string
+	LastExitCode int32
+	// Terminal is a state that does not clear without a change: a retry cannot fix it (TerminalOf).
+	Terminal bool
+}
+
+// CrashLoopTerminalRestarts is the number of restarts after which a crash loop counts as terminal:
+// an engine that failed to start that often in a row fails for a reason a restart does not fix.
+const CrashLoopTerminalRestarts = 3
+
+// String is the problem as `up` shows it: the pod, node and container, the reason and the message.
+func (p PodProblem) String() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "pod %s", p.Pod)
+	if p.Component != "" {
+		fmt.Fprintf(&b, " (component %s)", p.Component)
+	}
+	if p.Reason == corev1.PodReasonUnschedulable {
+		fmt.Fprintf(&b, " cannot be scheduled: %s: %s", p.Reason, p.Message)
+		return b.String()
+	}
+	if p.Node != "" {
+		fmt.Fprintf(&b, " on node %s", p.Node)
+	}
+	if p.Container != "" {
+		fmt.Fprintf(&b, ", container %s", p.Container)
+	}
+	fmt.Fprintf(&b, ": %s", p.Reason)
+	if p.Restarts > 0 {
+		fmt.Fprintf(&b, " (%d restarts", p.Restarts)
+		if p.LastReason != "" {
+			fmt.Fprintf(&b, ", last exit %s, code %d", p.LastReason, p.LastExitCode)
+		}
+		b.WriteString(")")
+	}
+	if p.Message != "" {
+		fmt.Fprintf(&b, ": %s", p.Message)
+	}
+	return b.String()
+}
+
+// Why each reason is, or is not, terminal:
+//   - InvalidImageName, ErrImageNeverPull: the pod's spec names an image that cannot be pulled, and
+//     only a new spec changes that;
+//   - OOMKilled: the memory limit does not grow by itself, and the engine allocates the same at its
+//     next start;
+//   - CrashLoopBackOff after CrashLoopTerminalRestarts restarts;
+//   - not terminal: ErrImagePull and ImagePullBackOff (a registry outage or credentials that
+//     arrive late clear within minutes; the kubelet keeps retrying), CreateContainerConfigError (the
+//     missing Secret or ConfigMap may be created), CreateContainerError, a first crash or two, a
+//     readiness probe failing, an unschedulable pod (capacity frees up) and a node NotReady or
+//     cordoned (it may come back, or the pod be replaced).
+var terminalWaiting = []string{"InvalidImageName", "ErrImageNeverPull"}
+
+// reportedWaiting are the container waiting reasons worth a line in `up`'s output.
+var reportedWaiting = []string{"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull",
+	"CreateContainerConfigError", "CreateContainerError", "RunContainerError", "CrashLoopBackOff"}
+
+// ProblemsOf are the problems a pod's status shows, if any.
+func ProblemsOf(p *corev1.Pod) []PodProblem {
+	if p.DeletionTimestamp != nil {
+		return nil
+	}
+	base := PodProblem{Pod: p.Name, Component: p.Labels[ComponentLabel], Node: p.Spec.NodeName}
+	if p.Spec.NodeName == "" {
+		for _, c := range p.Status.Conditions {
+			if c.Type == corev1.PodScheduled && c.Status == corev1.ConditionFalse && c.Reason == corev1.PodReasonUnschedulable {
+				u := base
+				u.Reason, u.Message = c.Reason, c.Message
+				return []PodProblem{u}
+			}
+		}
+		return nil
+	}
+	var out []PodProblem
+	for _, s := range slices.Concat(p.Status.InitContainerStatuses, p.Status.ContainerStatuses) {
+		c := base
+		c.Container, c.Restarts = s.Name, s.RestartCount
+		if t := s.LastTerminationState.Terminated; t != nil {
+			c.LastReason, c.LastExitCode = t.Reason, t.ExitCode
+		}
+		switch {
+		case s.State.Terminated != nil && s.State.Terminated.Reason == "OOMKilled":
+			c.Reason, c.Message, c.Terminal = "OOMKilled", s.State.Terminated.Message, true
+			c.LastReason, c.LastExitCode = "OOMKilled", s.State.Terminated.ExitCode
+		case s.State.Waiting != nil && slices.Contains(reportedWaiting, s.State.Waiting.Reason):
+			c.Reason, c.Message = s.State.Waiting.Reason, s.State.Waiting.Message
+			c.Terminal = slices.Contains(terminalWaiting, c.Reason) ||
+				c.Reason == "CrashLoopBackOff" && (c.Restarts >= CrashLoopTerminalRestarts || c.LastReason == "OOMKilled")
+			if c.LastReason == "OOMKilled" {
+				c.Reason = "OOMKilled"
+			}
+		case c.LastReason == "OOMKilled":
+			// Running again after it was OOMKilled: it allocates the same.
+			c.Reason, c.Terminal = "OOMKilled", true
+		case s.State.Running != nil && s.Started != nil && *s.Started && !s.Ready:
+			c.Reason, c.Message = "NotReady", "running and started, its readiness probe failing"
+		default:
+			continue
+		}
+		out = append(out, c)
+	}
+	return out
+}
+
+// NodeProblemOf is what is wrong with a node for the pods on it: NodeNotReady (its Ready condition
+// is not True: the kubelet stopped reporting, or reports a fault) or NodeCordoned (marked
+// unschedulable: drained or about to be, for maintenance).
+func NodeProblemOf(n *corev1.Node) (reason, message string, ok bool) {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady && c.Status != corev1.ConditionTrue {
+			return "NodeNotReady", strings.TrimSpace(fmt.Sprintf("Ready is %s: %s %s", c.Status, c.Reason, c.Message)), true
+		}
+	}
+	if n.Spec.Unschedulable {
+		return "NodeCordoned", "cordoned (kubectl cordon or drain): no new pod lands there, and a drain evicts the ones it runs", true
+	}
+	return "", "", false
+}
+
+// ComponentLabel is the label the Dynamo operator puts on every pod with its component's name.
+const ComponentLabel = "nvidia.com/dynamo-component"
+
+// WatchPodProblems calls report for each new problem of a pod of the graph, and of the node under
+// it, until ctx ends. A problem is reported once; it is reported again when it changes (another
+// reason, another restart count).
+func (r *Reader) WatchPodProblems(ctx context.Context, namespace, graph string, report func(PodProblem)) error {
+	var (
+		mu     sync.Mutex
+		seen   = map[PodProblem]bool{}
+		podsOn = map[string]map[string]string{} // node → pod → component
+		nodeOf = map[string]string{}            // pod → node
+		bad    = map[string][2]string{}         // node → reason, message
+	)
+	once := func(p PodProblem) {
+		if !seen[p] {
+			seen[p] = true
+			report(p)
+		}
+	}
+	nodeProblems := func(node string) {
+		problem, isBad := bad[node]
+		if !isBad {
+			return
+		}
+		for _, pod := range slices.Sorted(maps.Keys(podsOn[node])) {
+			once(PodProblem{Pod: pod, Component: podsOn[node][pod], Node: node, Reason: problem[0], Message: problem[1]})
+		}
+	}
+	nodes := r.dynamic.Resource(nodesResource)
+	go func() {
+		_, _ = objwatch.Until(ctx, objwatch.All(nodes.List, nodes.Watch), &unstructured.Unstructured{}, nil, func(e watch.Event) (bool, error) {
+			u, ok := e.Object.(*unstructured.Unstructured)
+			if !ok {
+				return false, nil
+			}
+			var n corev1.Node
+			if runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &n) != nil {
+				return false, nil
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			if reason, msg, isBad := NodeProblemOf(&n); isBad && e.Type != watch.Deleted {
+				bad[n.Name] = [2]string{reason, msg}
+			} else {
+				delete(bad, n.Name)
+			}
+			nodeProblems(n.Name)
+			return false, nil
+		})
+	}()
+	pods := r.dynamic.Resource(podsResource).Namespace(namespace)
+	_, err := objwatch.Until(ctx, objwatch.ByLabel(GraphLabel+"="+graph, pods.List, pods.Watch), &unstructured.Unstructured{}, nil, func(e watch.Event) (bool, error) {
+		u, ok := e.Object.(*unstructured.Unstructured)
+		if !ok {
+			return false, nil
+		}
+		var p corev1.Pod
+		if runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &p) != nil {
+			return false, nil
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		if old := nodeOf[p.Name]; old != "" {
+			delete(podsOn[old], p.Name)
+		}
+		delete(nodeOf, p.Name)
+		if e.Type == watch.Deleted || p.DeletionTimestamp != nil || p.Spec.NodeName == "" {
+			for _, problem := range ProblemsOf(&p) {
+				once(problem)
+			}
+			return false, nil
+		}
+		nodeOf[p.Name] = p.Spec.NodeName
+		if podsOn[p.Spec.NodeName] == nil {
+			podsOn[p.Spec.NodeName] = map[string]string{}
+		}
+		podsOn[p.Spec.NodeName][p.Name] = p.Labels[ComponentLabel]
+		for _, problem := range ProblemsOf(&p) {
+			once(problem)
+		}
+		nodeProblems(p.Spec.NodeName)
+		return false, nil
+	})
+	return err
+}
