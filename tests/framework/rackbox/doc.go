@@ -13,7 +13,10 @@
 // What the box plays, because it needs hardware or a container runtime:
 //   - the kubelet: kwok moves pods to Running and Ready and ends Job pods (stages.go); no image is
 //     pulled and no process runs; every node's kubelet endpoint is the box's exec server
-//     (kubelet.go), where a test says what a command does in its namespace (HandleExec);
+//     (kubelet.go), where a test says what a command does in its namespace (HandleExec). What goes
+//     wrong on a real tray is played on demand (troubles.go): a pod annotated with a trouble gets
+//     the status a kubelet writes for an image it cannot pull, a crash loop, an OOM kill or a
+//     readiness probe that never passes, and a node made NotReady stops being heartbeated;
 //   - the NVIDIA DRA driver's kubelet plugin (it needs NVML): the ResourceSlice of each tray
 //     (ResourceSlice in rack.go). Without it no tray is labelled for a ComputeDomain, so the
 //     controller's IMEX DaemonSet schedules no daemon (those need GPUs);
