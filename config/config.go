@@ -135,6 +135,9 @@ func (n NamespaceConfig) validate(v validator, key string) {
 		return
 	}
 	v.dns1123Label(key+".name", n.Name)
+	if strings.HasPrefix(n.Name, "kube-") {
+		v.add(key+".name", "%q is one of Kubernetes' own namespaces (kube-*), which hold the cluster's control plane and its credentials: choose a namespace of the stack's", n.Name)
+	}
 }
 
 // HuggingFaceConfig names the Secret the download Job reads HF_TOKEN from.

@@ -172,6 +172,9 @@ func (p PodTemplatePatch) validate(v validator, key string) {
 		return
 	}
 	operatorTemplate(v, key, patched)
+	for _, problem := range PodSecurity(&patched.Spec) {
+		v.add(key, "%s: a pod template patch may not reach past the pod", problem)
+	}
 }
 
 // Apply patches a pod template.

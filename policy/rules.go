@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 
 	"minimax-m3/components"
+	"minimax-m3/config"
 )
 
 // Violation is a rule a plan breaks, at one resource.
@@ -62,6 +63,7 @@ var Rules = []Rule{
 	{"one-compute-domain-channel", "all workers of a graph claim the same ComputeDomain channel", ScopeStack, oneComputeDomainChannel},
 	{"pinned-images", "images are pinned: a tag that is not latest, or a digest", ScopeObject, pinnedImages},
 	{"synthetic-only-for-benchmark", "synthetic speculative acceptance only on a graph labelled for benchmarking (benchmark.enabled)", ScopeObject, syntheticOnlyForBenchmark},
+	{"pod-security", "no pod reaches past itself: no host namespace, hostPath, privileged container, added capability beyond the workers', own ServiceAccount or bound node", ScopeObject, podSecurity},
 	{"keep-model-cache", "no change replaces or deletes the model cache claim", ScopeChange, keepKind("PersistentVolumeClaim", "the model cache claim holds the downloaded weights; replacing or deleting it loses them")},
 	{"keep-namespace", "no change replaces or deletes the namespace", ScopeChange, keepKind("Namespace", "deleting a namespace deletes everything in it, the model cache claim included")},
 	{"keep-adopted", "with adopt, no change replaces or deletes an object the stack took over", ScopeChange, keepAdopted},
@@ -191,6 +193,20 @@ func hfTokenFromSecret(p Plan) []Violation {
 		b, _ := json.Marshal(s.New)
 		if tokenPattern.Match(b) {
 			out = append(out, Violation{Resource: s.objectName(), Message: "holds a Hugging Face token in plain text; only a Secret may"})
+		}
+	}
+	return out
+}
+
+func podSecurity(p Plan) []Violation {
+	var out []Violation
+	for _, pd := range pods(p) {
+		if pd.err != nil {
+			out = append(out, Violation{Resource: pd.resource(), Message: pd.err.Error()})
+			continue
+		}
+		for _, problem := range config.PodSecurity(pd.spec) {
+			out = append(out, Violation{Resource: pd.resource(), Message: problem})
 		}
 	}
 	return out

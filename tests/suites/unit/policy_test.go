@@ -1,6 +1,7 @@
 package unit
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -9,6 +10,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
+	"minimax-m3/config"
 	"minimax-m3/policy"
 )
 
@@ -92,6 +94,44 @@ func TestPolicyHFTokenFromSecret(t *testing.T) {
 	assert.Equal(t, []string{"hf-token-from-secret", "hf-token-from-secret"}, rules(vs))
 	assert.Contains(t, vs[0].Message, "env HUGGING_FACE_HUB_TOKEN must come from a Secret")
 	assert.Contains(t, vs[1].Message, "only a Secret may")
+}
+
+// The attack a security review found: a pod template patch that shares the node's PID namespace,
+// mounts its root and runs privileged. Config validation refuses it at the patch's key; the policy
+// refuses the same pod however it got into the plan (here written into the plan directly, as a
+// program change or an override would), field by field.
+func TestPolicyPodSecurity(t *testing.T) {
+	patch := `{"podTemplatePatch": {"spec": {"hostPID": true, "volumes": [{"name": "h", "hostPath": {"path": "/"}}], ` +
+		`"containers": [{"name": "main", "image": "evil.example/x:1", "securityContext": {"privileged": true}, "volumeMounts": [{"name": "h", "mountPath": "/h"}]}]}}}`
+	_, err := config.Parse(config.Raw{Values: map[string]string{"profile": "agg", "namespace": `{"name":"inference"}`, "hfToken": "hf_test", "frontend": patch},
+		Secrets: map[string]bool{"hfToken": true}})
+	require.Error(t, err)
+	for _, want := range []string{"minimax-m3:frontend.podTemplatePatch: spec.hostPID", "minimax-m3:frontend.podTemplatePatch: spec.volumes[0] (h): mounts the node's / (hostPath)",
+		"minimax-m3:frontend.podTemplatePatch: spec.containers[0] (main).securityContext.privileged"} {
+		assert.Contains(t, err.Error(), want)
+	}
+
+	p := plan(t, "agg", nil)
+	graph := step(t, p, "DynamoGraphDeployment")
+	for _, comp := range graph.New["spec"].(map[string]any)["components"].([]any) {
+		cm := comp.(map[string]any)
+		if cm["name"] != "Frontend" {
+			continue
+		}
+		spec := cm["podTemplate"].(map[string]any)["spec"].(map[string]any)
+		spec["hostPID"] = true
+		spec["volumes"] = []any{map[string]any{"name": "h", "hostPath": map[string]any{"path": "/"}}}
+		mainContainer(spec)["securityContext"] = map[string]any{"privileged": true, "capabilities": map[string]any{"add": []any{"NET_ADMIN"}}}
+	}
+	job := step(t, p, "Job")
+	job.New["spec"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)["serviceAccountName"] = "cluster-admin-sa"
+	vs := policy.Check(p)
+	assert.Equal(t, []string{"pod-security", "pod-security", "pod-security", "pod-security", "pod-security"}, rules(vs))
+	text := fmt.Sprint(vs)
+	for _, want := range []string{"component Frontend: spec.hostPID: shares the node's namespace", "component Frontend: spec.volumes[0] (h): mounts the node's / (hostPath)",
+		"component Frontend: spec.containers[0] (main).securityContext.privileged", "capabilities.add: NET_ADMIN", `spec.serviceAccountName: runs with ServiceAccount "cluster-admin-sa"`} {
+		assert.Contains(t, text, want)
+	}
 }
 
 func TestPolicyGPURequestEqualsLimit(t *testing.T) {
