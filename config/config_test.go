@@ -70,6 +70,12 @@ func TestPlacementDefaultsFitAStockGB200Pool(t *testing.T) {
 	assert.Empty(t, c.Worker.Scheduling.Tolerations)
 }
 
+// vLLM's fp8 KV cache is fp8_e4m3: prefill and decode naming it either way share one layout.
+func TestFP8IsFP8E4M3AcrossPrefillAndDecode(t *testing.T) {
+	_, err := Parse(with(valid("disagg"), "decodeWorker", `{"vllm": {"kvCacheDtype": "fp8_e4m3"}}`))
+	require.NoError(t, err)
+}
+
 // The workers' startup probe outlasts the engine's timeout; null (or its text, which `pulumi config
 // set --path … null` stores) keeps the operator's, the recipe's form, which is not checked.
 func TestStartupProbeOutlastsTheEngine(t *testing.T) {
@@ -79,7 +85,7 @@ func TestStartupProbeOutlastsTheEngine(t *testing.T) {
 		for _, r := range c.Workers() {
 			timeout, key, ok := r.Config.EngineReadyTimeout(r.Key)
 			require.True(t, ok)
-			assert.Equal(t, r.Key+".env", key)
+			assert.Regexp(t, `^`+r.Key+`\.env\[\d+\]\.value$`, key)
 			assert.Equal(t, 14400, timeout, "the recipe's VLLM_ENGINE_READY_TIMEOUT_S")
 			assert.Equal(t, 15000, r.Config.Probes.Startup.Budget(OperatorStartupProbe), r.Key)
 		}
@@ -152,9 +158,9 @@ func TestValidationNamesTheKeyToFix(t *testing.T) {
 		{"pod template patch with a wrong type", with(valid("agg"), "frontend", `{"podTemplatePatch": {"spec": {"hostNetwork": "yes"}}}`), "minimax-m3:frontend.podTemplatePatch", "pod template"},
 		{"negative probe threshold", with(valid("agg"), "worker", `{"probes": {"liveness": {"failureThreshold": -1}}}`), "minimax-m3:worker.probes.liveness.failureThreshold", "must not be negative"},
 		{"probe path", with(valid("agg"), "worker", `{"probes": {"startup": {"path": "live"}}}`), "minimax-m3:worker.probes.startup.path", "must start with /"},
-		{"startup probe shorter than the engine's timeout", with(valid("agg"), "worker", `{"probes": {"startup": {"failureThreshold": 1080}}}`), "minimax-m3:worker.probes.startup.failureThreshold", "the startup probe restarts a worker not live after 3 h, before the engine's own timeout of 4 h (worker.env.VLLM_ENGINE_READY_TIMEOUT_S) ends: set the threshold to at least 1440 (at 10 s apart)"},
-		{"engine timeout from extra env", with(valid("agg"), "worker", `{"extraEnv": [{"name": "VLLM_ENGINE_READY_TIMEOUT_S", "value": "20000"}], "env": []}`), "minimax-m3:worker.probes.startup.failureThreshold", "(worker.extraEnv.VLLM_ENGINE_READY_TIMEOUT_S)"},
-		{"engine timeout not a number", with(valid("agg"), "worker", `{"extraEnv": [{"name": "VLLM_ENGINE_READY_TIMEOUT_S", "value": "4h"}], "env": []}`), "minimax-m3:worker.extraEnv.VLLM_ENGINE_READY_TIMEOUT_S", "must be a whole number of seconds"},
+		{"startup probe shorter than the engine's timeout", with(valid("agg"), "worker", `{"probes": {"startup": {"failureThreshold": 1080}}}`), "minimax-m3:worker.probes.startup.failureThreshold", "the startup probe restarts a worker not live after 3 h, no later than the engine's own timeout of 4 h (VLLM_ENGINE_READY_TIMEOUT_S at worker.env[4].value) ends: set the threshold to at least 1441 (at 10 s apart)"},
+		{"engine timeout from extra env", with(valid("agg"), "worker", `{"extraEnv": [{"name": "VLLM_ENGINE_READY_TIMEOUT_S", "value": "20000"}], "env": []}`), "minimax-m3:worker.probes.startup.failureThreshold", "(VLLM_ENGINE_READY_TIMEOUT_S at worker.extraEnv[0].value)"},
+		{"engine timeout not a number", with(valid("agg"), "worker", `{"extraEnv": [{"name": "VLLM_ENGINE_READY_TIMEOUT_S", "value": "4h"}], "env": []}`), "minimax-m3:worker.extraEnv[0].value", "VLLM_ENGINE_READY_TIMEOUT_S must be a whole number of seconds"},
 		{"shared memory over the memory limit", with(valid("agg"), "worker", `{"sharedMemorySize": "700Gi"}`), "minimax-m3:worker.sharedMemorySize", "700Gi of /dev/shm is more than the worker's memory limit (worker.resources.limits.memory 640Gi)"},
 		{"CPU offload over the memory limit", with(valid("agg"), "worker", `{"resources": {"limits": {"memory": "400Gi"}}}`), "minimax-m3:worker.vllm.kvTransfer.cpuOffload.cpuBytesToUse", "400000000000 bytes (372.5Gi) of CPU KV offload and about 64Gi for the engine itself do not fit the worker's memory limit (worker.resources.limits.memory 400Gi)"},
 		{"CPU offload blocks not whole GPU blocks", with(valid("agg"), "worker", `{"vllm": {"kvTransfer": {"cpuOffload": {"blockSize": 96}}}}`), "minimax-m3:worker.vllm.kvTransfer.cpuOffload.blockSize", "96 is not a multiple of the engine's block size (worker.vllm.blockSize 128)"},

@@ -47,16 +47,17 @@ func (p *Probe) Budget(def Probe) int {
 }
 
 // EngineReadyTimeout is the role's VLLM_ENGINE_READY_TIMEOUT_S in seconds (vLLM's default when
-// unset), and the key that sets it; ok is false when the value is not a whole number.
+// unset), and the key of the value that sets it (<role>.env[i].value, or extraEnv's); ok is false
+// when the value is not a whole number.
 func (w WorkerConfig) EngineReadyTimeout(k string) (seconds int, key string, ok bool) {
 	for _, l := range []struct {
 		key string
 		env []EnvVar
 	}{{k + ".env", w.Env}, {k + ".extraEnv", w.ExtraEnv}} {
-		for _, e := range l.env {
+		for i, e := range l.env {
 			if e.Name == EngineReadyTimeoutEnv {
 				n, err := strconv.Atoi(e.Value)
-				return n, l.key, err == nil && n >= 0
+				return n, fmt.Sprintf("%s[%d].value", l.key, i), err == nil && n >= 0
 			}
 		}
 	}
@@ -70,20 +71,20 @@ func (w WorkerConfig) fits(v validator, k string) {
 	// load that would have finished. A startup probe set to null keeps the operator's (2 h), the
 	// recipe's form, which adopting a recipe deployment without a restart needs: not checked.
 	if timeout, key, ok := w.EngineReadyTimeout(k); !ok {
-		v.add(key+"."+EngineReadyTimeoutEnv, "must be a whole number of seconds")
+		v.add(key, "%s must be a whole number of seconds", EngineReadyTimeoutEnv)
 	} else if p := w.Probes.Startup; p != nil {
-		if budget := p.Budget(OperatorStartupProbe); budget < timeout {
+		if budget := p.Budget(OperatorStartupProbe); budget <= timeout {
 			where := "vLLM's default"
 			if key != "" {
-				where = key + "." + EngineReadyTimeoutEnv
+				where = EngineReadyTimeoutEnv + " at " + key
 			}
 			period := OperatorStartupProbe.PeriodSeconds
 			if p.PeriodSeconds > 0 {
 				period = p.PeriodSeconds
 			}
-			v.add(k+".probes.startup.failureThreshold", "the startup probe restarts a worker not live after %s, before the engine's own timeout of %s (%s) ends: "+
+			v.add(k+".probes.startup.failureThreshold", "the startup probe restarts a worker not live after %s, no later than the engine's own timeout of %s (%s) ends: "+
 				"set the threshold to at least %d (at %d s apart), or lower the engine's timeout", seconds(budget), seconds(timeout), where,
-				(timeout-p.InitialDelaySeconds+period-1)/period, period)
+				(timeout-p.InitialDelaySeconds)/period+1, period)
 		}
 	}
 
@@ -103,7 +104,7 @@ func (w WorkerConfig) fits(v validator, k string) {
 		need.Add(EngineHostMemory)
 		if need.Cmp(limit) > 0 {
 			v.add(k+".vllm.kvTransfer.cpuOffload.cpuBytesToUse", "%d bytes (%s) of CPU KV offload and about %s for the engine itself do not fit the worker's memory limit (%s.resources.limits.memory %s): "+
-				"the worker would be OOMKilled once the buffer fills; lower cpuBytesToUse or raise the limit",
+				"the engine allocates the buffer whole as it starts, and the worker would be OOMKilled starting; lower cpuBytesToUse or raise the limit",
 				o.CPUBytesToUse, gib(o.CPUBytesToUse), EngineHostMemory.String(), k, limit.String())
 		}
 		if o.BlockSize > 0 && w.VLLM.BlockSize > 0 && o.BlockSize%w.VLLM.BlockSize != 0 {
@@ -137,11 +138,19 @@ func (c *Config) agree(v validator) {
 			v.add(d.Key+".vllm.blockSize", "%d differs from %s.vllm.blockSize %d: NIXL moves KV blocks between them as they are",
 				d.Config.VLLM.BlockSize, p.Key, p.Config.VLLM.BlockSize)
 		}
-		if p.Config.VLLM.KVCacheDtype != d.Config.VLLM.KVCacheDtype {
+		if kvDtype(p.Config.VLLM.KVCacheDtype) != kvDtype(d.Config.VLLM.KVCacheDtype) {
 			v.add(d.Key+".vllm.kvCacheDtype", "%q differs from %s.vllm.kvCacheDtype %q: NIXL moves KV blocks between them as they are",
 				d.Config.VLLM.KVCacheDtype, p.Key, p.Config.VLLM.KVCacheDtype)
 		}
 	}
+}
+
+// kvDtype is a KV cache dtype as vLLM lays the cache out: fp8 is fp8_e4m3.
+func kvDtype(s string) string {
+	if s == "fp8" {
+		return "fp8_e4m3"
+	}
+	return s
 }
 
 func quantityOf(s string) (resource.Quantity, bool) {

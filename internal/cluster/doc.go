@@ -2,8 +2,8 @@
 // context the Kubernetes provider uses: objects' metadata for the ownership check, a Job's
 // termination message for the smoke test's result, the pool's nodes and the pods holding their
 // resources for placement (Pool), and a DynamoGraphDeployment's status, its workload provider and
-// what keeps its pods from running (unschedulable, image pulls, crash loops, OOM kills, failing
-// readiness, the node under a pod NotReady or cordoned) while `up` waits for the graph.
+// what keeps its pods from running (unschedulable, image pulls, crash loops, OOM kills, the node
+// under a pod NotReady or cordoned) while `up` waits for the graph.
 //
 // It holds the types those readers return (LiveObject, GraphFailure, PodProblem) and the
 // functions that read them from an object (GraphFailureOf, ProblemsOf, NodeProblemOf), so package

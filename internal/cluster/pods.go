@@ -9,6 +9,7 @@ import (
 	"sync"
 
 	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
@@ -25,8 +26,9 @@ type PodProblem struct {
 	// reason is about ("" for the pod or its node).
 	Node, Container string
 	// Reason is Kubernetes' own: Unschedulable, ErrImagePull, ImagePullBackOff, InvalidImageName,
-	// CreateContainerConfigError, CreateContainerError, CrashLoopBackOff, OOMKilled, NotReady
-	// (Running, its readiness probe failing), NodeNotReady or NodeCordoned.
+	// ErrImageNeverPull, CreateContainerConfigError, CreateContainerError, RunContainerError,
+	// CrashLoopBackOff, OOMKilled, NodeNotReady or NodeCordoned; NodesUnread (no pod) when the
+	// credential may not list nodes.
 	Reason, Message string
 	// Restarts is the container's restart count; LastReason and LastExitCode how its previous run
 	// ended (Error, OOMKilled).
@@ -37,12 +39,16 @@ type PodProblem struct {
 	Terminal bool
 }
 
-// CrashLoopTerminalRestarts is the number of restarts after which a crash loop counts as terminal:
-// an engine that failed to start that often in a row fails for a reason a restart does not fix.
+// CrashLoopTerminalRestarts is the number of restarts after which a container in CrashLoopBackOff
+// counts as terminal: an engine that has failed that often and is failing again fails for a reason
+// a restart does not fix.
 const CrashLoopTerminalRestarts = 3
 
 // String is the problem as `up` shows it: the pod, node and container, the reason and the message.
 func (p PodProblem) String() string {
+	if p.Pod == "" {
+		return p.Reason + ": " + p.Message
+	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "pod %s", p.Pod)
 	if p.Component != "" {
@@ -75,14 +81,16 @@ func (p PodProblem) String() string {
 // Why each reason is, or is not, terminal:
 //   - InvalidImageName, ErrImageNeverPull: the pod's spec names an image that cannot be pulled, and
 //     only a new spec changes that;
-//   - OOMKilled: the memory limit does not grow by itself, and the engine allocates the same at its
-//     next start;
+//   - OOMKilled, in a container not Ready: the memory limit does not grow by itself, and the
+//     engine allocates the same at its next start;
 //   - CrashLoopBackOff after CrashLoopTerminalRestarts restarts;
 //   - not terminal: ErrImagePull and ImagePullBackOff (a registry outage or credentials that
 //     arrive late clear within minutes; the kubelet keeps retrying), CreateContainerConfigError (the
-//     missing Secret or ConfigMap may be created), CreateContainerError, a first crash or two, a
-//     readiness probe failing, an unschedulable pod (capacity frees up) and a node NotReady or
-//     cordoned (it may come back, or the pod be replaced).
+//     missing Secret or ConfigMap may be created), CreateContainerError, a first crash or two, an
+//     unschedulable pod (capacity frees up) and a node NotReady or cordoned (it may come back, or
+//     the pod be replaced).
+//
+// A Ready container has no problem, whatever its last exit or restart count: that is history.
 var terminalWaiting = []string{"InvalidImageName", "ErrImageNeverPull"}
 
 // reportedWaiting are the container waiting reasons worth a line in `up`'s output.
@@ -107,6 +115,10 @@ func ProblemsOf(p *corev1.Pod) []PodProblem {
 	}
 	var out []PodProblem
 	for _, s := range slices.Concat(p.Status.InitContainerStatuses, p.Status.ContainerStatuses) {
+		if s.Ready {
+			// Up now: an exit long ago (its last state, its restart count) is history.
+			continue
+		}
 		c := base
 		c.Container, c.Restarts = s.Name, s.RestartCount
 		if t := s.LastTerminationState.Terminated; t != nil {
@@ -124,11 +136,11 @@ func ProblemsOf(p *corev1.Pod) []PodProblem {
 				c.Reason = "OOMKilled"
 			}
 		case c.LastReason == "OOMKilled":
-			// Running again after it was OOMKilled: it allocates the same.
+			// Starting again after an OOM kill, not Ready: it allocates the same.
 			c.Reason, c.Terminal = "OOMKilled", true
-		case s.State.Running != nil && s.Started != nil && *s.Started && !s.Ready:
-			c.Reason, c.Message = "NotReady", "running and started, its readiness probe failing"
 		default:
+			// Running or starting: a readiness probe that has not passed yet is what every
+			// start looks like, so it is not reported.
 			continue
 		}
 		out = append(out, c)
@@ -154,54 +166,91 @@ func NodeProblemOf(n *corev1.Node) (reason, message string, ok bool) {
 // ComponentLabel is the label the Dynamo operator puts on every pod with its component's name.
 const ComponentLabel = "nvidia.com/dynamo-component"
 
-// WatchPodProblems calls report for each new problem of a pod of the graph, and of the node under
-// it, until ctx ends. A problem is reported once; it is reported again when it changes (another
-// reason, another restart count).
+// WatchPodProblems calls report for each problem of a pod of the graph, and of the node under it,
+// until ctx ends. A problem is reported once while it lasts; again when it changes (another reason,
+// or it becomes terminal) or when it comes back after it cleared. A restart count that grows in the
+// same crash loop is not a new problem. The nodes are watched only if the credential may list
+// them; if not, report gets one problem saying so (Reason NodesUnread), and pods are still watched.
 func (r *Reader) WatchPodProblems(ctx context.Context, namespace, graph string, report func(PodProblem)) error {
+	type key struct {
+		pod, container, node, reason string
+		terminal                     bool
+	}
 	var (
 		mu     sync.Mutex
-		seen   = map[PodProblem]bool{}
+		seen   = map[key]bool{}
 		podsOn = map[string]map[string]string{} // node → pod → component
 		nodeOf = map[string]string{}            // pod → node
 		bad    = map[string][2]string{}         // node → reason, message
 	)
-	once := func(p PodProblem) {
-		if !seen[p] {
-			seen[p] = true
-			report(p)
+	keyOf := func(p PodProblem) key { return key{p.Pod, p.Container, p.Node, p.Reason, p.Terminal} }
+	// podProblems reports a pod's current problems and forgets those it no longer has.
+	podProblems := func(pod string, now []PodProblem) {
+		current := map[key]bool{}
+		for _, p := range now {
+			k := keyOf(p)
+			current[k] = true
+			if !seen[k] {
+				seen[k] = true
+				report(p)
+			}
+		}
+		gone := now == nil // the pod is deleted: its node's problems go with it
+		for k := range seen {
+			if k.pod == pod && !current[k] && (gone || !strings.HasPrefix(k.reason, "Node")) {
+				delete(seen, k)
+			}
 		}
 	}
 	nodeProblems := func(node string) {
 		problem, isBad := bad[node]
+		for k := range seen {
+			if k.node == node && strings.HasPrefix(k.reason, "Node") && (!isBad || k.reason != problem[0]) {
+				delete(seen, k) // cleared, or changed: reported again if it comes back
+			}
+		}
 		if !isBad {
 			return
 		}
 		for _, pod := range slices.Sorted(maps.Keys(podsOn[node])) {
-			once(PodProblem{Pod: pod, Component: podsOn[node][pod], Node: node, Reason: problem[0], Message: problem[1]})
+			p := PodProblem{Pod: pod, Component: podsOn[node][pod], Node: node, Reason: problem[0], Message: problem[1]}
+			if k := keyOf(p); !seen[k] {
+				seen[k] = true
+				report(p)
+			}
 		}
 	}
+
+	var wg sync.WaitGroup
+	defer wg.Wait()
 	nodes := r.dynamic.Resource(nodesResource)
-	go func() {
-		_, _ = objwatch.Until(ctx, objwatch.All(nodes.List, nodes.Watch), &unstructured.Unstructured{}, nil, func(e watch.Event) (bool, error) {
-			u, ok := e.Object.(*unstructured.Unstructured)
-			if !ok {
+	if _, err := nodes.List(ctx, metav1.ListOptions{Limit: 1}); err != nil {
+		report(PodProblem{Reason: "NodesUnread", Message: "the nodes under the graph's pods are not followed: " + err.Error()})
+	} else {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, _ = objwatch.Until(ctx, objwatch.All(nodes.List, nodes.Watch), &unstructured.Unstructured{}, nil, func(e watch.Event) (bool, error) {
+				u, ok := e.Object.(*unstructured.Unstructured)
+				if !ok {
+					return false, nil
+				}
+				var n corev1.Node
+				if runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &n) != nil {
+					return false, nil
+				}
+				mu.Lock()
+				defer mu.Unlock()
+				if reason, msg, isBad := NodeProblemOf(&n); isBad && e.Type != watch.Deleted {
+					bad[n.Name] = [2]string{reason, msg}
+				} else {
+					delete(bad, n.Name)
+				}
+				nodeProblems(n.Name)
 				return false, nil
-			}
-			var n corev1.Node
-			if runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &n) != nil {
-				return false, nil
-			}
-			mu.Lock()
-			defer mu.Unlock()
-			if reason, msg, isBad := NodeProblemOf(&n); isBad && e.Type != watch.Deleted {
-				bad[n.Name] = [2]string{reason, msg}
-			} else {
-				delete(bad, n.Name)
-			}
-			nodeProblems(n.Name)
-			return false, nil
-		})
-	}()
+			})
+		}()
+	}
 	pods := r.dynamic.Resource(podsResource).Namespace(namespace)
 	_, err := objwatch.Until(ctx, objwatch.ByLabel(GraphLabel+"="+graph, pods.List, pods.Watch), &unstructured.Unstructured{}, nil, func(e watch.Event) (bool, error) {
 		u, ok := e.Object.(*unstructured.Unstructured)
@@ -218,21 +267,19 @@ func (r *Reader) WatchPodProblems(ctx context.Context, namespace, graph string, 
 			delete(podsOn[old], p.Name)
 		}
 		delete(nodeOf, p.Name)
-		if e.Type == watch.Deleted || p.DeletionTimestamp != nil || p.Spec.NodeName == "" {
-			for _, problem := range ProblemsOf(&p) {
-				once(problem)
-			}
+		if e.Type == watch.Deleted || p.DeletionTimestamp != nil {
+			podProblems(p.Name, nil)
 			return false, nil
 		}
-		nodeOf[p.Name] = p.Spec.NodeName
-		if podsOn[p.Spec.NodeName] == nil {
-			podsOn[p.Spec.NodeName] = map[string]string{}
+		podProblems(p.Name, ProblemsOf(&p))
+		if p.Spec.NodeName != "" {
+			nodeOf[p.Name] = p.Spec.NodeName
+			if podsOn[p.Spec.NodeName] == nil {
+				podsOn[p.Spec.NodeName] = map[string]string{}
+			}
+			podsOn[p.Spec.NodeName][p.Name] = p.Labels[ComponentLabel]
+			nodeProblems(p.Spec.NodeName)
 		}
-		podsOn[p.Spec.NodeName][p.Name] = p.Labels[ComponentLabel]
-		for _, problem := range ProblemsOf(&p) {
-			once(problem)
-		}
-		nodeProblems(p.Spec.NodeName)
 		return false, nil
 	})
 	return err

@@ -131,9 +131,10 @@ spec:
 
 // MakeNodeNotReady plays a tray whose kubelet stopped reporting: the box's kubelets stop
 // heartbeating it, and its Ready condition turns Unknown the way the node lifecycle controller
-// writes it when a kubelet falls silent (without waiting out its grace period). The node
-// lifecycle controller (kube-controller-manager) then marks its pods not Ready and taints it
-// unreachable, as in any cluster.
+// writes it when a kubelet falls silent (without waiting out its grace period). What the node
+// lifecycle controller (kube-controller-manager) does next is its own: it taints the node
+// unreachable, as in any cluster. A pod annotated with a TroubleAnnotation value the box does not
+// know is never started (it stays Pending).
 func (b *Box) MakeNodeNotReady(ctx context.Context, name string) error {
 	var n corev1.Node
 	if err := b.Client.Get(ctx, client.ObjectKey{Name: name}, &n); err != nil {

@@ -42,16 +42,23 @@ func TestBoxUpNamesWhatKeepsPodsFromRunning(t *testing.T) {
 		_, _, err := s.up(ctx)
 		done <- err
 	}()
+	// Every pod of the graph placed first: the node made NotReady is tainted unreachable, and a
+	// worker still to be placed would find no room left on this rack.
 	var node string
-	bound := poll.Until(ctx, 5*time.Minute, time.Second, "a prefill worker is bound to a node", func(ctx context.Context) (bool, error) {
-		pods, err := listPods(ctx, ns, client.MatchingLabels{"nvidia.com/dynamo-component": "PrefillWorker"})
+	bound := poll.Until(ctx, 5*time.Minute, time.Second, "the graph's 7 pods are bound to nodes", func(ctx context.Context) (bool, error) {
+		pods, err := listPods(ctx, ns, client.MatchingLabels{"nvidia.com/dynamo-graph-deployment-name": disaggGraph})
+		if err != nil || len(pods) < 7 {
+			return false, err
+		}
 		for _, p := range pods {
-			if p.Spec.NodeName != "" {
+			if p.Spec.NodeName == "" {
+				return false, nil
+			}
+			if p.Labels["nvidia.com/dynamo-component"] == "PrefillWorker" {
 				node = p.Spec.NodeName
-				return true, nil
 			}
 		}
-		return false, err
+		return true, nil
 	})
 	if bound == nil {
 		bound = rackBox(t).MakeNodeNotReady(ctx, node)

@@ -70,7 +70,8 @@ func TestUnschedulablePods(t *testing.T) {
 }
 
 // What a bound pod's container statuses say, in the shapes a kubelet writes them: the reason, the
-// restarts and the last exit, and whether it is terminal (cluster.PodProblem's Terminal).
+// restarts and the last exit, and whether it is terminal (cluster.PodProblem's Terminal). A Ready
+// container has none, and a readiness probe not yet passed is how every start looks.
 func TestContainerProblems(t *testing.T) {
 	started := true
 	pod := func(st corev1.ContainerStatus) *corev1.Pod {
@@ -109,7 +110,6 @@ func TestContainerProblems(t *testing.T) {
 			"OOMKilled (1 restarts, last exit OOMKilled, code 137): back-off 10s"},
 		{"OOM killed, running again", corev1.ContainerStatus{RestartCount: 1, State: running, LastTerminationState: ended("OOMKilled", 137)}, "OOMKilled", true, "OOMKilled"},
 		{"OOM killed now", corev1.ContainerStatus{State: ended("OOMKilled", 137)}, "OOMKilled", true, "OOMKilled"},
-		{"readiness failing", corev1.ContainerStatus{State: running, Started: &started}, "NotReady", false, "NotReady: running and started, its readiness probe failing"},
 	}
 	for _, tc := range cases {
 		ps := cluster.ProblemsOf(pod(tc.status))
@@ -124,7 +124,10 @@ func TestContainerProblems(t *testing.T) {
 	for name, st := range map[string]corev1.ContainerStatus{
 		"running and ready":              {State: running, Started: &started, Ready: true},
 		"still starting (startup probe)": {State: running, Started: &notStarted},
+		"started, readiness not passed":  {State: running, Started: &started},
 		"creating":                       {State: waiting("ContainerCreating", "")},
+		"Ready after an OOM kill long ago": {State: running, Started: &started, Ready: true, RestartCount: 4,
+			LastTerminationState: ended("OOMKilled", 137)},
 	} {
 		assert.Empty(t, cluster.ProblemsOf(pod(st)), name)
 	}
