@@ -184,11 +184,12 @@ func TestRestartIsOmittedUntilAnIDIsSet(t *testing.T) {
 
 func TestPodTemplatePatchIsTheEscapeHatch(t *testing.T) {
 	r := mustRun(t, "agg", map[string]string{"minimax-m3:worker": `{"podTemplatePatch": {"metadata": {"labels": {"team": "a"}},
-	  "spec": {"hostIPC": true, "containers": [{"name": "main", "env": [{"name": "NCCL_DEBUG", "value": "INFO"}]}],
+	  "spec": {"enableServiceLinks": false, "containers": [{"name": "main", "env": [{"name": "NCCL_DEBUG", "value": "INFO"}]}],
 	  "volumes": [{"name": "scratch", "emptyDir": {}}]}}}`})
 	w := graphSpec(t, r).Components[1].PodTemplate
 	assert.Equal(t, map[string]string{"team": "a"}, w.Labels)
-	assert.True(t, w.Spec.HostIPC)
+	require.NotNil(t, w.Spec.EnableServiceLinks)
+	assert.False(t, *w.Spec.EnableServiceLinks)
 	require.Len(t, w.Spec.Containers, 1, "containers merge by name")
 	assert.Equal(t, "INFO", envValue(t, w.Spec.Containers[0].Env, "NCCL_DEBUG"))
 	assert.Equal(t, "nvidia/MiniMax-M3-NVFP4", envValue(t, w.Spec.Containers[0].Env, "MODEL_NAME"), "env merges by name")
