@@ -47,7 +47,7 @@ unit: ## config and mocked-engine tests, under the race detector (Go and a C com
 	cd tests && $(TRIM) go test -race -count=1 ./suites/unit
 
 integration: toolchain browser ## the real engine, provider and API server with the CRDs from MINIMAX_M3_CRDS; the rack box (real control plane, kwok racks, real Dynamo operator)
-	cd tests && $(TRIM) go test -count=1 -timeout 45m -parallel 6 -v ./framework/rackbox ./suites/integration
+	cd tests && $(TRIM) go test -count=1 -timeout 45m -parallel 4 -v ./framework/rackbox ./suites/integration
 
 test: check unit integration ## every test: what CI runs
 
