@@ -104,6 +104,9 @@ func checkOwnership(ctx *pulumi.Context, reader ObjectReader, c *config.Config, 
 	for _, obj := range plannedObjects(c) {
 		live, found, err := reader.Read(ctx.Context(), obj.gvr, obj.namespace, obj.name)
 		if err != nil {
+			if c.Kubernetes.RequireRead {
+				return meta, unreadable(fmt.Errorf("reading %s: %w", obj, err))
+			}
 			_ = ctx.Log.Warn(fmt.Sprintf("not checking for existing objects the stack would take over: reading %s: %v", obj, err), nil)
 			return meta, nil
 		}

@@ -53,6 +53,11 @@ func place(ctx *pulumi.Context, reader ObjectReader, c *config.Config, meta Stac
 		return nil
 	}
 	pool, err := pr.Pool(ctx.Context())
+	if err != nil && c.Kubernetes.RequireRead {
+		var ps config.Problems
+		ps.Add("placement.check", "the pool's nodes and pods cannot be read, and kubernetes.requireRead will not let the scheduler alone place the graph: %v (turn placement.check off to let it)", err)
+		return ps
+	}
 	if err != nil {
 		_ = ctx.Log.Warn("not checking where the graph's workers fit (the scheduler alone places them): "+err.Error(), nil)
 		return nil

@@ -64,9 +64,12 @@ func Deploy(ctx *pulumi.Context, o Options) (pulumi.Map, error) {
 		reader = o.Cluster
 		if reader == nil {
 			r, err := cluster.New(o.Kubeconfig, c.Kubernetes.Context)
-			if err != nil {
+			switch {
+			case err != nil && c.Kubernetes.RequireRead:
+				return nil, unreadable(err)
+			case err != nil:
 				_ = ctx.Log.Warn("not checking for existing objects the stack would take over: "+err.Error(), nil)
-			} else {
+			default:
 				reader = r
 			}
 		}
@@ -214,4 +217,11 @@ func optionalString(s string) pulumi.StringPtrInput {
 		return nil
 	}
 	return pulumi.String(s)
+}
+
+// unreadable is the refusal of kubernetes.requireRead when the cluster cannot be read.
+func unreadable(err error) error {
+	var ps config.Problems
+	ps.Add("kubernetes.requireRead", "the cluster cannot be read, so no check can say that nothing another stack, team or tool manages would be taken over: %v", err)
+	return ps
 }

@@ -280,6 +280,10 @@ type KubernetesConfig struct {
 	// resource when it believes the cluster changed; with a fixed identifier, a change of context
 	// or kubeconfig for the same cluster is an update of the provider only.
 	ClusterIdentifier string `json:"clusterIdentifier"`
+	// RequireRead refuses to run when the cluster cannot be read: the ownership check (nothing
+	// another stack, team or tool manages is taken over) and the placement check then cannot be
+	// skipped with a warning. The portal sets it for every stack it runs.
+	RequireRead bool `json:"requireRead"`
 }
 
 // Workers returns the worker roles of the profile, in the graph's component order.

@@ -27,6 +27,10 @@ type Options struct {
 	SecretsProvider string
 	// EnvVars go to the Pulumi CLI and the provider: the passphrase, cloud credentials, KUBECONFIG.
 	EnvVars map[string]string
+	// Contexts are the kubeconfig contexts a request may name in kubernetes.context. Empty: none;
+	// every stack uses the kubeconfig's current context. The portal's kubeconfig may reach more
+	// clusters than its users may: a request names only the ones the operator of the portal lists.
+	Contexts []string
 }
 
 // Manager runs operations on stacks, one at a time per stack.

@@ -73,3 +73,30 @@ func TestAStackBeingCreatedIsListedAndKept(t *testing.T) {
 	require.Error(t, err)
 	assert.NotContains(t, m.RunningStacks(), "../state")
 }
+
+// A request names only a kubeconfig context the portal's operator listed (Options.Contexts): the
+// portal's kubeconfig may reach clusters its users may not. Refused at kubernetes.context before
+// the stack is reserved or its workspace written.
+func TestARequestNamesOnlyAListedContext(t *testing.T) {
+	FakePulumi(t, false)
+	ctx := context.Background()
+	for _, tc := range []struct {
+		allowed []string
+		want    string
+	}{
+		{nil, `kubernetes.context: "admin@prod" is not a context this portal lets requests use (none: leave it empty for the current context of the portal's kubeconfig)`},
+		{[]string{"gb200-eu", "gb200-us"}, `kubernetes.context: "admin@prod" is not a context this portal lets requests use (allowed: gb200-eu, gb200-us)`},
+	} {
+		m, err := New(Options{ProjectDir: "..", StateDir: t.TempDir(), Contexts: tc.allowed})
+		require.NoError(t, err)
+		r := NewRequest("agg", "agg-team-a")
+		r.Config.Namespace.Name, r.HFToken = "team-a", "hf_test"
+		r.Config.Kubernetes.Context = "admin@prod"
+		_, err = m.Preview(ctx, r, RunOptions{})
+		var invalid *InvalidRequestError
+		require.ErrorAs(t, err, &invalid)
+		assert.Contains(t, err.Error(), tc.want)
+		_, statErr := os.Stat(filepath.Join(m.o.StateDir, workspace("agg-team-a")))
+		assert.ErrorIs(t, statErr, os.ErrNotExist, "nothing written")
+	}
+}

@@ -170,13 +170,20 @@ func (m *Manager) configure(ctx context.Context, s automation.Stack, r Request) 
 
 // prepare validates the request, reserves the stack and writes its config.
 func (m *Manager) prepare(ctx context.Context, r Request, op string, o RunOptions) (context.Context, automation.Stack, func(), error) {
+	// A stack the portal runs never skips the ownership and placement checks because the cluster
+	// could not be read: it refuses instead (many teams share the cluster).
+	r.Config.Kubernetes.RequireRead = true
 	stored := false
 	if r.HFToken == "" && !r.Config.HuggingFace.ExistingSecret && r.Validate() != nil {
 		// The stack may hold the token already. (A request that switches to an existing Secret
 		// needs none: configure removes a stored one.)
 		stored = m.holdsToken(r.Name())
 	}
-	if ps := r.validate(stored); len(ps) > 0 {
+	ps := r.validate(stored)
+	if c := r.Config.Kubernetes.Context; c != "" && !slices.Contains(m.o.Contexts, c) {
+		ps.Add("kubernetes.context", "%q is not a context this portal lets requests use (%s)", c, contextList(m.o.Contexts))
+	}
+	if len(ps) > 0 {
 		return nil, automation.Stack{}, nil, ScrubError(&InvalidRequestError{Problems: ps}, r.HFToken)
 	}
 	ctx, release, err := m.acquire(ctx, r.Name(), op, o.Wait)
@@ -209,4 +216,11 @@ func (m *Manager) holdsToken(stack string) bool {
 	}
 	v, ok := f.Config[config.Key(config.HFTokenKey)].(map[string]any)
 	return ok && v["secure"] != nil
+}
+
+func contextList(cs []string) string {
+	if len(cs) == 0 {
+		return "none: leave it empty for the current context of the portal's kubeconfig"
+	}
+	return "allowed: " + strings.Join(cs, ", ")
 }

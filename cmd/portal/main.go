@@ -31,7 +31,7 @@ func run() error {
 	var insecureHTTP bool
 	var drain time.Duration
 	var maxStreams, maxEvents int
-	var basePath string
+	var basePath, contexts string
 	flag.StringVar(&addr, "addr", "127.0.0.1:8080", "listen address")
 	flag.StringVar(&tlsCert, "tls-cert", "", "serve TLS with this certificate (PEM; with -tls-key)")
 	flag.StringVar(&tlsKey, "tls-key", "", "the certificate's private key (PEM)")
@@ -44,6 +44,7 @@ func run() error {
 	flag.IntVar(&maxStreams, "max-streams", httpapi.DefaultMaxStreams, "event streams served at once (one more gets 429)")
 	flag.IntVar(&maxEvents, "max-events", httpapi.DefaultMaxEvents, "events kept per operation for the page and late streams (the oldest go first)")
 	flag.StringVar(&basePath, "base-path", "", "serve under this path prefix, for a reverse proxy forwarding it unchanged (/portal: the page at /portal/)")
+	flag.StringVar(&contexts, "contexts", "", "kubeconfig contexts a request may name in kubernetes.context, comma-separated (default: none; every stack uses the current context)")
 	flag.Parse()
 	if err := httpapi.CheckBasePath(basePath); err != nil {
 		return fmt.Errorf("-base-path: %w", err)
@@ -80,7 +81,8 @@ func run() error {
 	if !loopback && tlsCert == "" && !insecureHTTP {
 		return fmt.Errorf("refusing to serve plain HTTP on %s: the token crosses the network; give -tls-cert and -tls-key, or -insecure-http behind a TLS proxy", addr)
 	}
-	m, err := portal.New(portal.Options{ProjectDir: projectDir, StateDir: stateDir, BackendURL: backend, SecretsProvider: secretsProvider})
+	m, err := portal.New(portal.Options{ProjectDir: projectDir, StateDir: stateDir, BackendURL: backend, SecretsProvider: secretsProvider,
+		Contexts: splitList(contexts)})
 	if err != nil {
 		return err
 	}
@@ -136,4 +138,15 @@ func run() error {
 	}
 	fmt.Fprintln(os.Stderr, "stopped")
 	return nil
+}
+
+// splitList is a comma-separated flag's values, empty ones dropped.
+func splitList(s string) []string {
+	var out []string
+	for _, v := range strings.Split(s, ",") {
+		if v = strings.TrimSpace(v); v != "" {
+			out = append(out, v)
+		}
+	}
+	return out
 }

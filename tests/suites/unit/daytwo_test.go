@@ -1,7 +1,9 @@
 package unit
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"strings"
 	"testing"
 
@@ -9,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 	"github.com/theory/jsonpath"
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"minimax-m3/components"
 	"minimax-m3/config"
@@ -401,4 +404,27 @@ func TestPreviewWarnsOfRollsThatNeedASpareGPU(t *testing.T) {
 
 	def := parse(map[string]string{"worker": `{"vllm": {"maxNumSeqs": 48}}`})
 	assert.Empty(t, components.SurgingRolls(&def, live, digests(def)), "the default rollout needs no spare GPU")
+}
+
+// unreadableCluster is a cluster the credential cannot read (forbidden, unreachable).
+type unreadableCluster struct{}
+
+func (unreadableCluster) Read(context.Context, schema.GroupVersionResource, string, string) (components.LiveObject, bool, error) {
+	return components.LiveObject{}, false, errors.New(`namespaces "inference" is forbidden: User "portal" cannot get resource "namespaces"`)
+}
+
+// A cluster that cannot be read skips the ownership check with a warning, unless
+// kubernetes.requireRead (which the portal sets for every stack) refuses instead, before any
+// resource is registered: on a cluster many teams share, nothing may be taken over unchecked.
+func TestRequireReadRefusesWhatCannotBeChecked(t *testing.T) {
+	r, err := runWith(t, components.Options{Cluster: unreadableCluster{}}, "agg", nil)
+	require.NoError(t, err)
+	assert.NotEmpty(t, r.resources)
+
+	r, err = runWith(t, components.Options{Cluster: unreadableCluster{}}, "agg", map[string]string{"minimax-m3:kubernetes": `{"requireRead": true}`})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), `minimax-m3:kubernetes.requireRead: the cluster cannot be read, so no check can say that nothing another stack, team or tool manages would be taken over: reading DynamoGraphDeployment inference/minimax-m3-agg-gb200-agentic: namespaces "inference" is forbidden`)
+	if r != nil {
+		assert.Empty(t, r.resources, "nothing registered")
+	}
 }
