@@ -101,3 +101,6 @@ func (r *Reader) JobResult(ctx context.Context, namespace, job, container string
 	}
 	return msg, nil
 }
+
+// NewFromClients is a Reader on clients the caller made (a fake clientset in tests).
+func NewFromClients(md metadata.Interface, dyn dynamic.Interface) *Reader { return &Reader{md, dyn} }

@@ -1,0 +1,106 @@
+package unit
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
+
+	"minimax-m3/internal/cluster"
+)
+
+// What `up` hears while the graph's pods and the node under them change: each problem once while
+// it lasts (a crash loop's growing restart count is not a new one), the node's problem for the pod
+// on it, and again when it comes back after it cleared. (A fake dynamic client stands for the API
+// server's watches; the rack box drives the real ones in box_troubles_test.go.)
+func TestWatchPodProblemsReportsEachOnceWhileItLasts(t *testing.T) {
+	pods := schema.GroupVersionResource{Version: "v1", Resource: "pods"}
+	nodes := schema.GroupVersionResource{Version: "v1", Resource: "nodes"}
+	node := func(ready corev1.ConditionStatus) *unstructured.Unstructured {
+		n := &corev1.Node{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Node"}, ObjectMeta: metav1.ObjectMeta{Name: "tray-01"}}
+		n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: ready, Reason: "NodeStatusUnknown", Message: "Kubelet stopped posting node status."}}
+		return toUnstructured(t, n)
+	}
+	pod := func(restarts int32) *unstructured.Unstructured {
+		p := &corev1.Pod{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
+			ObjectMeta: metav1.ObjectMeta{Namespace: "inference", Name: "g-worker-a", Labels: map[string]string{cluster.GraphLabel: "g", cluster.ComponentLabel: "Worker"}},
+			Spec:       corev1.PodSpec{NodeName: "tray-01"},
+			Status: corev1.PodStatus{ContainerStatuses: []corev1.ContainerStatus{{Name: "main", RestartCount: restarts,
+				State:                corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: "CrashLoopBackOff", Message: "back-off"}},
+				LastTerminationState: corev1.ContainerState{Terminated: &corev1.ContainerStateTerminated{Reason: "Error", ExitCode: 1}}}}},
+		}
+		return toUnstructured(t, p)
+	}
+	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
+		map[schema.GroupVersionResource]string{pods: "PodList", nodes: "NodeList"}, node(corev1.ConditionTrue), pod(3))
+	r := cluster.NewFromClients(nil, dyn)
+
+	ctx, cancel := context.WithCancel(context.Background())
+	reports := make(chan cluster.PodProblem, 16)
+	done := make(chan error, 1)
+	go func() { done <- r.WatchPodProblems(ctx, "inference", "g", func(p cluster.PodProblem) { reports <- p }) }()
+	next := func(what string) cluster.PodProblem {
+		select {
+		case p := <-reports:
+			return p
+		case <-time.After(20 * time.Second):
+			t.Fatalf("no report: %s", what)
+			return cluster.PodProblem{}
+		}
+	}
+	none := func(what string) {
+		select {
+		case p := <-reports:
+			t.Errorf("%s: reported %s", what, p)
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+	update := func(gvr schema.GroupVersionResource, ns string, obj *unstructured.Unstructured) {
+		if ns == "" {
+			_, err := dyn.Resource(gvr).Update(ctx, obj, metav1.UpdateOptions{})
+			require.NoError(t, err)
+			return
+		}
+		_, err := dyn.Resource(gvr).Namespace(ns).Update(ctx, obj, metav1.UpdateOptions{})
+		require.NoError(t, err)
+	}
+
+	crash := next("the crash loop")
+	assert.Equal(t, "CrashLoopBackOff", crash.Reason)
+	assert.True(t, crash.Terminal)
+	update(pods, "inference", pod(4))
+	none("the same crash loop, one restart more")
+
+	update(nodes, "", node(corev1.ConditionUnknown))
+	down := next("the node NotReady")
+	assert.Equal(t, cluster.PodProblem{Pod: "g-worker-a", Component: "Worker", Node: "tray-01", Reason: "NodeNotReady",
+		Message: "Ready is Unknown: NodeStatusUnknown Kubelet stopped posting node status."}, down)
+	update(pods, "inference", pod(5))
+	none("the pod changes on the same NotReady node")
+	update(nodes, "", node(corev1.ConditionTrue))
+	none("the node back")
+	update(nodes, "", node(corev1.ConditionUnknown))
+	assert.Equal(t, down, next("the node NotReady again"))
+
+	cancel()
+	select {
+	case <-done:
+	case <-time.After(20 * time.Second):
+		t.Fatal("the watch did not end with its context")
+	}
+}
+
+func toUnstructured(t *testing.T, obj any) *unstructured.Unstructured {
+	t.Helper()
+	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
+	require.NoError(t, err)
+	return &unstructured.Unstructured{Object: m}
+}
