@@ -196,7 +196,7 @@ func TestEveryTypedFieldSetThroughTheCLIReadsBackTheSame(t *testing.T) {
 				role + ".scheduling.tolerations[0].operator=Exists",
 				role + ".scheduling.tolerations[0].effect=NoSchedule",
 				role + ".probes.startup.failureThreshold=1560",
-				role + ".podTemplatePatch.spec.hostIPC=true",
+				role + ".podTemplatePatch.spec.enableServiceLinks=false",
 				"modelDownload.scheduling.nodeSelector.pool=cpu",
 			} {
 				args = append(args, "--plaintext", "minimax-m3:"+kv)
@@ -211,7 +211,8 @@ func TestEveryTypedFieldSetThroughTheCLIReadsBackTheSame(t *testing.T) {
 			assert.Equal(t, []string{"gb200"}, pod.Affinity.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms[0].MatchExpressions[0].Values)
 			assert.Equal(t, "nvidia.com/gpu", pod.Tolerations[0].Key)
 			assert.EqualValues(t, 1560, pod.Containers[0].StartupProbe.FailureThreshold)
-			assert.True(t, pod.HostIPC)
+			require.NotNil(t, pod.EnableServiceLinks)
+			assert.False(t, *pod.EnableServiceLinks)
 			job := mustGet(t, jobGVK, ns, "minimax-m3-model-download")
 			selector, _, _ := unstructured.NestedStringMap(job.Object, "spec", "template", "spec", "nodeSelector")
 			assert.Equal(t, map[string]string{"pool": "cpu"}, selector)
