@@ -92,7 +92,8 @@ func TestWatchPodProblemsReportsEachOnceWhileItLasts(t *testing.T) {
 
 	cancel()
 	select {
-	case <-done:
+	case err := <-done:
+		assert.ErrorIs(t, err, context.Canceled)
 	case <-time.After(20 * time.Second):
 		t.Fatal("the watch did not end with its context")
 	}
