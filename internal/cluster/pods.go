@@ -231,12 +231,8 @@ func (r *Reader) WatchPodProblems(ctx context.Context, namespace, graph string, 
 		go func() {
 			defer wg.Done()
 			_, _ = objwatch.Until(ctx, objwatch.All(nodes.List, nodes.Watch), &unstructured.Unstructured{}, nil, func(e watch.Event) (bool, error) {
-				u, ok := e.Object.(*unstructured.Unstructured)
-				if !ok {
-					return false, nil
-				}
 				var n corev1.Node
-				if runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &n) != nil {
+				if !typed(e, &n) {
 					return false, nil
 				}
 				mu.Lock()
@@ -253,12 +249,8 @@ func (r *Reader) WatchPodProblems(ctx context.Context, namespace, graph string, 
 	}
 	pods := r.dynamic.Resource(podsResource).Namespace(namespace)
 	_, err := objwatch.Until(ctx, objwatch.ByLabel(GraphLabel+"="+graph, pods.List, pods.Watch), &unstructured.Unstructured{}, nil, func(e watch.Event) (bool, error) {
-		u, ok := e.Object.(*unstructured.Unstructured)
-		if !ok {
-			return false, nil
-		}
 		var p corev1.Pod
-		if runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &p) != nil {
+		if !typed(e, &p) {
 			return false, nil
 		}
 		mu.Lock()
@@ -283,4 +275,10 @@ func (r *Reader) WatchPodProblems(ctx context.Context, namespace, graph string, 
 		return false, nil
 	})
 	return err
+}
+
+// typed reads a watch event's object into a typed one; false when it is not one.
+func typed[T any](e watch.Event, into *T) bool {
+	u, ok := e.Object.(*unstructured.Unstructured)
+	return ok && runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, into) == nil
 }
