@@ -24,6 +24,11 @@ type ComputeDomain struct {
 	pulumi.ResourceState
 	Name                 pulumi.StringOutput `pulumi:"name"`
 	ChannelClaimTemplate pulumi.StringOutput `pulumi:"channelClaimTemplate"`
+	// Ready lists what a graph must wait for: the ComputeDomain object when this component creates
+	// it, nothing when it uses an existing channel. Depending on the component itself is not
+	// enough: the SDK records a component's children as their registrations start, so a resource
+	// registered right after the component could miss them.
+	Ready []pulumi.Resource `pulumi:"-"`
 }
 
 const computeDomainAPIVersion = "resource.nvidia.com/v1beta1"
@@ -50,6 +55,7 @@ func NewComputeDomain(ctx *pulumi.Context, name string, args *ComputeDomainArgs,
 			return nil, err
 		}
 		cd.Name = res.Metadata.Name().Elem()
+		cd.Ready = []pulumi.Resource{res}
 	}
 	return cd, ctx.RegisterResourceOutputs(cd, pulumi.Map{"name": cd.Name, "channelClaimTemplate": cd.ChannelClaimTemplate})
 }

@@ -91,7 +91,7 @@ func NewMiniMaxM3(ctx *pulumi.Context, name string, args *MiniMaxM3Args, opts ..
 			return nil, err
 		}
 		cacheArgs.HFTokenSecret = c.HuggingFace.SecretName
-		cacheArgs.Requires = []pulumi.Resource{token}
+		cacheArgs.Requires = token.Ready
 	}
 	cache, err := NewModelCache(ctx, "model-cache", cacheArgs, parent)
 	if err != nil {
@@ -111,7 +111,7 @@ func NewMiniMaxM3(ctx *pulumi.Context, name string, args *MiniMaxM3Args, opts ..
 	}
 
 	graph, err := NewGraph(ctx, "graph", &GraphArgs{Namespace: ns.Name, Config: c, Meta: args.Meta, LegacyName: legacy + "-graph", Status: args.GraphStatus},
-		parent, pulumi.DependsOn(append([]pulumi.Resource{cd}, cache.Ready...)))
+		parent, pulumi.DependsOn(append(append([]pulumi.Resource{}, cd.Ready...), cache.Ready...)))
 	if err != nil {
 		return nil, err
 	}

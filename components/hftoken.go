@@ -23,6 +23,10 @@ type HFTokenSecretArgs struct {
 type HFTokenSecret struct {
 	pulumi.ResourceState
 	SecretName pulumi.StringOutput `pulumi:"secretName"`
+	// Ready lists what a reader of the token must wait for: the Secret when this component
+	// creates it, nothing when the user brought their own (see ComputeDomain.Ready for why not
+	// the component itself).
+	Ready []pulumi.Resource `pulumi:"-"`
 }
 
 // NewHFTokenSecret creates the token Secret from a Pulumi secret, or uses an existing one.
@@ -49,6 +53,7 @@ func NewHFTokenSecret(ctx *pulumi.Context, name string, args *HFTokenSecretArgs,
 			return nil, err
 		}
 		s.SecretName = secret.Metadata.Name().Elem()
+		s.Ready = []pulumi.Resource{secret}
 	}
 	return s, ctx.RegisterResourceOutputs(s, pulumi.Map{"secretName": s.SecretName})
 }

@@ -53,7 +53,7 @@ func NewModelCache(ctx *pulumi.Context, name string, args *ModelCacheArgs, opts 
 	}
 	mc.ClaimName = pulumi.String(args.Cache.ClaimName).ToStringOutput()
 
-	deps := args.Requires
+	deps := append([]pulumi.Resource{}, args.Requires...)
 	if args.Cache.Create {
 		pvc, err := corev1.NewPersistentVolumeClaim(ctx, name, &corev1.PersistentVolumeClaimArgs{
 			Metadata: &metav1.ObjectMetaArgs{

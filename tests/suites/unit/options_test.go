@@ -54,12 +54,17 @@ func TestDownloadDeadlinesCapTheBackOff(t *testing.T) {
 	assert.Equal(t, 2*time.Minute, none, "no retry, no back-off")
 }
 
+// The graph names the Job and the ComputeDomain themselves, not their components: the SDK
+// records a component's children as their registrations start, so depending on a component
+// registered just before could miss them (this failed about one run in a few hundred under -race).
 func TestGraphWaitsForTheDownloadAndTheComputeDomain(t *testing.T) {
 	r := mustRun(t, "agg", nil)
 	graph := r.one(t, "minimax-m3:index:DynamoGraph")
 	deps := strings.Join(graph.RPC.GetDependencies(), " ")
 	assert.Contains(t, deps, "kubernetes:batch/v1:Job::model-download")
 	assert.Contains(t, deps, "kubernetes:resource.nvidia.com/v1beta1:ComputeDomain::compute-domain")
+	job := r.one(t, "kubernetes:batch/v1:Job")
+	assert.Contains(t, strings.Join(job.RPC.GetDependencies(), " "), "kubernetes:core/v1:Secret::hf-token", "the download waits for its token")
 	dgd := r.customResource(t, "DynamoGraphDeployment")
 	assert.Equal(t, "2h0m0s", dgd.RPC.GetCustomTimeouts().GetCreate(), "a create starts every pod at once")
 	assert.Equal(t, "6h0m0s", dgd.RPC.GetCustomTimeouts().GetUpdate(), "the default rollout replaces 3 workers one at a time")
