@@ -118,7 +118,7 @@ func NewMiniMaxM3(ctx *pulumi.Context, name string, args *MiniMaxM3Args, opts ..
 
 	if c.SmokeTest.Enabled {
 		if c.Readiness.WaitForReady {
-			d.SmokeTest, err = NewSmokeTest(ctx, "smoke-test", &SmokeTestArgs{Namespace: ns.Name, Config: c, Meta: args.Meta, Graph: graph.Object, Results: args.Results}, parent)
+			d.SmokeTest, err = NewSmokeTest(ctx, "smoke-test", &SmokeTestArgs{Namespace: ns.Name, Config: c, Meta: args.Meta, GraphReady: graph.Ready, Results: args.Results}, parent)
 			if err != nil {
 				return nil, err
 			}

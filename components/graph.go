@@ -35,8 +35,10 @@ type GraphArgs struct {
 	Config    *config.Config
 	// LegacyName is the component's logical name under the first naming scheme.
 	LegacyName string
-	// Status follows the operator's status of the graph during `up`, to report its failures; nil
-	// does not.
+	// Status, when the cluster can be read, lets the program wait for the graph's Ready itself
+	// instead of the provider (followGraph): it names the failures of the graph's pods while it
+	// waits and ends `up` on one that does not clear by itself. With nil the provider waits, and
+	// nothing is reported until its timeout.
 	Status GraphStatusWatcher
 }
 
@@ -45,8 +47,12 @@ type Graph struct {
 	pulumi.ResourceState
 	Name      pulumi.StringOutput `pulumi:"name"`
 	ConfigMap pulumi.StringOutput `pulumi:"configMap"`
-	// Object is the DynamoGraphDeployment, for what must wait for its Ready.
+	// Object is the DynamoGraphDeployment.
 	Object pulumi.Resource
+	// Ready resolves to the DynamoGraphDeployment once it is Ready (at once in a preview, or with
+	// readiness.waitForReady off): what needs a Ready graph depends on it with
+	// pulumi.DependsOnInputs.
+	Ready pulumi.ResourceArrayOutput
 }
 
 // NewGraph creates the ConfigMap and the DynamoGraphDeployment and, unless disabled, waits until
@@ -106,7 +112,8 @@ func NewGraph(ctx *pulumi.Context, name string, args *GraphArgs, opts ...pulumi.
 			ignore = append(ignore, fmt.Sprintf("spec.components[%d].replicas", i))
 		}
 	}
-	annotations, timeouts := readiness(c.Readiness, c.Restart.ID, c.RolloutWaves())
+	programWaits := args.Status != nil && c.Readiness.WaitForReady
+	annotations, timeouts := readiness(c.Readiness, c.Restart.ID, c.RolloutWaves(), programWaits)
 	digests := templateDigests(spec)
 	for k, v := range digests {
 		annotations[k] = pulumi.String(v)
@@ -137,14 +144,19 @@ func NewGraph(ctx *pulumi.Context, name string, args *GraphArgs, opts ...pulumi.
 	if err != nil {
 		return nil, err
 	}
-	if args.Status != nil && c.Readiness.WaitForReady && !ctx.DryRun() {
-		reportGraphFailures(ctx, args.Status, g, dgd, c.Namespace.Name, c.GraphName, c.Readiness.Timeout)
+	g.Ready = pulumi.ResourceArray{pulumi.NewResourceInput(dgd)}.ToResourceArrayOutput()
+	if programWaits && !ctx.DryRun() {
+		create, update := readinessBudgets(c.Readiness, c.RolloutWaves())
+		g.Ready = followGraph(ctx, args.Status, g, dgd, &graphWait{
+			namespace: c.Namespace.Name, name: c.GraphName, restartID: c.Restart.ID,
+			timeout: c.Readiness.Timeout, create: create, update: update,
+		})
 	}
 	if err := newDisruptionBudgets(ctx, g, args); err != nil {
 		return nil, err
 	}
 	g.Object = dgd
-	g.Name = dgd.Metadata.Name().Elem()
+	g.Name = pulumi.All(dgd.Metadata.Name().Elem(), g.Ready).ApplyT(func(v []any) string { return v[0].(string) }).(pulumi.StringOutput)
 	g.ConfigMap = cm.Metadata.Name().Elem()
 	return g, ctx.RegisterResourceOutputs(g, pulumi.Map{"name": g.Name, "configMap": g.ConfigMap})
 }
@@ -153,17 +165,25 @@ func graphTypeToken(apiVersion string) string {
 	return "kubernetes:" + apiVersion + ":DynamoGraphDeployment"
 }
 
-// readiness turns the readiness config into the provider's await annotation and timeouts.
-// readiness.timeout bounds one round of pod starts: a create starts every pod at once; an update
-// may replace them in waves rounds (config.RolloutWaves), and waits for each.
-func readiness(r config.ReadinessConfig, restartID string, waves int) (pulumi.StringMap, *pulumi.CustomTimeouts) {
+// readiness turns the readiness config into the provider's await annotation and timeouts: the
+// provider waits (pulumi.com/waitFor) unless the program does (programWaits, followGraph) or
+// nothing does (readiness.waitForReady off).
+func readiness(r config.ReadinessConfig, restartID string, waves int, programWaits bool) (pulumi.StringMap, *pulumi.CustomTimeouts) {
 	del, _ := time.ParseDuration(r.DeleteTimeout) // validated
-	if !r.WaitForReady {
+	if !r.WaitForReady || programWaits {
 		return pulumi.StringMap{"pulumi.com/skipAwait": pulumi.String("true")}, &pulumi.CustomTimeouts{Delete: fmt.Sprint(del)}
 	}
-	d, _ := time.ParseDuration(r.Timeout) // validated
+	create, update := readinessBudgets(r, waves)
 	return pulumi.StringMap{"pulumi.com/waitFor": pulumi.String(WaitFor(restartID))},
-		&pulumi.CustomTimeouts{Create: fmt.Sprint(d), Update: fmt.Sprint(d * time.Duration(max(waves, 1))), Delete: fmt.Sprint(del)}
+		&pulumi.CustomTimeouts{Create: fmt.Sprint(create), Update: fmt.Sprint(update), Delete: fmt.Sprint(del)}
+}
+
+// readinessBudgets is how long `up` waits for the graph's Ready. readiness.timeout bounds one round
+// of pod starts: a create starts every pod at once; an update may replace them in waves rounds
+// (config.RolloutWaves), and waits for each.
+func readinessBudgets(r config.ReadinessConfig, waves int) (create, update time.Duration) {
+	d, _ := time.ParseDuration(r.Timeout) // validated
+	return d, d * time.Duration(max(waves, 1))
 }
 
 // WaitFor is the graph's pulumi.com/waitFor annotation. The operator sets Ready once every

@@ -2,10 +2,16 @@ package components
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"minimax-m3/internal/cluster"
+	"strings"
+	"sync"
+	"time"
 
+	"github.com/pulumi/pulumi-kubernetes/sdk/v4/go/kubernetes/apiextensions"
 	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
+
+	"minimax-m3/internal/cluster"
 )
 
 // GraphStatusWatcher follows a graph's status while `up` waits for it.
@@ -18,35 +24,143 @@ type GraphStatusWatcher interface {
 	// WatchPodProblems calls report for each new problem of a pod of the graph, or of the node
 	// under it, with Kubernetes' reason, until ctx ends.
 	WatchPodProblems(ctx context.Context, namespace, graph string, report func(cluster.PodProblem)) error
+	// WaitGraphReady returns once the graph is Ready for generation and restartID
+	// (cluster.ReadyFor), or with ctx's error; the last Ready condition seen is in *last.
+	WaitGraphReady(ctx context.Context, namespace, name string, generation int64, restartID string, last *cluster.Condition) error
 }
 
-// reportGraphFailures shows, while `up` waits for the graph, each failure the Dynamo operator
-// reports for the generation this `up` writes, and each problem of the graph's pods and their
-// nodes (cluster.PodProblem), as a warning on the graph's component: its reason and message are in
-// the output as Kubernetes reports them, and in `up`'s error when the wait ends. The provider's
-// wait itself cannot end early on a failure (it ends at readiness.timeout), nor say why.
-func reportGraphFailures(ctx *pulumi.Context, w GraphStatusWatcher, g *Graph, dgd pulumi.Resource, namespace, name, timeout string) {
+// The cluster's reader is the watcher `up` uses (components.Deploy finds it by this interface).
+var _ GraphStatusWatcher = (*cluster.Reader)(nil)
+
+// graphWait is what `up` waits for after writing the graph: Ready for what it wrote, within the
+// create's or the update's budget.
+type graphWait struct {
+	namespace, name, restartID string
+	// timeout is readiness.timeout as written, for messages; create and update are the budgets.
+	timeout        string
+	create, update time.Duration
+}
+
+// followGraph waits for the graph in place of the provider (the graph carries
+// pulumi.com/skipAwait): the returned output resolves to the graph once the operator reports it
+// Ready for the generation `up` wrote, and fails `up` at once on a terminal problem
+// (cluster.PodProblem.Terminal: it does not clear without a change), or at the end of the budget
+// with the operator's last Ready condition and the problems seen, instead of the provider's bare
+// "timed out". While it waits, each failure the Dynamo operator reports for a generation this `up`
+// writes, and each problem of the graph's pods and their nodes, is a warning on the graph's
+// component, with Kubernetes' reason and message.
+func followGraph(ctx *pulumi.Context, w GraphStatusWatcher, g *Graph, dgd *apiextensions.CustomResource, wait *graphWait) pulumi.ResourceArrayOutput {
 	rctx, cancel := context.WithCancel(context.Background())
-	before, err := w.GraphGeneration(rctx, namespace, name)
-	if err != nil {
-		cancel()
-		_ = ctx.Log.Warn("not following the Dynamo operator's status of the graph: "+err.Error(), &pulumi.LogArgs{Resource: g})
-		return
+	ns, name := wait.namespace, wait.name
+	before, err := w.GraphGeneration(rctx, ns, name)
+	budget := wait.update
+	switch {
+	case err != nil:
+		_ = ctx.Log.Warn("cannot tell whether the graph exists, so up waits for it as long as for an update: "+err.Error(), &pulumi.LogArgs{Resource: g})
+	case before == 0:
+		budget = wait.create
 	}
 	go func() {
-		_ = w.WatchGraphFailures(rctx, namespace, name, before, func(f cluster.GraphFailure) {
+		_ = w.WatchGraphFailures(rctx, ns, name, before, func(f cluster.GraphFailure) {
 			_ = ctx.Log.Warn(fmt.Sprintf("the Dynamo operator reports DynamoGraphDeployment %s/%s failed at generation %d: %s: %s "+
-				"(up waits for Ready until readiness.timeout, %s, in case it recovers: Ctrl-C stops waiting)", namespace, name, f.Generation, f.Reason, f.Message, timeout),
+				"(up waits for Ready until readiness.timeout, %s, in case it recovers: Ctrl-C stops waiting)", ns, name, f.Generation, f.Reason, f.Message, wait.timeout),
 				&pulumi.LogArgs{Resource: g})
 		})
 	}()
+	seen := &problemLog{terminal: make(chan cluster.PodProblem, 1)}
 	go func() {
-		_ = w.WatchPodProblems(rctx, namespace, name, func(p cluster.PodProblem) {
-			_ = ctx.Log.Warn(PodProblemMessage(namespace, name, p, timeout), &pulumi.LogArgs{Resource: g})
+		_ = w.WatchPodProblems(rctx, ns, name, func(p cluster.PodProblem) {
+			_ = ctx.Log.Warn(PodProblemMessage(ns, name, p, wait.timeout), &pulumi.LogArgs{Resource: g})
+			seen.add(p)
 		})
 	}()
-	// The graph's registration returns once the provider's wait ended, either way.
-	dgd.URN().ApplyT(func(string) string { cancel(); return "" })
+	return dgd.Metadata.Generation().ApplyT(func(gen *int) ([]pulumi.Resource, error) {
+		defer cancel()
+		written := int64(0)
+		if gen != nil {
+			written = int64(*gen)
+		}
+		_ = ctx.Log.Info(fmt.Sprintf("waiting for DynamoGraphDeployment %s/%s to be Ready at generation %d (at most %s)", ns, name, written, budget), &pulumi.LogArgs{Resource: g})
+		if err := wait.untilReady(rctx, w, written, budget, seen); err != nil {
+			_ = ctx.Log.Error(err.Error(), &pulumi.LogArgs{Resource: dgd})
+			return nil, err
+		}
+		return []pulumi.Resource{dgd}, nil
+	}).(pulumi.ResourceArrayOutput)
+}
+
+// untilReady waits for the graph to be Ready for generation, ending early on a terminal problem.
+func (w *graphWait) untilReady(ctx context.Context, watcher GraphStatusWatcher, generation int64, budget time.Duration, seen *problemLog) error {
+	wctx, cancel := context.WithTimeout(ctx, budget)
+	defer cancel()
+	var (
+		last     cluster.Condition
+		terminal *cluster.PodProblem
+	)
+	stopped := make(chan struct{})
+	go func() {
+		select {
+		case p := <-seen.terminal:
+			terminal = &p
+			cancel()
+		case <-wctx.Done():
+		}
+		close(stopped)
+	}()
+	err := watcher.WaitGraphReady(wctx, w.namespace, w.name, generation, w.restartID, &last)
+	cancel()
+	<-stopped
+	switch {
+	case terminal != nil:
+		return fmt.Errorf("DynamoGraphDeployment %s/%s cannot become Ready without a change: %s "+
+			"(docs/day-two.md#troubleshooting); up stopped waiting instead of running into readiness.timeout, %s",
+			w.namespace, w.name, terminal, w.timeout)
+	case err == nil:
+		return nil
+	case errors.Is(err, context.DeadlineExceeded):
+		msg := fmt.Sprintf("DynamoGraphDeployment %s/%s was not Ready at generation %d within %s (readiness.timeout, %s",
+			w.namespace, w.name, generation, budget, w.timeout)
+		if budget != w.create {
+			msg += ", for each round of the rollout"
+		}
+		msg += ")"
+		if last.Status != "" {
+			msg += fmt.Sprintf("; the operator's Ready condition: %s, %s: %s", last.Status, last.Reason, last.Message)
+		}
+		if ps := seen.recent(); len(ps) > 0 {
+			msg += "; what kept its pods from running: " + strings.Join(ps, "; ")
+		}
+		return errors.New(msg)
+	default:
+		return fmt.Errorf("DynamoGraphDeployment %s/%s: waiting for Ready: %w", w.namespace, w.name, err)
+	}
+}
+
+// problemLog keeps the problems of the graph's pods reported during the wait, and hands the first
+// terminal one to the wait.
+type problemLog struct {
+	mu       sync.Mutex
+	all      []string
+	terminal chan cluster.PodProblem
+}
+
+func (l *problemLog) add(p cluster.PodProblem) {
+	l.mu.Lock()
+	l.all = append(l.all, p.String())
+	l.mu.Unlock()
+	if p.Terminal {
+		select {
+		case l.terminal <- p:
+		default:
+		}
+	}
+}
+
+// recent is the last few problems, for a timeout's message.
+func (l *problemLog) recent() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return append([]string(nil), l.all[max(0, len(l.all)-5):]...)
 }
 
 // PodProblemMessage is how `up` shows a problem of one of the graph's pods: Kubernetes' reason with
@@ -55,7 +169,7 @@ func PodProblemMessage(namespace, graph string, p cluster.PodProblem, timeout st
 	what := "up waits for Ready until readiness.timeout, " + timeout + ", in case it clears: Ctrl-C stops waiting"
 	switch {
 	case p.Terminal:
-		what = "this does not clear without a change (docs/day-two.md#troubleshooting); up still waits until readiness.timeout, " + timeout + ": Ctrl-C stops waiting"
+		what = "this does not clear without a change: docs/day-two.md#troubleshooting"
 	case p.Reason == "Unschedulable":
 		what = "up waits for Ready until readiness.timeout, " + timeout + ", in case capacity frees up: Ctrl-C stops waiting"
 	}

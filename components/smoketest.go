@@ -180,8 +180,8 @@ type SmokeTestArgs struct {
 	Meta      StackMeta
 	Namespace pulumi.StringInput
 	Config    *config.Config
-	// Graph is the DynamoGraphDeployment the test waits for (its Ready).
-	Graph pulumi.Resource
+	// GraphReady is the graph's Ready (Graph.Ready): the test starts once it resolves.
+	GraphReady pulumi.ResourceArrayInput
 	// Results reads the finished pod's result; nil leaves the result out of the stack output.
 	Results JobResultReader
 }
@@ -215,7 +215,7 @@ func NewSmokeTest(ctx *pulumi.Context, name string, args *SmokeTestArgs, opts ..
 		Spec:        SmokeTestJobSpec(c),
 	},
 		pulumi.Parent(s),
-		pulumi.DependsOn([]pulumi.Resource{args.Graph}),
+		pulumi.DependsOnInputs(args.GraphReady),
 		// Kubernetes' activeDeadlineSeconds ends a hanging test first (DeadlineExceeded).
 		pulumi.Timeouts(&pulumi.CustomTimeouts{Create: wait, Update: wait}),
 	)

@@ -145,6 +145,15 @@ func ReadyCondition(g *unstructured.Unstructured) (Condition, bool) {
 // It is what the benchmark sweep waits for between points. (The provider's await for `up` also
 // takes a Ready that carries neither generation.)
 func ReadyAtGeneration(g *unstructured.Unstructured) bool {
+	return ReadyFor(g, g.GetGeneration(), "")
+}
+
+// ReadyFor says whether the graph is Ready for what `up` wrote: Ready True observed at generation
+// or above (the condition's observedGeneration, else status.observedGeneration), and with a
+// restart ID, on the same observation, the operator's restart status at that ID and finished
+// (Completed, or Superseded by a rollout that replaces every pod anyway). It is the condition of
+// the provider's await (components.WaitFor), but a Ready carrying no generation is not taken.
+func ReadyFor(g *unstructured.Unstructured, generation int64, restartID string) bool {
 	c, ok := ReadyCondition(g)
 	if !ok || c.Status != "True" {
 		return false
@@ -153,5 +162,35 @@ func ReadyAtGeneration(g *unstructured.Unstructured) bool {
 	if gen == 0 {
 		gen, _, _ = unstructured.NestedInt64(g.Object, "status", "observedGeneration")
 	}
-	return gen >= g.GetGeneration()
+	if gen == 0 || gen < generation {
+		return false
+	}
+	if restartID == "" {
+		return true
+	}
+	status, _, _ := unstructured.NestedMap(g.Object, "status")
+	for _, v := range status {
+		m, _ := v.(map[string]any)
+		if m["observedID"] == restartID && (m["phase"] == "Completed" || m["phase"] == "Superseded") {
+			return true
+		}
+	}
+	return false
+}
+
+// WaitGraphReady returns once the graph is Ready for generation and restartID (ReadyFor), or with
+// ctx's error when ctx ends first. The last Ready condition seen is in *last, for a message.
+func (r *Reader) WaitGraphReady(ctx context.Context, namespace, name string, generation int64, restartID string, last *Condition) error {
+	graphs := r.dynamic.Resource(GraphResource).Namespace(namespace)
+	_, err := objwatch.Until(ctx, objwatch.ByName(name, graphs.List, graphs.Watch), &unstructured.Unstructured{}, nil, func(e watch.Event) (bool, error) {
+		g, ok := e.Object.(*unstructured.Unstructured)
+		if !ok || e.Type == watch.Deleted {
+			return false, nil
+		}
+		if c, ok := ReadyCondition(g); ok && last != nil {
+			*last = c
+		}
+		return ReadyFor(g, generation, restartID), nil
+	})
+	return err
 }

@@ -444,7 +444,8 @@ func TestBoxFailuresCarryKubernetesReasons(t *testing.T) {
 		require.Error(t, err)
 		assert.Contains(t, s.log.String(), "cannot be scheduled: Unschedulable: 0/", "the scheduler's verdict, in up's output\n%s", s.log.String())
 		assert.Contains(t, s.log.String(), "Insufficient nvidia.com/gpu")
-		assert.Contains(t, err.Error(), "kubernetes:nvidia.com/v1beta1:DynamoGraphDeployment::graph", "the error names the graph resource")
-		assert.Contains(t, err.Error(), "timed out")
+		assert.Contains(t, err.Error(), "kubernetes:nvidia.com/v1beta1:DynamoGraphDeployment (graph):", "the error names the graph resource")
+		assert.Contains(t, err.Error(), "was not Ready at generation 1 within 1m0s (readiness.timeout, 60s)")
+		assert.Contains(t, err.Error(), "Insufficient nvidia.com/gpu", "and what kept its pods from running")
 	})
 }

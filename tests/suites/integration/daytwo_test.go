@@ -59,9 +59,10 @@ func TestBoxSwitchingToAnotherContextOfTheSameClusterReplacesNothing(t *testing.
 	assert.Contains(t, opsOf(ops)["kubernetes:nvidia.com/v1beta1:DynamoGraphDeployment graph"], "replace", "a new cluster identifier replaces the stack's objects")
 }
 
-// The provider waits for a Ready condition whose generation has caught up with the one `up` wrote:
-// the condition's observedGeneration, else status.observedGeneration. With neither, the provider
-// has nothing to compare, and `up` takes an old Ready as done.
+// `up` waits for a Ready condition whose generation has caught up with the one it wrote: the
+// condition's observedGeneration, else status.observedGeneration. With neither, there is nothing to
+// compare, and `up` does not take the old Ready (the provider's own wait would take it at once):
+// it waits out its budget and says what the operator last reported.
 //
 // Played on the plain API server, on purpose: the Dynamo operator this project runs writes both
 // generations (every box test waits on them), so the status shapes tested here, an operator that
@@ -77,19 +78,15 @@ func TestUpWaitsForTheOperatorToObserveTheNewGeneration(t *testing.T) {
 	s.set(ctx, "minimax-m3:worker.vllm.maxNumSeqs", "128")
 	done := make(chan error, 1)
 	go func() { _, _, err := s.up(ctx); done <- err }()
-	require.NoError(t, poll.Until(ctx, time.Minute, 200*time.Millisecond, "up writes the graph's generation 2", func(ctx context.Context) (bool, error) {
-		g, _, err := tryGetOn(ctx, cluster.client, graphGVK, s.ns, aggGraph)
-		return g != nil && g.GetGeneration() == 2, err
-	}))
-	// The gate: the provider has read the old Ready and said why it does not count.
-	err := poll.True(ctx, time.Minute, 100*time.Millisecond, "the provider reports the old generation's Ready as not yet observed", func() bool {
-		return strings.Contains(s.log.String(), "Generation 1 is less than expected 2")
+	// The gate: up has written generation 2 and waits for it, with the old Ready in place.
+	err := poll.True(ctx, time.Minute, 100*time.Millisecond, "up waits for the graph's generation 2", func() bool {
+		return strings.Contains(s.log.String(), "waiting for DynamoGraphDeployment observed-generation/"+aggGraph+" to be Ready at generation 2")
 	})
 	require.NoError(t, err, s.log.String())
 	select {
 	case err := <-done:
 		t.Fatalf("up returned on the old generation's Ready: %v", err)
-	default:
+	case <-time.After(2 * time.Second):
 	}
 	stop := playControllers(t, cluster.client, s.ns, controllers{graphReady: true})
 	select {
@@ -100,12 +97,15 @@ func TestUpWaitsForTheOperatorToObserveTheNewGeneration(t *testing.T) {
 	}
 	stop()
 
-	// Neither generation written: the old Ready is taken at once (documented in docs/day-two.md).
+	// Neither generation written: the old Ready is not taken; up waits out its budget (10 s for
+	// each of the rollout's 3 rounds) and names the condition it saw.
 	g := mustGet(t, graphGVK, s.ns, aggGraph)
 	require.NoError(t, cluster.client.Status().Patch(ctx, g, client.RawPatch(types.MergePatchType, []byte(`{"status":{"observedGeneration":null}}`))))
+	s.set(ctx, "minimax-m3:readiness.timeout", "10s")
 	s.set(ctx, "minimax-m3:worker.vllm.maxNumSeqs", "64")
 	_, _, err = s.up(ctx)
-	require.NoError(t, err, "up took the old Ready without waiting for its timeout\n%s", s.log.String())
+	require.Error(t, err, "up took a Ready that names no generation")
+	assert.Contains(t, err.Error(), "was not Ready at generation 3 within 30s (readiness.timeout, 10s, for each round of the rollout); the operator's Ready condition: True, AllComponentsReady: ")
 	g = mustGet(t, graphGVK, s.ns, aggGraph)
 	assert.Equal(t, int64(3), g.GetGeneration())
 	_, observed, _ := unstructured.NestedInt64(g.Object, "status", "observedGeneration")

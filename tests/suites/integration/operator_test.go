@@ -65,7 +65,7 @@ func TestBoxOperatorFailureReasonInUpsError(t *testing.T) {
 	require.Error(t, err)
 	want := `failed_to_reconcile_the_resources: failed to ensure planner RBAC: failed to create service account: serviceaccounts "planner-serviceaccount" is forbidden: exceeded quota: service-accounts`
 	assert.Contains(t, err.Error(), "the Dynamo operator reports DynamoGraphDeployment "+ns+"/"+aggGraph+" failed at generation 1: "+want)
-	assert.Contains(t, err.Error(), "timed out waiting for the condition")
+	assert.Contains(t, err.Error(), "DynamoGraphDeployment "+ns+"/"+aggGraph+" was not Ready at generation 1 within 30s (readiness.timeout, 30s); the operator's Ready condition: False, failed_to_reconcile_the_resources: ")
 	out := s.log.String()
 	live, summary := strings.Index(out, want), strings.Index(out, "Diagnostics:")
 	assert.True(t, live >= 0 && live < summary, "reported while up waited, before its summary:\n%s", out)

@@ -1,9 +1,13 @@
 package unit
 
 import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
 	"minimax-m3/components"
 	"minimax-m3/internal/cluster"
-	"testing"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -157,8 +161,133 @@ func TestNodeProblems(t *testing.T) {
 func TestPodProblemMessage(t *testing.T) {
 	crash := cluster.PodProblem{Pod: "g-worker-abc", Component: "Worker", Node: "tray-03", Container: "main", Reason: "CrashLoopBackOff", Restarts: 3, LastReason: "Error", LastExitCode: 1, Terminal: true}
 	assert.Equal(t, "DynamoGraphDeployment ns/g: pod g-worker-abc (component Worker) on node tray-03, container main: CrashLoopBackOff (3 restarts, last exit Error, code 1) "+
-		"(this does not clear without a change (docs/day-two.md#troubleshooting); up still waits until readiness.timeout, 2h: Ctrl-C stops waiting)",
+		"(this does not clear without a change: docs/day-two.md#troubleshooting)",
 		components.PodProblemMessage("ns", "g", crash, "2h"))
 	pull := cluster.PodProblem{Pod: "g-frontend-x", Component: "Frontend", Node: "tray-01", Container: "main", Reason: "ImagePullBackOff", Message: "Back-off pulling image"}
 	assert.Contains(t, components.PodProblemMessage("ns", "g", pull, "2h"), "in case it clears")
+}
+
+// watchingCluster is a cluster the program can follow the graph on (components.GraphStatusWatcher):
+// the graph exists at generation before (0: not yet), problems are reported for its pods, and
+// WaitGraphReady answers ready, or (ready false) reports the operator's last Ready condition and
+// ends as a real wait does when its budget is spent, at once, recording the budget.
+type watchingCluster struct {
+	fakeCluster
+	before   int64
+	problems []cluster.PodProblem
+	ready    bool
+	budget   chan time.Duration
+}
+
+func (w *watchingCluster) GraphGeneration(context.Context, string, string) (int64, error) {
+	return w.before, nil
+}
+
+func (w *watchingCluster) WatchGraphFailures(ctx context.Context, _, _ string, _ int64, _ func(cluster.GraphFailure)) error {
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+func (w *watchingCluster) WatchPodProblems(ctx context.Context, _, _ string, report func(cluster.PodProblem)) error {
+	for _, p := range w.problems {
+		report(p)
+	}
+	<-ctx.Done()
+	return ctx.Err()
+}
+
+func (w *watchingCluster) WaitGraphReady(ctx context.Context, _, _ string, _ int64, _ string, last *cluster.Condition) error {
+	if w.ready {
+		return nil
+	}
+	if len(w.problems) > 0 && w.problems[len(w.problems)-1].Terminal {
+		<-ctx.Done() // the terminal problem ends the wait
+		return ctx.Err()
+	}
+	deadline, _ := ctx.Deadline()
+	w.budget <- time.Until(deadline).Round(time.Hour)
+	*last = cluster.Condition{Status: "False", Reason: "some_resources_are_not_ready", Message: "Worker: 1/3 ready"}
+	return context.DeadlineExceeded
+}
+
+// With a cluster it can read, the program waits for the graph's Ready itself, not the provider
+// (pulumi.com/skipAwait): the smoke test and the outputs wait for it.
+func TestTheProgramWaitsForTheGraphWhenItCanReadTheCluster(t *testing.T) {
+	r, err := runWith(t, components.Options{Cluster: &watchingCluster{fakeCluster: fakeCluster{}, ready: true}}, "agg", smokeOn(nil))
+	require.NoError(t, err)
+	dgd := r.customResource(t, "DynamoGraphDeployment")
+	annotations := decode[map[string]string](t, dgd, "metadata", "annotations")
+	assert.Equal(t, "true", annotations["pulumi.com/skipAwait"])
+	assert.NotContains(t, annotations, "pulumi.com/waitFor")
+	var job recorded
+	for _, j := range r.byType("kubernetes:batch/v1:Job") {
+		if j.Name == "smoke-test" {
+			job = j
+		}
+	}
+	require.NotNil(t, job.RPC, "the smoke test's Job")
+	assert.Contains(t, strings.Join(job.RPC.GetDependencies(), " "), "kubernetes:nvidia.com/v1beta1:DynamoGraphDeployment::graph", "the smoke test waits for the Ready graph")
+	assert.NotEmpty(t, r.outputs["frontendService"])
+}
+
+// A terminal problem of a pod ends `up` with its reason instead of waiting out readiness.timeout;
+// a problem that may clear only shows.
+func TestATerminalPodProblemEndsTheWait(t *testing.T) {
+	oom := cluster.PodProblem{Pod: "g-worker-abc", Component: "Worker", Node: "tray-03", Container: "main", Reason: "OOMKilled", Restarts: 1, LastReason: "OOMKilled", LastExitCode: 137, Terminal: true}
+	pull := cluster.PodProblem{Pod: "g-frontend-x", Component: "Frontend", Node: "tray-01", Container: "main", Reason: "ImagePullBackOff", Message: "Back-off pulling image"}
+	_, err := runWith(t, components.Options{Cluster: &watchingCluster{fakeCluster: fakeCluster{}, problems: []cluster.PodProblem{pull, oom}}}, "agg", nil)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "DynamoGraphDeployment inference/minimax-m3-agg-gb200-agentic cannot become Ready without a change: pod g-worker-abc (component Worker) on node tray-03, container main: OOMKilled")
+	assert.Contains(t, err.Error(), "up stopped waiting instead of running into readiness.timeout, 2h")
+}
+
+// At the end of its budget the wait names the operator's last Ready condition and the problems it
+// saw; the budget is readiness.timeout for a create, and for an update as many times that as the
+// rollout takes rounds (3 for the default worker rollout).
+func TestTheGraphWaitsBudgetAndTimeoutMessage(t *testing.T) {
+	pull := cluster.PodProblem{Pod: "g-frontend-x", Component: "Frontend", Node: "tray-01", Container: "main", Reason: "ImagePullBackOff", Message: "Back-off pulling image"}
+	for before, want := range map[int64]time.Duration{0: 2 * time.Hour, 4: 6 * time.Hour} {
+		w := &watchingCluster{fakeCluster: fakeCluster{}, before: before, problems: []cluster.PodProblem{pull}, budget: make(chan time.Duration, 1)}
+		_, err := runWith(t, components.Options{Cluster: w}, "agg", nil)
+		require.Error(t, err)
+		assert.Equal(t, want, <-w.budget, "generation before: %d", before)
+		assert.Contains(t, err.Error(), "was not Ready at generation 0 within "+want.String())
+		assert.Contains(t, err.Error(), "; the operator's Ready condition: False, some_resources_are_not_ready: Worker: 1/3 ready; "+
+			"what kept its pods from running: pod g-frontend-x (component Frontend) on node tray-01, container main: ImagePullBackOff: Back-off pulling image")
+	}
+}
+
+// What `up` takes as the graph Ready for what it wrote: Ready True observed at the generation or
+// above (the condition's, else the status's), and with a restart ID, the restart at that ID
+// finished. A Ready carrying no generation is not taken (the provider's wait would take it).
+func TestReadyFor(t *testing.T) {
+	graph := func(generation int64, condGen any, statusGen any, restart map[string]any) *unstructured.Unstructured {
+		cond := map[string]any{"type": "Ready", "status": "True", "reason": "AllComponentsReady"}
+		if condGen != nil {
+			cond["observedGeneration"] = condGen
+		}
+		status := map[string]any{"state": "successful", "conditions": []any{cond}}
+		if statusGen != nil {
+			status["observedGeneration"] = statusGen
+		}
+		if restart != nil {
+			status["restart"] = restart
+		}
+		g := &unstructured.Unstructured{Object: map[string]any{"status": status}}
+		g.SetGeneration(generation)
+		return g
+	}
+	assert.True(t, cluster.ReadyFor(graph(3, int64(3), nil, nil), 3, ""))
+	assert.True(t, cluster.ReadyFor(graph(3, nil, int64(3), nil), 3, ""), "the status's generation when the condition has none")
+	assert.True(t, cluster.ReadyFor(graph(4, int64(4), nil, nil), 3, ""), "a later generation than up wrote")
+	assert.False(t, cluster.ReadyFor(graph(3, int64(2), nil, nil), 3, ""), "Ready for the spec before")
+	assert.False(t, cluster.ReadyFor(graph(3, nil, nil, nil), 3, ""), "no generation to compare")
+	done := map[string]any{"observedID": "r1", "phase": "Completed"}
+	assert.True(t, cluster.ReadyFor(graph(3, int64(3), nil, done), 3, "r1"))
+	assert.True(t, cluster.ReadyFor(graph(3, int64(3), nil, map[string]any{"observedID": "r1", "phase": "Superseded"}), 3, "r1"))
+	assert.False(t, cluster.ReadyFor(graph(3, int64(3), nil, map[string]any{"observedID": "r1", "phase": "Restarting"}), 3, "r1"), "restart still running")
+	assert.False(t, cluster.ReadyFor(graph(3, int64(3), nil, done), 3, "r2"), "an earlier restart")
+	notReady := graph(3, int64(3), nil, nil)
+	_ = unstructured.SetNestedField(notReady.Object, []any{map[string]any{"type": "Ready", "status": "False", "observedGeneration": int64(3)}}, "status", "conditions")
+	assert.False(t, cluster.ReadyFor(notReady, 3, ""))
 }
