@@ -76,7 +76,7 @@ func run() error {
 			return err
 		}
 		token = hex.EncodeToString(b)
-		fmt.Fprintf(os.Stderr, "no MINIMAX_M3_PORTAL_TOKEN: using a random token for this run; page: http://%s%s/?token=%s\n", addr, basePath, token)
+		fmt.Fprintf(os.Stderr, "no MINIMAX_M3_PORTAL_TOKEN: sign in at http://%s%s/login with this run's random token: %s\n", addr, basePath, token)
 	}
 	if !loopback && tlsCert == "" && !insecureHTTP {
 		return fmt.Errorf("refusing to serve plain HTTP on %s: the token crosses the network; give -tls-cert and -tls-key, or -insecure-http behind a TLS proxy", addr)
@@ -93,6 +93,8 @@ func run() error {
 		return err
 	}
 	srv.MaxStreams, srv.MaxEvents, srv.BasePath = maxStreams, maxEvents, basePath
+	// Plain HTTP beyond loopback is only ever served behind a TLS-terminating proxy.
+	srv.SecureCookies = insecureHTTP
 	// What an earlier run left behind (killed mid-update): shown on the page, cleared on request.
 	ins, err := m.Interruptions(ctx)
 	if err != nil {

@@ -5,6 +5,7 @@ import (
 	"crypto/subtle"
 	"encoding/hex"
 	"errors"
+	"html/template"
 	"net/http"
 	"strings"
 	"time"
@@ -44,19 +45,13 @@ func (s *Server) session(id string) bool {
 
 func (s *Server) auth(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if t := r.URL.Query().Get("token"); t != "" && r.Method == http.MethodGet && r.URL.Path == s.at("/") {
-			if !s.valid(t) {
-				writeError(w, http.StatusUnauthorized, errors.New("wrong token"))
-				return
-			}
-			id, err := s.newSession()
-			if err != nil {
-				writeError(w, http.StatusInternalServerError, err)
-				return
-			}
-			http.SetCookie(w, &http.Cookie{Name: cookieName, Value: id, Path: s.at("/"), HttpOnly: true, SameSite: http.SameSiteStrictMode,
-				Secure: r.TLS != nil, MaxAge: int(sessionTTL.Seconds())})
-			http.Redirect(w, r, s.at("/"), http.StatusSeeOther)
+		if r.URL.Query().Has("token") {
+			// Not even compared: a URL is kept in proxy logs, browser history and Referer headers.
+			writeError(w, http.StatusBadRequest, errors.New("the token is never taken in a URL: sign in at "+s.at("/login")+", or send Authorization: Bearer"))
+			return
+		}
+		if r.URL.Path == s.at("/login") {
+			s.login(w, r)
 			return
 		}
 		authorized := false
@@ -66,12 +61,75 @@ func (s *Server) auth(next http.Handler) http.Handler {
 			authorized = s.session(c.Value)
 		}
 		if !authorized {
+			if r.Method == http.MethodGet && r.URL.Path == s.at("/") {
+				http.Redirect(w, r, s.at("/login"), http.StatusSeeOther)
+				return
+			}
 			w.Header().Set("WWW-Authenticate", `Bearer realm="minimax-m3"`)
 			writeError(w, http.StatusUnauthorized, errors.New("a bearer token is required"))
 			return
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// loginPage is the sign-in form: the token goes in a POST body, never in a URL.
+var loginPage = template.Must(template.New("login").Parse(`<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>minimax-m3 portal: sign in</title></head>
+<body><form method="post" action="{{.Action}}">
+<p><label>Portal token <input type="password" name="token" autocomplete="current-password" required autofocus></label>
+<button type="submit">Sign in</button></p>
+{{if .Error}}<p role="alert">{{.Error}}</p>{{end}}
+</form></body></html>
+`))
+
+// login shows the sign-in form (GET) or takes the token from it (POST): a valid token buys a
+// session, kept in a cookie that never holds the token.
+func (s *Server) login(w http.ResponseWriter, r *http.Request) {
+	show := func(status int, msg string) {
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		w.Header().Set("Content-Security-Policy", "default-src 'none'; form-action 'self'; base-uri 'none'; frame-ancestors 'none'")
+		w.WriteHeader(status)
+		_ = loginPage.Execute(w, map[string]string{"Action": s.at("/login"), "Error": msg})
+	}
+	switch r.Method {
+	case http.MethodGet:
+		show(http.StatusOK, "")
+		return
+	case http.MethodPost:
+	default:
+		w.Header().Set("Allow", "GET, POST")
+		writeError(w, http.StatusMethodNotAllowed, errors.New("sign in with GET (the form) or POST (the token)"))
+		return
+	}
+	r.Body = http.MaxBytesReader(w, r.Body, 4<<10)
+	if !s.valid(r.PostFormValue("token")) {
+		show(http.StatusUnauthorized, "wrong token")
+		return
+	}
+	id, err := s.newSession()
+	if err != nil {
+		writeError(w, http.StatusInternalServerError, err)
+		return
+	}
+	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: id, Path: s.at("/"), HttpOnly: true, SameSite: http.SameSiteStrictMode,
+		Secure: s.overTLS(r), MaxAge: int(sessionTTL.Seconds())})
+	http.Redirect(w, r, s.at("/"), http.StatusSeeOther)
+}
+
+// overTLS says whether the browser reached the portal over TLS: served with it, behind a proxy that
+// says so (X-Forwarded-Proto or Forwarded: proto=https; a false claim only makes the cookie
+// stricter), or SecureCookies.
+func (s *Server) overTLS(r *http.Request) bool {
+	if r.TLS != nil || s.SecureCookies || strings.EqualFold(r.Header.Get("X-Forwarded-Proto"), "https") {
+		return true
+	}
+	for _, part := range strings.FieldsFunc(strings.ToLower(r.Header.Get("Forwarded")), func(c rune) bool { return c == ';' || c == ',' }) {
+		if strings.TrimSpace(part) == "proto=https" {
+			return true
+		}
+	}
+	return false
 }
 
 func (s *Server) valid(t string) bool {

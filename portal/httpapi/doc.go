@@ -5,8 +5,9 @@
 //	srv.BasePath = "/portal"                      // optional, behind a reverse proxy
 //	http.ListenAndServe(addr, srv.Handler())
 //
-// Every request needs the bearer token; the page takes it once as ?token= and then holds a session
-// cookie (never the token). State-changing requests from another origin are refused before
+// Every request needs the bearer token; the page takes it once in its sign-in form (POST /login,
+// never in a URL: a ?token= is refused) and then holds a session cookie (never the token; Secure
+// over TLS or behind a proxy that says so). State-changing requests from another origin are refused before
 // authentication. Operations run in the background: a POST answers 202 once the operation holds
 // the stack, 400 with the problems by key for an invalid request, 409 when the stack is busy; the
 // operation's events stream from GET /api/stacks/{stack}/events. docs/portal.md describes the API

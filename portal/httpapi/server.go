@@ -15,7 +15,7 @@ import (
 )
 
 // Server serves a portal.Manager over HTTP: JSON for the operations, server-sent events for progress, and
-// one small page. Every request needs the bearer token (the page: once as ?token=, then a cookie).
+// one small page. Every request needs the bearer token (the page: once in its sign-in form at /login, then a cookie).
 //
 //	GET  /api/stacks                       the stacks and what each runs
 //	GET  /api/stacks/{stack}               outputs (404 for an unknown stack)
@@ -55,6 +55,10 @@ type Server struct {
 	// at /portal/api/…), for a reverse proxy that forwards that path unchanged; "" serves at /.
 	// Set it before Handler.
 	BasePath string
+	// SecureCookies marks the session cookie Secure whatever the request says: for a portal
+	// served behind a TLS-terminating proxy (it is Secure anyway over TLS, or when the proxy says
+	// X-Forwarded-Proto: https).
+	SecureCookies bool
 }
 
 // CheckBasePath refuses a base path that is not "" or a clean absolute path without a trailing

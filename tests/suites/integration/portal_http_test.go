@@ -15,6 +15,7 @@ import (
 	"math/big"
 	"net"
 	"net/http"
+	"net/url"
 	"net/http/httptest"
 	"os"
 	"os/exec"
@@ -178,9 +179,7 @@ func TestPortalCommandServesTLSAndStopsOnSIGTERM(t *testing.T) {
 		Transport:     &http.Transport{TLSClientConfig: &tls.Config{RootCAs: pool}},
 		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
 	}
-	resp, err := client.Get(addr + "/?token=" + portalBearer)
-	require.NoError(t, err)
-	_ = resp.Body.Close()
+	resp := signIn(t, client, addr, portalBearer, nil)
 	require.Equal(t, http.StatusSeeOther, resp.StatusCode)
 	require.Len(t, resp.Cookies(), 1)
 	assert.True(t, resp.Cookies()[0].Secure, "over TLS the session cookie is Secure")
@@ -232,7 +231,7 @@ func runPortalCommand(t *testing.T, bin, stateDir string) (addr, token string) {
 	sc := bufio.NewScanner(stderr)
 	for (token == "" || addr == "") && sc.Scan() {
 		line := sc.Text()
-		if _, after, ok := strings.Cut(line, "?token="); ok {
+		if _, after, ok := strings.Cut(line, "random token: "); ok {
 			token = after
 		}
 		if after, ok := strings.CutPrefix(line, "serving on "); ok {
@@ -367,14 +366,38 @@ func TestPortalCommandRefusesWhatASecurityReviewFound(t *testing.T) {
 	status, body = send(http.MethodPost, "/api/stacks/agg/recover", "application/json", big, bearer)
 	assert.Equal(t, http.StatusRequestEntityTooLarge, status, body)
 
-	// The page's cookie is a session issued at login, never the token; the page carries a
-	// Content-Security-Policy admitting only its own script, and no response is cached or sniffed.
+	// The token is never taken in a URL (proxy logs, history, Referer): refused, even when right,
+	// and no session is issued. Unauthenticated, the page sends the browser to its sign-in form.
 	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	resp, err := noRedirect.Get(addr + "/?token=" + token)
+	for _, path := range []string{"/?token=" + token, "/api/stacks?token=" + token, "/login?token=" + token} {
+		resp, err := noRedirect.Get(addr + path)
+		require.NoError(t, err)
+		body, _ := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		assert.Equal(t, http.StatusBadRequest, resp.StatusCode, path)
+		assert.Contains(t, string(body), "the token is never taken in a URL", path)
+		assert.Empty(t, resp.Cookies(), path)
+	}
+	resp, err := noRedirect.Get(addr + "/")
 	require.NoError(t, err)
 	_ = resp.Body.Close()
+	assert.Equal(t, http.StatusSeeOther, resp.StatusCode)
+	assert.Equal(t, "/login", resp.Header.Get("Location"))
+	resp = signIn(t, noRedirect, addr, "wrong-token-of-sixteen-chars", nil)
+	assert.Equal(t, http.StatusUnauthorized, resp.StatusCode)
+	assert.Empty(t, resp.Cookies(), "a wrong token buys no session")
+	// Behind a TLS-terminating proxy that says so, the cookie is Secure; over plain HTTP it cannot be.
+	resp = signIn(t, noRedirect, addr, token, map[string]string{"X-Forwarded-Proto": "https"})
+	require.Len(t, resp.Cookies(), 1)
+	assert.True(t, resp.Cookies()[0].Secure)
+
+	// The page's cookie is a session issued at sign-in, never the token; the page carries a
+	// Content-Security-Policy admitting only its own script, and no response is cached or sniffed.
+	resp = signIn(t, noRedirect, addr, token, nil)
 	require.Equal(t, http.StatusSeeOther, resp.StatusCode)
+	assert.Equal(t, "/", resp.Header.Get("Location"))
 	cookies := resp.Cookies()
+	assert.False(t, cookies[0].Secure, "plain HTTP on loopback")
 	require.Len(t, cookies, 1)
 	assert.NotEqual(t, token, cookies[0].Value, "the cookie holds a session, not the token")
 	assert.True(t, cookies[0].HttpOnly)
@@ -409,6 +432,23 @@ func TestPortalCommandRefusesWhatASecurityReviewFound(t *testing.T) {
 	for _, e := range entries {
 		assert.True(t, strings.HasPrefix(e.Name(), "."), "no workspace was created for a refused request: %s", e.Name())
 	}
+}
+
+// signIn posts the token to the portal's sign-in form at base, with extra headers, and returns
+// the response (its body read and closed).
+func signIn(t *testing.T, c *http.Client, base, token string, headers map[string]string) *http.Response {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodPost, base+"/login", strings.NewReader(url.Values{"token": {token}}.Encode()))
+	require.NoError(t, err)
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	for k, v := range headers {
+		req.Header.Set(k, v)
+	}
+	resp, err := c.Do(req)
+	require.NoError(t, err)
+	_, _ = io.Copy(io.Discard, resp.Body)
+	_ = resp.Body.Close()
+	return resp
 }
 
 // zeros is an endless reader of '0'.

@@ -82,7 +82,7 @@ func TestBoxPortalPageShowsAnUpLive(t *testing.T) {
 		return s
 	}
 
-	do(chromedp.Navigate(ts.URL + "/?token=" + portalBearer))
+	do(signInPage(ts.URL))
 	assert.Contains(t, text(`section[data-stack="agg-page"] h2`), "agg-page (up running)")
 	// A poll condition: it returns what fails instead of failing the test. chromedp waits for the
 	// element to be visible: the wait ends with the poll's.
@@ -143,9 +143,7 @@ func TestPortalPageBehindAProxyAtABasePath(t *testing.T) {
 	assert.Equal(t, http.StatusNotFound, code, "nothing outside the base path")
 
 	noRedirect := &http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	resp, err := noRedirect.Get(proxy.URL + "/portal/?token=" + portalBearer)
-	require.NoError(t, err)
-	_ = resp.Body.Close()
+	resp := signIn(t, noRedirect, proxy.URL+"/portal", portalBearer, nil)
 	assert.Equal(t, http.StatusSeeOther, resp.StatusCode)
 	assert.Equal(t, "/portal/", resp.Header.Get("Location"))
 	require.Len(t, resp.Cookies(), 1)
@@ -159,11 +157,22 @@ func TestPortalPageBehindAProxyAtABasePath(t *testing.T) {
 	page, cancelTimeout := context.WithTimeout(page, 2*time.Minute)
 	defer cancelTimeout()
 	now := `section[data-stack="agg-base"] p.now.done`
-	_, err = chromedp.Run(page, chromedp.Navigate(proxy.URL+"/portal/?token="+portalBearer))
+	_, err = chromedp.Run(page, signInPage(proxy.URL+"/portal"))
 	require.NoError(t, err)
 	_, err = chromedp.Run(page, chromedp.WaitVisible(now))
 	require.NoError(t, err)
 	text, err := chromedp.Run(page, chromedp.Text(now))
 	require.NoError(t, err)
 	assert.Equal(t, "preview done", text, "the page's event stream, under the base path")
+}
+
+// signInPage opens the portal at base in the browser and signs in through its form, as a user does.
+func signInPage(base string) chromedp.Action[chromedp.Void] {
+	return chromedp.Steps(
+		chromedp.Navigate(base+"/"), // sent on to the sign-in form
+		chromedp.WaitVisible(`input[name="token"]`),
+		chromedp.SendKeys(`input[name="token"]`, portalBearer),
+		chromedp.Submit(`input[name="token"]`),
+		chromedp.WaitVisible(`body[data-base]`), // the page, signed in
+	)
 }

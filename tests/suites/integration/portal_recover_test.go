@@ -48,7 +48,7 @@ func startPortalProcess(t *testing.T, bin, stateDir string) *portalProcess {
 		p.mu.Lock()
 		p.stderr = append(p.stderr, line)
 		p.mu.Unlock()
-		if _, after, ok := strings.Cut(line, "?token="); ok {
+		if _, after, ok := strings.Cut(line, "random token: "); ok {
 			p.token = after
 		}
 		if after, ok := strings.CutPrefix(line, "serving on "); ok {
