@@ -134,7 +134,7 @@ func servePortal(ctx context.Context, root, stateDir string, env map[string]stri
 	}
 	hs := &http.Server{Handler: srv.Handler(), ReadHeaderTimeout: 10 * time.Second}
 	go func() { _ = hs.Serve(ln) }()
-	fmt.Printf("\n== the portal's page on both stacks: http://%s/?token=%s (Ctrl-C stops everything)\n", ln.Addr(), token)
+	fmt.Printf("\n== the portal's page on both stacks: http://%s/ (sign in with the token %s; Ctrl-C stops everything)\n", ln.Addr(), token)
 	<-ctx.Done()
 	return hs.Close()
 }
