@@ -80,6 +80,11 @@ func (m *Manager) Preview(ctx context.Context, r Request, o RunOptions) (Preview
 	if err != nil {
 		return res, m.opError(r.Name(), err, r.HFToken)
 	}
+	if o.Plan != "" {
+		if err := bindPlan(o.Plan, r); err != nil {
+			return res, err
+		}
+	}
 	res.Changes = map[string]int{}
 	for op, n := range out.ChangeSummary {
 		res.Changes[string(op)] = n
@@ -102,10 +107,18 @@ type UpResult struct {
 	Outputs Outputs        `json:"outputs"`
 }
 
-// Up deploys the request's stack (exactly RunOptions.Plan, when set), once the policies pass on a
+// Up deploys the request's stack (exactly RunOptions.Plan, when set: a plan Preview saved for
+// this same request, else refused at "plan" before anything is touched; applied, it is dropped),
+// once the policies pass on a
 // preview of it: the rules the PR check runs (package policy), and consent (RunOptions.AllowRoll)
 // for every graph component it would restart. Refused, it changes nothing but the stack's config.
 func (m *Manager) Up(ctx context.Context, r Request, o RunOptions) (UpResult, error) {
+	if o.Plan != "" {
+		// Before anything is touched, the stack's config included.
+		if err := checkPlan(o.Plan, r); err != nil {
+			return UpResult{}, err
+		}
+	}
 	ctx, s, release, err := m.prepare(ctx, r, "up", o)
 	if err != nil {
 		return UpResult{}, err
@@ -130,6 +143,9 @@ func (m *Manager) Up(ctx context.Context, r Request, o RunOptions) (UpResult, er
 			}
 		}
 		return UpResult{}, err
+	}
+	if o.Plan != "" {
+		dropPlan(o.Plan)
 	}
 	res := UpResult{Changes: map[string]int{}, Outputs: outputsOf(out.Outputs)}
 	if out.Summary.ResourceChanges != nil {
@@ -264,12 +280,6 @@ func urnName(urn string) string {
 		return urn[i+2:]
 	}
 	return urn
-}
-
-// PlanFile is where a preview through the HTTP API saves a stack's plan, and the one plan file its
-// up takes.
-func (m *Manager) PlanFile(stack string) string {
-	return filepath.Join(m.o.StateDir, "plans", stack+".json")
 }
 
 // checkPolicies previews the stack and checks the plan as the PR check does: every rule of package

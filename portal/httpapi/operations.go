@@ -126,21 +126,40 @@ func (s *Server) operation(w http.ResponseWriter, r *http.Request) {
 			writeError(w, http.StatusBadRequest, portal.ScrubError(err, body.HFToken))
 			return
 		}
+		var id string
 		if save {
-			opts.Plan = s.m.PlanFile(stack)
+			var err error
+			if id, err = portal.NewPlanID(); err != nil {
+				writeError(w, http.StatusInternalServerError, err)
+				return
+			}
+			opts.Plan = s.m.PlanFile(stack, id)
 		}
-		run = func(ctx context.Context) (any, error) { return s.m.Preview(ctx, req, opts) }
+		run = func(ctx context.Context) (any, error) {
+			res, err := s.m.Preview(ctx, req, opts)
+			res.Plan = "" // the plan's name, never the server's path
+			if err == nil {
+				res.Plan = id
+			}
+			return res, err
+		}
 	case "up":
 		var plan string
-		if err := decodePlan(body.Plan, &plan, "the plan file a preview of this stack returned"); err != nil {
+		if err := decodePlan(body.Plan, &plan, "the plan a preview of this stack returned"); err != nil {
 			writeError(w, http.StatusBadRequest, portal.ScrubError(err, body.HFToken))
 			return
 		}
-		if plan != "" && plan != s.m.PlanFile(stack) {
-			writeError(w, http.StatusBadRequest, portal.ScrubError(invalidAt("plan", "not a plan a preview of this stack saved"), body.HFToken))
-			return
+		if plan != "" {
+			if err := portal.CheckPlanID(plan); err != nil {
+				writeError(w, http.StatusBadRequest, portal.ScrubError(err, body.HFToken))
+				return
+			}
+			opts.Plan = s.m.PlanFile(stack, plan)
+			if err := s.m.CheckPlan(opts.Plan, req); err != nil {
+				writeError(w, statusOf(err), portal.ScrubError(err, body.HFToken))
+				return
+			}
 		}
-		opts.Plan = plan
 		if err := checkAllowRoll(body.AllowRoll); err != nil {
 			writeError(w, http.StatusBadRequest, portal.ScrubError(err, body.HFToken))
 			return

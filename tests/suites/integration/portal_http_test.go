@@ -98,7 +98,38 @@ func TestPortalService(t *testing.T) {
 	require.Equal(t, "result", last.Status)
 	require.NoError(t, json.Unmarshal([]byte(last.Message), &preview))
 	assert.Equal(t, 16, preview.Changes["create"])
-	require.NotEmpty(t, preview.Plan)
+	require.Regexp(t, `^[0-9a-f]{32}$`, preview.Plan, "the plan's name, not a path of the server's")
+
+	// A second preview of the stack, by anyone, with another config, saves a plan of its own: the
+	// first stays what its up applies, and neither plan is taken with the other's config.
+	other := map[string]any{}
+	for k, v := range site {
+		other[k] = v
+	}
+	other["graphName"] = "portal-http-other"
+	code, body = c.do(http.MethodPost, "/api/stacks/agg-http/preview", map[string]any{"base": "agg", "config": other, "hfToken": portalToken, "plan": true})
+	require.Equal(t, http.StatusAccepted, code, string(body))
+	events, errText = c.sse("agg-http")
+	require.Empty(t, errText)
+	var second portal.PreviewResult
+	require.NoError(t, json.Unmarshal([]byte(events[len(events)-1].Message), &second))
+	require.NotEmpty(t, second.Plan)
+	assert.NotEqual(t, preview.Plan, second.Plan)
+	for _, attempt := range []struct {
+		config map[string]any
+		plan   string
+		want   string
+	}{
+		{other, preview.Plan, "saved by a preview of another request"},
+		{site, second.Plan, "saved by a preview of another request"},
+		{site, "../agg/" + preview.Plan, "not a plan a preview of this stack returned"},
+		{site, strings.Repeat("0", 32), "no such plan"},
+	} {
+		code, body = c.do(http.MethodPost, "/api/stacks/agg-http/up", map[string]any{"base": "agg", "config": attempt.config, "plan": attempt.plan})
+		assert.Equal(t, http.StatusBadRequest, code, string(body))
+		assert.Contains(t, string(body), `"key":"plan"`)
+		assert.Contains(t, string(body), attempt.want)
+	}
 
 	code, body = c.do(http.MethodPost, "/api/stacks/agg-http/up", map[string]any{"base": "agg", "config": site, "plan": preview.Plan})
 	require.Equal(t, http.StatusAccepted, code, string(body))
@@ -113,6 +144,9 @@ func TestPortalService(t *testing.T) {
 	}
 	assert.True(t, seen["graph done"], "%v", seen)
 	assert.True(t, seen["model-download done"], "%v", seen)
+	code, body = c.do(http.MethodPost, "/api/stacks/agg-http/up", map[string]any{"base": "agg", "config": site, "plan": preview.Plan})
+	assert.Equal(t, http.StatusBadRequest, code, "a plan is applied once: %s", body)
+	assert.Contains(t, string(body), "no such plan")
 
 	code, body = c.do(http.MethodGet, "/api/stacks/agg-http", nil)
 	require.Equal(t, http.StatusOK, code)
