@@ -28,6 +28,22 @@ func (e *BusyError) Error() string {
 // Is makes errors.Is(err, ErrBusy) true.
 func (e *BusyError) Is(target error) bool { return target == ErrBusy }
 
+// ErrAtCapacity is what every CapacityError is.
+var ErrAtCapacity = errors.New("at capacity")
+
+// CapacityError says the portal is at one of its caps (Options.MaxOperations, MaxStacks).
+type CapacityError struct {
+	What  string
+	Limit int
+}
+
+func (e *CapacityError) Error() string {
+	return fmt.Sprintf("the portal is at its limit of %d %s: try again once one ends, or ask its operator to raise the limit", e.Limit, e.What)
+}
+
+// Is makes errors.Is(err, ErrAtCapacity) true.
+func (e *CapacityError) Is(target error) bool { return target == ErrAtCapacity }
+
 // InvalidRequestError carries every problem of a request, each naming its config key.
 type InvalidRequestError struct{ Problems config.Problems }
 

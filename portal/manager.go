@@ -31,7 +31,19 @@ type Options struct {
 	// every stack uses the kubeconfig's current context. The portal's kubeconfig may reach more
 	// clusters than its users may: a request names only the ones the operator of the portal lists.
 	Contexts []string
+	// MaxOperations caps the operations running at once, over all stacks (each starts a Pulumi
+	// CLI and a provider); one more is refused with a CapacityError. 0: DefaultMaxOperations.
+	MaxOperations int
+	// MaxStacks caps the stacks the portal holds (one workspace each); an operation that would
+	// create one more is refused with a CapacityError. 0: DefaultMaxStacks.
+	MaxStacks int
 }
+
+// Defaults of Options' caps.
+const (
+	DefaultMaxOperations = 4
+	DefaultMaxStacks     = 64
+)
 
 // Manager runs operations on stacks, one at a time per stack.
 type Manager struct {
@@ -79,6 +91,12 @@ func New(o Options) (*Manager, error) {
 	if o.SecretsProvider == "" {
 		o.SecretsProvider = "passphrase"
 	}
+	if o.MaxOperations <= 0 {
+		o.MaxOperations = DefaultMaxOperations
+	}
+	if o.MaxStacks <= 0 {
+		o.MaxStacks = DefaultMaxStacks
+	}
 	if err := os.MkdirAll(filepath.Join(abs, "workspaces"), 0o700); err != nil {
 		return nil, err
 	}
@@ -116,6 +134,10 @@ func (m *Manager) acquire(ctx context.Context, stack, op string, wait bool) (con
 	for {
 		m.mu.Lock()
 		r, ok := m.running[stack]
+		if !ok && len(m.running) >= m.o.MaxOperations {
+			m.mu.Unlock()
+			return nil, nil, &CapacityError{What: "operations running at once", Limit: m.o.MaxOperations}
+		}
 		if !ok {
 			ctx, cancel := context.WithCancel(context.WithValue(ctx, holdsKey{}, stack))
 			r = &running{op: op, cancel: cancel, done: make(chan struct{})}

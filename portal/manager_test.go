@@ -100,3 +100,42 @@ func TestARequestNamesOnlyAListedContext(t *testing.T) {
 		assert.ErrorIs(t, statErr, os.ErrNotExist, "nothing written")
 	}
 }
+
+// The portal's caps: one operation more than MaxOperations (over all stacks) and one stack more
+// than MaxStacks are refused with a CapacityError before anything of theirs is written; a stack
+// the portal holds already is within the cap.
+func TestTheCapsRefuseOneMore(t *testing.T) {
+	FakePulumi(t, false)
+	ctx := context.Background()
+	request := func(stack string) Request {
+		r := NewRequest("agg", stack)
+		r.Config.Namespace.Name, r.HFToken = "team-a", "hf_test"
+		return r
+	}
+	written := func(m *Manager, stack string) bool {
+		_, err := os.Stat(filepath.Join(m.o.StateDir, workspace(stack)))
+		return err == nil
+	}
+
+	m, err := New(Options{ProjectDir: "..", StateDir: t.TempDir(), MaxOperations: 1})
+	require.NoError(t, err)
+	release, err := Hold(ctx, m, "agg-team-a", "up")
+	require.NoError(t, err)
+	_, err = m.Preview(ctx, request("agg-team-b"), RunOptions{})
+	require.ErrorIs(t, err, ErrAtCapacity)
+	assert.EqualError(t, err, "the portal is at its limit of 1 operations running at once: try again once one ends, or ask its operator to raise the limit")
+	assert.False(t, written(m, "agg-team-b"))
+	release()
+	_, err = m.Preview(ctx, request("agg-team-b"), RunOptions{})
+	assert.NotErrorIs(t, err, ErrAtCapacity, "room again once the first ended")
+
+	m, err = New(Options{ProjectDir: "..", StateDir: t.TempDir(), MaxStacks: 1})
+	require.NoError(t, err)
+	require.NoError(t, os.MkdirAll(filepath.Join(m.o.StateDir, workspace("agg-team-a")), 0o700))
+	_, err = m.Preview(ctx, request("agg-team-b"), RunOptions{})
+	require.ErrorIs(t, err, ErrAtCapacity)
+	assert.Contains(t, err.Error(), "limit of 1 stacks")
+	assert.False(t, written(m, "agg-team-b"))
+	_, err = m.Preview(ctx, request("agg-team-a"), RunOptions{})
+	assert.NotErrorIs(t, err, ErrAtCapacity, "a stack the portal holds")
+}

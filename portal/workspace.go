@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/rand"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -190,6 +191,10 @@ func (m *Manager) prepare(ctx context.Context, r Request, op string, o RunOption
 	if err != nil {
 		return nil, automation.Stack{}, nil, err
 	}
+	if err := m.roomFor(r.Name()); err != nil {
+		release()
+		return nil, automation.Stack{}, nil, err
+	}
 	s, err := m.open(ctx, r.Name(), true)
 	if err == nil {
 		err = m.configure(ctx, s, r)
@@ -199,6 +204,35 @@ func (m *Manager) prepare(ctx context.Context, r Request, op string, o RunOption
 		return nil, automation.Stack{}, nil, fmt.Errorf("stack %s: %w", r.Name(), err)
 	}
 	return ctx, s, release, nil
+}
+
+// roomFor refuses a stack the portal does not hold yet when it holds Options.MaxStacks: one
+// workspace each (a name starting with "." is the portal's own), and those another operation is
+// creating.
+func (m *Manager) roomFor(stack string) error {
+	if _, err := m.root.Stat(workspace(stack)); err == nil {
+		return nil
+	}
+	entries, err := fs.ReadDir(m.root.FS(), "workspaces")
+	if err != nil {
+		return err
+	}
+	held := map[string]bool{}
+	for _, e := range entries {
+		if e.IsDir() && !strings.HasPrefix(e.Name(), ".") {
+			held[e.Name()] = true
+		}
+	}
+	m.mu.Lock()
+	for name := range m.running {
+		held[name] = true
+	}
+	m.mu.Unlock()
+	delete(held, stack)
+	if len(held) >= m.o.MaxStacks {
+		return &CapacityError{What: "stacks", Limit: m.o.MaxStacks}
+	}
+	return nil
 }
 
 // holdsToken says whether an existing stack's config has the token, from its stack file (the

@@ -30,7 +30,7 @@ func run() error {
 	var addr, projectDir, stateDir, backend, secretsProvider, tlsCert, tlsKey string
 	var insecureHTTP bool
 	var drain time.Duration
-	var maxStreams, maxEvents int
+	var maxStreams, maxEvents, maxOperations, maxStacks int
 	var basePath, contexts string
 	flag.StringVar(&addr, "addr", "127.0.0.1:8080", "listen address")
 	flag.StringVar(&tlsCert, "tls-cert", "", "serve TLS with this certificate (PEM; with -tls-key)")
@@ -43,6 +43,8 @@ func run() error {
 	flag.StringVar(&secretsProvider, "secrets-provider", "", "secrets provider of new stacks: passphrase (default), awskms://…, gcpkms://…, hashivault://…")
 	flag.IntVar(&maxStreams, "max-streams", httpapi.DefaultMaxStreams, "event streams served at once (one more gets 429)")
 	flag.IntVar(&maxEvents, "max-events", httpapi.DefaultMaxEvents, "events kept per operation for the page and late streams (the oldest go first)")
+	flag.IntVar(&maxOperations, "max-operations", portal.DefaultMaxOperations, "operations run at once over all stacks (one more gets 429)")
+	flag.IntVar(&maxStacks, "max-stacks", portal.DefaultMaxStacks, "stacks the portal holds (an operation creating one more gets 429)")
 	flag.StringVar(&basePath, "base-path", "", "serve under this path prefix, for a reverse proxy forwarding it unchanged (/portal: the page at /portal/)")
 	flag.StringVar(&contexts, "contexts", "", "kubeconfig contexts a request may name in kubernetes.context, comma-separated (default: none; every stack uses the current context)")
 	flag.Parse()
@@ -82,7 +84,7 @@ func run() error {
 		return fmt.Errorf("refusing to serve plain HTTP on %s: the token crosses the network; give -tls-cert and -tls-key, or -insecure-http behind a TLS proxy", addr)
 	}
 	m, err := portal.New(portal.Options{ProjectDir: projectDir, StateDir: stateDir, BackendURL: backend, SecretsProvider: secretsProvider,
-		Contexts: splitList(contexts)})
+		Contexts: splitList(contexts), MaxOperations: maxOperations, MaxStacks: maxStacks})
 	if err != nil {
 		return err
 	}

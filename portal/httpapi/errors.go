@@ -42,6 +42,8 @@ func statusOf(err error) int {
 		return http.StatusBadRequest
 	case errors.Is(err, portal.ErrBusy):
 		return http.StatusConflict
+	case errors.Is(err, portal.ErrAtCapacity):
+		return http.StatusTooManyRequests
 	case errors.Is(err, portal.ErrUnknownStack):
 		return http.StatusNotFound
 	}
