@@ -45,6 +45,9 @@ type Options struct {
 	// SecretsProvider is a new stack's secrets provider (passphrase, awskms://…); empty is the
 	// backend's default.
 	SecretsProvider string
+	// CleanEnv runs the CLI (and so the provider) with CleanEnviron plus EnvVars instead of the
+	// process's whole environment (CleanCommand).
+	CleanEnv bool
 }
 
 // Stack is a stack whose operations run the program inline. Before each operation that runs the
@@ -89,7 +92,14 @@ func stack(ctx context.Context, o Options, open func(context.Context, string, st
 		return components.NewProgram(opts)(pctx)
 	}
 	wsOpts := []auto.LocalWorkspaceOption{auto.WorkDir(o.ProjectDir), auto.EnvVars(o.EnvVars)}
-	if !cmdutil.IsTruthy(o.EnvVars[skipVersionCheck]) {
+	switch {
+	case o.CleanEnv:
+		cli, err := CleanCommand()
+		if err != nil {
+			return Stack{}, fmt.Errorf("stack %s: %w", o.Stack, err)
+		}
+		wsOpts = append(wsOpts, auto.Pulumi(cli))
+	case !cmdutil.IsTruthy(o.EnvVars[skipVersionCheck]):
 		cli, err := PulumiCommand()
 		if err != nil {
 			return Stack{}, fmt.Errorf("stack %s: %w", o.Stack, err)

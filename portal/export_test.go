@@ -12,12 +12,12 @@ import (
 // none (or, with failList, fails), and selecting a stack fails the way the CLI does for a stack
 // the backend does not hold. It stands for the backend while an operation's `stack init` has not
 // run yet, which the real CLI leaves no way to hold still.
-func FakePulumi(t *testing.T, failList bool) {
+func FakePulumi(t *testing.T, failList bool) *fakecli.CLI {
 	list := fakecli.Reply{Args: "stack ls", Stdout: "[]"}
 	if failList {
 		list = fakecli.Reply{Args: "stack ls", Stderr: "error: could not list stacks", Exit: 255}
 	}
-	fakePulumi(t, list)
+	return fakePulumi(t, list)
 }
 
 // FakePulumiListFails is FakePulumi whose `stack ls` fails with stderr.
@@ -25,8 +25,8 @@ func FakePulumiListFails(t *testing.T, stderr string) {
 	fakePulumi(t, fakecli.Reply{Args: "stack ls", Stderr: stderr, Exit: 255})
 }
 
-func fakePulumi(t *testing.T, list fakecli.Reply) {
-	fakecli.Install(t, fakecli.Reply{Stderr: "error: no stack named 'x' found", Exit: 255},
+func fakePulumi(t *testing.T, list fakecli.Reply) *fakecli.CLI {
+	return fakecli.Install(t, fakecli.Reply{Stderr: "error: no stack named 'x' found", Exit: 255},
 		fakecli.Reply{Args: "version", Stdout: "v3.276.0"}, list)
 }
 

@@ -26,6 +26,8 @@ type Options struct {
 	// awskms://…, gcpkms://…, azurekeyvault://…, hashivault://….
 	SecretsProvider string
 	// EnvVars go to the Pulumi CLI and the provider: the passphrase, cloud credentials, KUBECONFIG.
+	// Of the portal's own environment they get only automation.CleanEnviron (the CLI's needs:
+	// PATH, HOME, PULUMI_*, cloud and proxy settings, KUBECONFIG), never the rest.
 	EnvVars map[string]string
 	// Contexts are the kubeconfig contexts a request may name in kubernetes.context. Empty: none;
 	// every stack uses the kubeconfig's current context. The portal's kubeconfig may reach more

@@ -139,3 +139,36 @@ func TestTheCapsRefuseOneMore(t *testing.T) {
 	_, err = m.Preview(ctx, request("agg-team-a"), RunOptions{})
 	assert.NotErrorIs(t, err, ErrAtCapacity, "a stack the portal holds")
 }
+
+// The CLI and the provider the portal starts get only what they need of its environment
+// (automation.CleanEnviron) and what Options.EnvVars adds: a secret of the portal's host does not
+// reach them, for a listing or an operation alike.
+func TestTheCLIGetsACleanEnvironment(t *testing.T) {
+	cli := FakePulumi(t, false)
+	t.Setenv("PORTAL_HOST_SECRET", "s3cr3t")
+	t.Setenv("GITHUB_TOKEN", "ghp_x")
+	t.Setenv("PULUMI_CONFIG_PASSPHRASE", "portal-passphrase")
+	t.Setenv("KUBECONFIG", "/etc/portal/kubeconfig")
+	ctx := context.Background()
+	m, err := New(Options{ProjectDir: "..", StateDir: t.TempDir(), EnvVars: map[string]string{"AWS_REGION": "eu-west-1"}})
+	require.NoError(t, err)
+	check := func(what string) {
+		env := cli.Env(t)
+		assert.NotContains(t, env, "PORTAL_HOST_SECRET", what)
+		assert.NotContains(t, env, "GITHUB_TOKEN", what)
+		assert.Equal(t, "portal-passphrase", env["PULUMI_CONFIG_PASSPHRASE"], what)
+		assert.Equal(t, "/etc/portal/kubeconfig", env["KUBECONFIG"], what)
+		assert.Equal(t, "eu-west-1", env["AWS_REGION"], what)
+		assert.Equal(t, "file://"+filepath.Join(m.o.StateDir, "state"), env["PULUMI_BACKEND_URL"], what)
+		assert.NotEmpty(t, env["PATH"], what)
+	}
+	_, err = m.Stacks(ctx)
+	require.NoError(t, err)
+	check("listing")
+	cli.Reset(t)
+	r := NewRequest("agg", "agg-team-a")
+	r.Config.Namespace.Name, r.HFToken = "team-a", "hf_test"
+	_, _ = m.Preview(ctx, r, RunOptions{}) // the fake CLI holds no stack: it fails, after running
+	require.NotEmpty(t, cli.Calls(t))
+	check("an operation")
+}

@@ -18,7 +18,7 @@ func (m *Manager) Stacks(ctx context.Context) ([]string, error) {
 	if err := m.writeProjectFile(dir); err != nil {
 		return nil, err
 	}
-	cli, err := automation.PulumiCommand()
+	cli, err := automation.CleanCommand()
 	if err != nil {
 		return nil, err
 	}

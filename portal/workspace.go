@@ -67,7 +67,7 @@ func (m *Manager) selectStack(ctx context.Context, stack, dir string, create boo
 	if err := m.writeProjectFile(dir); err != nil {
 		return automation.Stack{}, err
 	}
-	o := automation.Options{ProjectDir: filepath.Join(m.o.StateDir, dir), Stack: stack, EnvVars: m.env(), SecretsProvider: m.o.SecretsProvider}
+	o := automation.Options{ProjectDir: filepath.Join(m.o.StateDir, dir), Stack: stack, EnvVars: m.env(), SecretsProvider: m.o.SecretsProvider, CleanEnv: true}
 	if create {
 		return automation.NewStack(ctx, o)
 	}

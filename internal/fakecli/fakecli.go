@@ -27,7 +27,7 @@ func Install(t testing.TB, otherwise Reply, replies ...Reply) *CLI {
 	dir := t.TempDir()
 	c := &CLI{log: filepath.Join(dir, "calls")}
 	var b strings.Builder
-	fmt.Fprintf(&b, "#!/bin/sh\necho \"$*\" >> %s\ncase \" $* \" in\n", quote(c.log))
+	fmt.Fprintf(&b, "#!/bin/sh\necho \"$*\" >> %s\nenv > %s\ncase \" $* \" in\n", quote(c.log), quote(c.log+".env"))
 	for _, r := range replies {
 		fmt.Fprintf(&b, "*%s*) %s ;;\n", quote(" "+r.Args+" "), answer(r))
 	}
@@ -65,6 +65,22 @@ func answer(r Reply) string {
 
 // quote is s as one single-quoted shell word.
 func quote(s string) string { return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'" }
+
+// Env is the environment the last call ran with.
+func (c *CLI) Env(t testing.TB) map[string]string {
+	t.Helper()
+	b, err := os.ReadFile(c.log + ".env")
+	if err != nil {
+		t.Fatal(err)
+	}
+	env := map[string]string{}
+	for _, kv := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		if k, v, ok := strings.Cut(kv, "="); ok {
+			env[k] = v
+		}
+	}
+	return env
+}
 
 // Reset forgets the calls so far.
 func (c *CLI) Reset(t testing.TB) {
