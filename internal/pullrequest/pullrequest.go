@@ -1,0 +1,161 @@
+package pullrequest
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"regexp"
+	"slices"
+	"strings"
+)
+
+// RollLabel is the label that consents to worker rolls.
+const RollLabel = "allow-worker-roll"
+
+// Client calls GitHub's REST API for one repository ("owner/name").
+type Client struct {
+	// API is the API's base URL (GITHUB_API_URL; https://api.github.com).
+	API, Token, Repo string
+	HTTP             *http.Client
+}
+
+var nextLink = regexp.MustCompile(`<([^>]+)>;\s*rel="next"`)
+
+// get reads every page of a list into out (a pointer to a slice), following Link rel="next".
+func get[T any](ctx context.Context, c *Client, path string, out *[]T) error {
+	url := c.API + "/repos/" + c.Repo + path
+	for url != "" {
+		var page []T
+		h, err := c.do(ctx, http.MethodGet, url, nil, &page)
+		if err != nil {
+			return err
+		}
+		*out = append(*out, page...)
+		url = ""
+		if m := nextLink.FindStringSubmatch(h.Get("Link")); m != nil {
+			url = m[1]
+		}
+	}
+	return nil
+}
+
+func (c *Client) do(ctx context.Context, method, url string, body, out any) (http.Header, error) {
+	var r io.Reader
+	if body != nil {
+		b, err := json.Marshal(body)
+		if err != nil {
+			return nil, err
+		}
+		r = bytes.NewReader(b)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, url, r)
+	if err != nil {
+		return nil, err
+	}
+	req.Header.Set("Accept", "application/vnd.github+json")
+	req.Header.Set("Authorization", "Bearer "+c.Token)
+	hc := c.HTTP
+	if hc == nil {
+		hc = http.DefaultClient
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	b, err := io.ReadAll(io.LimitReader(resp.Body, 32<<20))
+	if err != nil {
+		return nil, err
+	}
+	if resp.StatusCode/100 != 2 {
+		return nil, fmt.Errorf("%s %s: %s: %s", method, url, resp.Status, strings.TrimSpace(string(b[:min(len(b), 300)])))
+	}
+	if out != nil {
+		if err := json.Unmarshal(b, out); err != nil {
+			return nil, fmt.Errorf("%s %s: %w", method, url, err)
+		}
+	}
+	return resp.Header, nil
+}
+
+type user struct {
+	Login string `json:"login"`
+}
+
+// Consent is the roll consent of pull request pr for cmd/policy -allow-roll: "all" when RollLabel
+// is on it and was last added by someone other than its author who may write to the repository,
+// else "", with why not.
+func Consent(ctx context.Context, c *Client, pr int, author string) (allow, why string, err error) {
+	var labels []struct {
+		Name string `json:"name"`
+	}
+	if err := get(ctx, c, fmt.Sprintf("/issues/%d/labels", pr), &labels); err != nil {
+		return "", "", err
+	}
+	if !slices.ContainsFunc(labels, func(l struct {
+		Name string `json:"name"`
+	}) bool {
+		return l.Name == RollLabel
+	}) {
+		return "", "no " + RollLabel + " label", nil
+	}
+	var events []struct {
+		Event string `json:"event"`
+		Actor user   `json:"actor"`
+		Label struct {
+			Name string `json:"name"`
+		} `json:"label"`
+	}
+	if err := get(ctx, c, fmt.Sprintf("/issues/%d/events", pr), &events); err != nil {
+		return "", "", err
+	}
+	actor := ""
+	for _, e := range events {
+		if e.Event == "labeled" && e.Label.Name == RollLabel {
+			actor = e.Actor.Login
+		}
+	}
+	switch {
+	case actor == "":
+		return "", "no record of who added " + RollLabel, nil
+	case strings.EqualFold(actor, author):
+		return "", RollLabel + " was added by the pull request's author (" + author + "): a maintainer must add it", nil
+	}
+	var perm struct {
+		Permission string `json:"permission"`
+	}
+	if _, err := c.do(ctx, http.MethodGet, fmt.Sprintf("%s/repos/%s/collaborators/%s/permission", c.API, c.Repo, actor), nil, &perm); err != nil {
+		return "", "", err
+	}
+	if !slices.Contains([]string{"admin", "maintain", "write"}, perm.Permission) {
+		return "", fmt.Sprintf("%s was added by %s, who may not write to %s (%s)", RollLabel, actor, c.Repo, perm.Permission), nil
+	}
+	return "all", RollLabel + " added by " + actor, nil
+}
+
+// Marker is the first line of a stack's comment, by which its next run finds it.
+func Marker(stack string) string { return "<!-- minimax-m3 preview: " + stack + " -->" }
+
+// Comment posts body as pull request pr's comment for stack: it edits that stack's earlier comment
+// (the last one starting with Marker(stack)), never another stack's or anyone else's text.
+func Comment(ctx context.Context, c *Client, pr int, stack, body string) error {
+	var comments []struct {
+		ID   int64  `json:"id"`
+		Body string `json:"body"`
+	}
+	if err := get(ctx, c, fmt.Sprintf("/issues/%d/comments", pr), &comments); err != nil {
+		return err
+	}
+	text := map[string]string{"body": Marker(stack) + "\n" + body}
+	for i := len(comments) - 1; i >= 0; i-- {
+		if strings.HasPrefix(comments[i].Body, Marker(stack)+"\n") {
+			_, err := c.do(ctx, http.MethodPatch, fmt.Sprintf("%s/repos/%s/issues/comments/%d", c.API, c.Repo, comments[i].ID), text, nil)
+			return err
+		}
+	}
+	_, err := c.do(ctx, http.MethodPost, fmt.Sprintf("%s/repos/%s/issues/%d/comments", c.API, c.Repo, pr), text, nil)
+	return err
+}
