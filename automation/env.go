@@ -20,8 +20,9 @@ import (
 // its host sets) is left out; what a stack needs beyond it goes in Options.EnvVars.
 var (
 	inheritedVars = []string{"PATH", "HOME", "USER", "LOGNAME", "TMPDIR", "TZ", "LANG", "KUBECONFIG",
+		"KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT", // in a pod, the in-cluster config
 		"SSL_CERT_FILE", "SSL_CERT_DIR", "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY", "http_proxy", "https_proxy", "no_proxy"}
-	inheritedPrefixes = []string{"LC_", "XDG_", "PULUMI_", "AWS_", "GOOGLE_", "CLOUDSDK_", "AZURE_", "ARM_", "VAULT_"}
+	inheritedPrefixes = []string{"LC_", "XDG_", "PULUMI_", "AWS_", "GOOGLE_", "CLOUDSDK_", "AZURE_", "ARM_", "AAD_", "VAULT_"}
 )
 
 // CleanEnviron is the part of the process's environment a CLI started by CleanCommand inherits.

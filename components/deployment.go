@@ -28,6 +28,10 @@ type MiniMaxM3Args struct {
 	Results JobResultReader
 	// GraphStatus follows the operator's status of the graph during `up`; nil does not.
 	GraphStatus GraphStatusWatcher
+	// GraphReadyBefore is the graph's generation an earlier up saw Ready (its output
+	// GraphReadyGenerationOutput; 0: none): an up that leaves that generation as it is does not
+	// wait for the graph again.
+	GraphReadyBefore int64
 }
 
 // MiniMaxM3 is one stack's deployment: namespace, token Secret, model cache, ComputeDomain and the
@@ -44,6 +48,9 @@ type MiniMaxM3 struct {
 	FrontendService pulumi.StringOutput `pulumi:"frontendService"`
 	CacheClaimName  pulumi.StringOutput `pulumi:"cacheClaimName"`
 	ComputeDomain   pulumi.StringOutput `pulumi:"computeDomain"`
+	// GraphReadyGeneration is the graph's generation this up saw Ready (or wrote, when it does not
+	// wait for it).
+	GraphReadyGeneration pulumi.IntOutput `pulumi:"graphReadyGeneration"`
 	// SmokeTest is nil when the smoke test does not run.
 	SmokeTest *SmokeTest
 }
@@ -110,7 +117,7 @@ func NewMiniMaxM3(ctx *pulumi.Context, name string, args *MiniMaxM3Args, opts ..
 		return nil, err
 	}
 
-	graph, err := NewGraph(ctx, "graph", &GraphArgs{Namespace: ns.Name, Config: c, Meta: args.Meta, LegacyName: legacy + "-graph", Status: args.GraphStatus},
+	graph, err := NewGraph(ctx, "graph", &GraphArgs{Namespace: ns.Name, Config: c, Meta: args.Meta, LegacyName: legacy + "-graph", Status: args.GraphStatus, ReadyBefore: args.GraphReadyBefore},
 		parent, pulumi.DependsOn(append(append([]pulumi.Resource{}, cd.Ready...), cache.Ready...)))
 	if err != nil {
 		return nil, err
@@ -132,7 +139,9 @@ func NewMiniMaxM3(ctx *pulumi.Context, name string, args *MiniMaxM3Args, opts ..
 	d.FrontendService = graph.Name.ApplyT(func(n string) string { return n + "-frontend" }).(pulumi.StringOutput)
 	d.CacheClaimName = cache.ClaimName
 	d.ComputeDomain = cd.Name
+	d.GraphReadyGeneration = graph.ReadyGeneration
 	return d, ctx.RegisterResourceOutputs(d, pulumi.Map{
+		"graphReadyGeneration": d.GraphReadyGeneration,
 		"namespace":       d.Namespace,
 		"graphName":       d.GraphName,
 		"frontendService": d.FrontendService,
@@ -164,6 +173,7 @@ func Outputs(c *config.Config, d *MiniMaxM3) pulumi.Map {
 		"computeDomain":        d.ComputeDomain,
 		"channelClaimTemplate": pulumi.String(c.ChannelClaimTemplateName()),
 		"cacheClaimName":       d.CacheClaimName,
+		GraphReadyGenerationOutput: d.GraphReadyGeneration,
 		"waitCommand":          pulumi.Sprintf("kubectl -n %s wait --for=condition=Ready dynamographdeployment/%s --timeout=%s", d.Namespace, d.GraphName, c.Readiness.Timeout),
 	}
 	if d.SmokeTest != nil {

@@ -35,6 +35,10 @@ type GraphArgs struct {
 	Config    *config.Config
 	// LegacyName is the component's logical name under the first naming scheme.
 	LegacyName string
+	// ReadyBefore is the generation an earlier up saw the graph Ready at (0: none): when this up
+	// leaves the graph at it, there is nothing to wait for (the provider too waits only for a
+	// create or an update).
+	ReadyBefore int64
 	// Status, when the cluster can be read, lets the program wait for the graph's Ready itself
 	// instead of the provider (followGraph): it names the failures of the graph's pods while it
 	// waits and ends `up` on one that does not clear by itself. With nil the provider waits, and
@@ -53,6 +57,8 @@ type Graph struct {
 	// readiness.waitForReady off): what needs a Ready graph depends on it with
 	// pulumi.DependsOnInputs.
 	Ready pulumi.ResourceArrayOutput
+	// ReadyGeneration is the generation this up saw Ready (or wrote, when it does not wait).
+	ReadyGeneration pulumi.IntOutput
 }
 
 // NewGraph creates the ConfigMap and the DynamoGraphDeployment and, unless disabled, waits until
@@ -145,11 +151,17 @@ func NewGraph(ctx *pulumi.Context, name string, args *GraphArgs, opts ...pulumi.
 		return nil, err
 	}
 	g.Ready = pulumi.ResourceArray{pulumi.NewResourceInput(dgd)}.ToResourceArrayOutput()
+	g.ReadyGeneration = dgd.Metadata.Generation().ApplyT(func(gen *int) int {
+		if gen == nil {
+			return 0
+		}
+		return *gen
+	}).(pulumi.IntOutput)
 	if programWaits && !ctx.DryRun() {
 		create, update := readinessBudgets(c.Readiness, c.RolloutWaves())
-		g.Ready = followGraph(ctx, args.Status, g, dgd, &graphWait{
+		g.Ready, g.ReadyGeneration = followGraph(ctx, args.Status, g, dgd, &graphWait{
 			namespace: c.Namespace.Name, name: c.GraphName, restartID: c.Restart.ID,
-			timeout: c.Readiness.Timeout, create: create, update: update,
+			timeout: c.Readiness.Timeout, create: create, update: update, readyBefore: args.ReadyBefore,
 		})
 	}
 	if err := newDisruptionBudgets(ctx, g, args); err != nil {
@@ -158,7 +170,7 @@ func NewGraph(ctx *pulumi.Context, name string, args *GraphArgs, opts ...pulumi.
 	g.Object = dgd
 	g.Name = pulumi.All(dgd.Metadata.Name().Elem(), g.Ready).ApplyT(func(v []any) string { return v[0].(string) }).(pulumi.StringOutput)
 	g.ConfigMap = cm.Metadata.Name().Elem()
-	return g, ctx.RegisterResourceOutputs(g, pulumi.Map{"name": g.Name, "configMap": g.ConfigMap})
+	return g, ctx.RegisterResourceOutputs(g, pulumi.Map{"name": g.Name, "configMap": g.ConfigMap, "readyGeneration": g.ReadyGeneration})
 }
 
 func graphTypeToken(apiVersion string) string {

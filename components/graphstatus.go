@@ -39,18 +39,23 @@ type graphWait struct {
 	// timeout is readiness.timeout as written, for messages; create and update are the budgets.
 	timeout        string
 	create, update time.Duration
+	// readyBefore is the generation an earlier up saw Ready (GraphArgs.ReadyBefore).
+	readyBefore int64
 }
 
 // followGraph waits for the graph in place of the provider (the graph carries
 // pulumi.com/skipAwait): the returned output resolves to the graph once the operator reports it
-// Ready for the generation `up` wrote, and fails `up` at once on a terminal problem
-// (cluster.PodProblem.Terminal: it does not clear without a change), or at the end of the budget
-// with the operator's last Ready condition and the problems seen, instead of the provider's bare
-// "timed out". While it waits, each failure the Dynamo operator reports for a generation this `up`
-// writes, and each problem of the graph's pods and their nodes, is a warning on the graph's
-// component, with Kubernetes' reason and message.
-func followGraph(ctx *pulumi.Context, w GraphStatusWatcher, g *Graph, dgd *apiextensions.CustomResource, wait *graphWait) pulumi.ResourceArrayOutput {
-	rctx, cancel := context.WithCancel(context.Background())
+// Ready for the generation `up` wrote, and fails `up` at once on a terminal problem of a pod made
+// after `up` started (cluster.PodProblem.Terminal: it does not clear without a change; a pod from
+// before, which the rollout may replace, only shows), or at the end of the budget with the
+// operator's last Ready condition and the problems seen, instead of the provider's bare "timed
+// out". Like the provider, it waits only when this up creates or changes the graph, or when no
+// earlier up saw the graph Ready at the generation it leaves. While it waits, each failure the
+// Dynamo operator reports for a generation this `up` writes, and each problem of the graph's pods
+// and their nodes, is a warning on the graph's component, with Kubernetes' reason and message. The
+// watches end with the wait, or with the program's run (a cancelled `up`).
+func followGraph(ctx *pulumi.Context, w GraphStatusWatcher, g *Graph, dgd *apiextensions.CustomResource, wait *graphWait) (pulumi.ResourceArrayOutput, pulumi.IntOutput) {
+	rctx, cancel := context.WithCancel(ctx.Context())
 	ns, name := wait.namespace, wait.name
 	before, err := w.GraphGeneration(rctx, ns, name)
 	budget := wait.update
@@ -74,19 +79,29 @@ func followGraph(ctx *pulumi.Context, w GraphStatusWatcher, g *Graph, dgd *apiex
 			seen.add(p)
 		})
 	}()
-	return dgd.Metadata.Generation().ApplyT(func(gen *int) ([]pulumi.Resource, error) {
+	type result struct {
+		ready      []pulumi.Resource
+		generation int
+	}
+	done := dgd.Metadata.Generation().ApplyT(func(gen *int) (result, error) {
 		defer cancel()
-		written := int64(0)
+		written := 0
 		if gen != nil {
-			written = int64(*gen)
+			written = *gen
+		}
+		if written > 0 && int64(written) == before && int64(written) <= wait.readyBefore {
+			// This up left the graph as an earlier one saw it Ready: nothing to wait for.
+			return result{[]pulumi.Resource{dgd}, written}, nil
 		}
 		_ = ctx.Log.Info(fmt.Sprintf("waiting for DynamoGraphDeployment %s/%s to be Ready at generation %d (at most %s)", ns, name, written, budget), &pulumi.LogArgs{Resource: g})
-		if err := wait.untilReady(rctx, w, written, budget, seen); err != nil {
+		if err := wait.untilReady(rctx, w, int64(written), budget, seen); err != nil {
 			_ = ctx.Log.Error(err.Error(), &pulumi.LogArgs{Resource: dgd})
-			return nil, err
+			return result{}, err
 		}
-		return []pulumi.Resource{dgd}, nil
-	}).(pulumi.ResourceArrayOutput)
+		return result{[]pulumi.Resource{dgd}, written}, nil
+	})
+	return done.ApplyT(func(r any) []pulumi.Resource { return r.(result).ready }).(pulumi.ResourceArrayOutput),
+		done.ApplyT(func(r any) int { return r.(result).generation }).(pulumi.IntOutput)
 }
 
 // untilReady waits for the graph to be Ready for generation, ending early on a terminal problem.
@@ -137,7 +152,7 @@ func (w *graphWait) untilReady(ctx context.Context, watcher GraphStatusWatcher, 
 }
 
 // problemLog keeps the problems of the graph's pods reported during the wait, and hands the first
-// terminal one to the wait.
+// terminal one of a pod made after the watch started to the wait.
 type problemLog struct {
 	mu       sync.Mutex
 	all      []string
@@ -148,7 +163,7 @@ func (l *problemLog) add(p cluster.PodProblem) {
 	l.mu.Lock()
 	l.all = append(l.all, p.String())
 	l.mu.Unlock()
-	if p.Terminal {
+	if p.Terminal && !p.Existing {
 		select {
 		case l.terminal <- p:
 		default:

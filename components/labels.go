@@ -33,6 +33,9 @@ const (
 	// IdentityOutput is the stack output holding the identity the stack's objects carry; the next
 	// update reads it back, so a renamed stack still knows its objects.
 	IdentityOutput = "stackIdentity"
+	// GraphReadyGenerationOutput is the stack output holding the graph's generation its last
+	// successful up saw Ready; the next up does not wait again for a graph it leaves at it.
+	GraphReadyGenerationOutput = "graphReadyGeneration"
 )
 
 // StackIdentity is what tells this stack's objects from every other's: its organization, project

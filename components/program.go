@@ -59,6 +59,8 @@ func Deploy(ctx *pulumi.Context, o Options) (pulumi.Map, error) {
 	var (
 		reader ObjectReader
 		meta   StackMeta
+		// readyBefore is the graph's generation an earlier up saw Ready.
+		readyBefore int64
 	)
 	if o.RenderDirectory == "" {
 		reader = o.Cluster
@@ -83,6 +85,9 @@ func Deploy(ctx *pulumi.Context, o Options) (pulumi.Map, error) {
 			}
 			if err := place(ctx, reader, &c, meta, previous); err != nil {
 				return nil, err
+			}
+			if previous.namespace == c.Namespace.Name && previous.graphName == c.GraphName {
+				readyBefore = previous.readyGeneration
 			}
 		}
 	}
@@ -119,7 +124,7 @@ func Deploy(ctx *pulumi.Context, o Options) (pulumi.Map, error) {
 	if t := raw.HFToken(); t != "" {
 		token = pulumi.ToSecret(pulumi.String(t)).(pulumi.StringOutput)
 	}
-	d, err := NewMiniMaxM3(ctx, "minimax-m3", &MiniMaxM3Args{Config: &c, Meta: meta, HFToken: token, Results: jobResults(reader), GraphStatus: graphStatus(reader)}, pulumi.Provider(provider))
+	d, err := NewMiniMaxM3(ctx, "minimax-m3", &MiniMaxM3Args{Config: &c, Meta: meta, HFToken: token, Results: jobResults(reader), GraphStatus: graphStatus(reader), GraphReadyBefore: readyBefore}, pulumi.Provider(provider))
 	if err != nil {
 		return nil, err
 	}
@@ -136,6 +141,8 @@ type previousStack struct {
 	// namespace and graphName name the graph it deployed: a new graphName replaces that graph,
 	// whose workers' GPUs are then the new one's.
 	namespace, graphName string
+	// readyGeneration is the graph's generation its last successful up saw Ready (0: unknown).
+	readyGeneration int64
 }
 
 // previousOutputs reads the stack's last outputs through a reference to the stack itself.
@@ -152,6 +159,15 @@ func previousOutputs(ctx *pulumi.Context) (previousStack, error) {
 		}
 		if out != nil {
 			*dst, _ = out.Value.(string)
+		}
+	}
+	out, err := self.GetOutputDetails(GraphReadyGenerationOutput)
+	if err != nil {
+		return p, err
+	}
+	if out != nil {
+		if f, ok := out.Value.(float64); ok {
+			p.readyGeneration = int64(f)
 		}
 	}
 	return p, nil

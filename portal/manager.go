@@ -34,7 +34,8 @@ type Options struct {
 	// clusters than its users may: a request names only the ones the operator of the portal lists.
 	Contexts []string
 	// MaxOperations caps the operations running at once, over all stacks (each starts a Pulumi
-	// CLI and a provider); one more is refused with a CapacityError. 0: DefaultMaxOperations.
+	// CLI and a provider); one more is refused with a CapacityError, or with RunOptions.Wait waits
+	// for a place. 0: DefaultMaxOperations.
 	MaxOperations int
 	// MaxStacks caps the stacks the portal holds (one workspace each); an operation that would
 	// create one more is refused with a CapacityError. 0: DefaultMaxStacks.
@@ -137,8 +138,22 @@ func (m *Manager) acquire(ctx context.Context, stack, op string, wait bool) (con
 		m.mu.Lock()
 		r, ok := m.running[stack]
 		if !ok && len(m.running) >= m.o.MaxOperations {
+			if !wait {
+				m.mu.Unlock()
+				return nil, nil, &CapacityError{What: "operations running at once", Limit: m.o.MaxOperations}
+			}
+			var ends <-chan struct{}
+			for _, other := range m.running {
+				ends = other.done
+				break
+			}
 			m.mu.Unlock()
-			return nil, nil, &CapacityError{What: "operations running at once", Limit: m.o.MaxOperations}
+			select {
+			case <-ctx.Done():
+				return nil, nil, ctx.Err()
+			case <-ends:
+			}
+			continue
 		}
 		if !ok {
 			ctx, cancel := context.WithCancel(context.WithValue(ctx, holdsKey{}, stack))

@@ -2,10 +2,12 @@ package portal
 
 import (
 	"context"
+	"minimax-m3/internal/fakecli"
 	"os"
 	"path/filepath"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
@@ -102,7 +104,7 @@ func TestARequestNamesOnlyAListedContext(t *testing.T) {
 }
 
 // The portal's caps: one operation more than MaxOperations (over all stacks) and one stack more
-// than MaxStacks are refused with a CapacityError before anything of theirs is written; a stack
+// than MaxStacks (the backend's stacks, and those being created) are refused with a CapacityError before anything of theirs is written; a stack
 // the portal holds already is within the cap.
 func TestTheCapsRefuseOneMore(t *testing.T) {
 	FakePulumi(t, false)
@@ -125,13 +127,24 @@ func TestTheCapsRefuseOneMore(t *testing.T) {
 	require.ErrorIs(t, err, ErrAtCapacity)
 	assert.EqualError(t, err, "the portal is at its limit of 1 operations running at once: try again once one ends, or ask its operator to raise the limit")
 	assert.False(t, written(m, "agg-team-b"))
+	// With Wait, it waits for a place instead.
+	waited := make(chan error, 1)
+	go func() { _, err := m.Preview(ctx, request("agg-team-b"), RunOptions{Wait: true}); waited <- err }()
+	select {
+	case err := <-waited:
+		t.Fatalf("did not wait for a place: %v", err)
+	case <-time.After(300 * time.Millisecond):
+	}
 	release()
+	assert.NotErrorIs(t, <-waited, ErrAtCapacity, "ran once the first ended")
 	_, err = m.Preview(ctx, request("agg-team-b"), RunOptions{})
 	assert.NotErrorIs(t, err, ErrAtCapacity, "room again once the first ended")
 
+	// The backend holds one stack (the fake CLI lists it).
+	fakecli.Install(t, fakecli.Reply{Stderr: "error: no stack named 'x' found", Exit: 255},
+		fakecli.Reply{Args: "version", Stdout: "v3.276.0"}, fakecli.Reply{Args: "stack ls", Stdout: `[{"name":"agg-team-a"}]`})
 	m, err = New(Options{ProjectDir: "..", StateDir: t.TempDir(), MaxStacks: 1})
 	require.NoError(t, err)
-	require.NoError(t, os.MkdirAll(filepath.Join(m.o.StateDir, workspace("agg-team-a")), 0o700))
 	_, err = m.Preview(ctx, request("agg-team-b"), RunOptions{})
 	require.ErrorIs(t, err, ErrAtCapacity)
 	assert.Contains(t, err.Error(), "limit of 1 stacks")

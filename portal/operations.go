@@ -124,6 +124,13 @@ func (m *Manager) Up(ctx context.Context, r Request, o RunOptions) (UpResult, er
 		return UpResult{}, err
 	}
 	defer release()
+	if o.Plan != "" {
+		// Again, holding the stack: an up of the same plan that ran while this one waited for it
+		// has used it.
+		if err := checkPlan(o.Plan, r); err != nil {
+			return UpResult{}, err
+		}
+	}
 	if err := m.checkPolicies(ctx, s, r, o); err != nil {
 		return UpResult{}, err
 	}

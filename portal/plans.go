@@ -89,6 +89,9 @@ func (m *Manager) CheckPlan(plan string, r Request) error { return checkPlan(pla
 
 func checkPlan(plan string, r Request) error {
 	want, err := os.ReadFile(plan + ".request")
+	if info, serr := os.Stat(plan); err == nil && (serr != nil || time.Since(info.ModTime()) > planTTL) {
+		err = fs.ErrNotExist // used, or too old to apply to the cluster as it is now
+	}
 	if errors.Is(err, fs.ErrNotExist) {
 		return &InvalidRequestError{Problems: config.Problems{{Key: "plan", Message: "no such plan: it was used by an up, is older than " +
 			planTTL.String() + ", or never saved; preview again"}}}

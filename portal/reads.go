@@ -14,6 +14,17 @@ import (
 // Stacks lists the stacks on the backend, and those whose first operation here has reserved them
 // but not yet created them there: a stack being started shows at once, to every client.
 func (m *Manager) Stacks(ctx context.Context) ([]string, error) {
+	names, err := m.backendStacks(ctx)
+	if err != nil {
+		return nil, err
+	}
+	names = append(names, m.RunningStacks()...)
+	slices.Sort(names)
+	return slices.Compact(names), nil
+}
+
+// backendStacks are the stacks the backend holds.
+func (m *Manager) backendStacks(ctx context.Context) ([]string, error) {
 	dir := filepath.Join("workspaces", ".list")
 	if err := m.writeProjectFile(dir); err != nil {
 		return nil, err
@@ -30,12 +41,11 @@ func (m *Manager) Stacks(ctx context.Context) ([]string, error) {
 	if err != nil {
 		return nil, err
 	}
-	names := m.RunningStacks()
+	names := make([]string, 0, len(list))
 	for _, s := range list {
 		names = append(names, s.Name)
 	}
-	slices.Sort(names)
-	return slices.Compact(names), nil
+	return names, nil
 }
 
 // Outputs reads a stack's outputs, decrypting nothing.

@@ -5,7 +5,6 @@ import (
 	"context"
 	"crypto/rand"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -191,7 +190,7 @@ func (m *Manager) prepare(ctx context.Context, r Request, op string, o RunOption
 	if err != nil {
 		return nil, automation.Stack{}, nil, err
 	}
-	if err := m.roomFor(r.Name()); err != nil {
+	if err := m.roomFor(ctx, r.Name()); err != nil {
 		release()
 		return nil, automation.Stack{}, nil, err
 	}
@@ -206,28 +205,21 @@ func (m *Manager) prepare(ctx context.Context, r Request, op string, o RunOption
 	return ctx, s, release, nil
 }
 
-// roomFor refuses a stack the portal does not hold yet when it holds Options.MaxStacks: one
-// workspace each (a name starting with "." is the portal's own), and those another operation is
-// creating.
-func (m *Manager) roomFor(stack string) error {
-	if _, err := m.root.Stat(workspace(stack)); err == nil {
+// roomFor refuses a stack the backend does not hold yet when the portal holds Options.MaxStacks:
+// the backend's stacks and those other operations are creating. A destroy that removes its stack
+// (Destroy's removeStack) frees a place.
+func (m *Manager) roomFor(ctx context.Context, stack string) error {
+	backend, err := m.backendStacks(ctx)
+	if err != nil {
+		return fmt.Errorf("counting the stacks against the portal's limit: %w", err)
+	}
+	if slices.Contains(backend, stack) {
 		return nil
 	}
-	entries, err := fs.ReadDir(m.root.FS(), "workspaces")
-	if err != nil {
-		return err
-	}
 	held := map[string]bool{}
-	for _, e := range entries {
-		if e.IsDir() && !strings.HasPrefix(e.Name(), ".") {
-			held[e.Name()] = true
-		}
+	for _, n := range append(backend, m.RunningStacks()...) {
+		held[n] = true
 	}
-	m.mu.Lock()
-	for name := range m.running {
-		held[name] = true
-	}
-	m.mu.Unlock()
 	delete(held, stack)
 	if len(held) >= m.o.MaxStacks {
 		return &CapacityError{What: "stacks", Limit: m.o.MaxStacks}

@@ -13,6 +13,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/tools/cache"
 
 	"minimax-m3/internal/objwatch"
 )
@@ -37,6 +38,9 @@ type PodProblem struct {
 	LastExitCode int32
 	// Terminal is a state that does not clear without a change: a retry cannot fix it (TerminalOf).
 	Terminal bool
+	// Existing: the pod was there when the watch started (WatchPodProblems), so the change `up`
+	// is making may replace it; a problem of a pod made since is one of the change itself.
+	Existing bool
 }
 
 // CrashLoopTerminalRestarts is the number of restarts after which a container in CrashLoopBackOff
@@ -177,8 +181,9 @@ func (r *Reader) WatchPodProblems(ctx context.Context, namespace, graph string, 
 		terminal                     bool
 	}
 	var (
-		mu     sync.Mutex
-		seen   = map[key]bool{}
+		mu       sync.Mutex
+		existing = map[string]bool{} // the pods there at the start
+		seen     = map[key]bool{}
 		podsOn = map[string]map[string]string{} // node → pod → component
 		nodeOf = map[string]string{}            // pod → node
 		bad    = map[string][2]string{}         // node → reason, message
@@ -188,6 +193,7 @@ func (r *Reader) WatchPodProblems(ctx context.Context, namespace, graph string, 
 	podProblems := func(pod string, now []PodProblem) {
 		current := map[key]bool{}
 		for _, p := range now {
+			p.Existing = existing[p.Pod]
 			k := keyOf(p)
 			current[k] = true
 			if !seen[k] {
@@ -213,7 +219,7 @@ func (r *Reader) WatchPodProblems(ctx context.Context, namespace, graph string, 
 			return
 		}
 		for _, pod := range slices.Sorted(maps.Keys(podsOn[node])) {
-			p := PodProblem{Pod: pod, Component: podsOn[node][pod], Node: node, Reason: problem[0], Message: problem[1]}
+			p := PodProblem{Pod: pod, Component: podsOn[node][pod], Node: node, Reason: problem[0], Message: problem[1], Existing: existing[pod]}
 			if k := keyOf(p); !seen[k] {
 				seen[k] = true
 				report(p)
@@ -248,7 +254,18 @@ func (r *Reader) WatchPodProblems(ctx context.Context, namespace, graph string, 
 		}()
 	}
 	pods := r.dynamic.Resource(podsResource).Namespace(namespace)
-	_, err := objwatch.Until(ctx, objwatch.ByLabel(GraphLabel+"="+graph, pods.List, pods.Watch), &unstructured.Unstructured{}, nil, func(e watch.Event) (bool, error) {
+	// The first listing, before any event is handled: the pods there at the start.
+	start := func(store cache.Store) (bool, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		for _, o := range store.List() {
+			if u, ok := o.(*unstructured.Unstructured); ok {
+				existing[u.GetName()] = true
+			}
+		}
+		return false, nil
+	}
+	_, err := objwatch.Until(ctx, objwatch.ByLabel(GraphLabel+"="+graph, pods.List, pods.Watch), &unstructured.Unstructured{}, start, func(e watch.Event) (bool, error) {
 		var p corev1.Pod
 		if !typed(e, &p) {
 			return false, nil

@@ -48,7 +48,7 @@ func readBody(w http.ResponseWriter, r *http.Request) (operationBody, int, error
 		return body, 0, nil
 	}
 	if field, ok := strings.CutPrefix(err.Error(), "json: unknown field "); ok {
-		return body, http.StatusBadRequest, invalidAt(strings.Trim(field, `"`), "unknown field (known fields: base, config, hfToken, plan)")
+		return body, http.StatusBadRequest, invalidAt(strings.Trim(field, `"`), "unknown field (known fields: base, config, hfToken, plan, allowRoll, remove)")
 	}
 	return body, http.StatusBadRequest, fmt.Errorf("body: %w", err)
 }
@@ -87,6 +87,9 @@ type operationBody struct {
 	Plan json.RawMessage `json:"plan"`
 	// AllowRoll, for up: the graph components it may restart (comma-separated, or "all").
 	AllowRoll string `json:"allowRoll"`
+	// Remove, for destroy: remove the stack from the backend too (its history goes with it),
+	// which frees its place under the portal's limit of stacks.
+	Remove bool `json:"remove"`
 }
 
 func (s *Server) operation(w http.ResponseWriter, r *http.Request) {
@@ -169,7 +172,7 @@ func (s *Server) operation(w http.ResponseWriter, r *http.Request) {
 	case "refresh":
 		run = func(ctx context.Context) (any, error) { return s.m.Refresh(ctx, stack, opts) }
 	case "destroy":
-		run = func(ctx context.Context) (any, error) { return nil, s.m.Destroy(ctx, stack, false, opts) }
+		run = func(ctx context.Context) (any, error) { return nil, s.m.Destroy(ctx, stack, body.Remove, opts) }
 	case "recover":
 		run = func(ctx context.Context) (any, error) {
 			in, err := s.m.Recover(ctx, stack, opts)

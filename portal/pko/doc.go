@@ -7,7 +7,7 @@
 //		ProjectRepo: "https://git.example.com/platform/minimax-m3.git", Commit: "<40-hex sha>",
 //		Backend: "s3://pulumi-state", SecretsProvider: "awskms://alias/pulumi",
 //		EnvRefs: map[string]pko.SecretKey{"PULUMI_CONFIG_PASSPHRASE": {Name: "pulumi", Key: "passphrase"}},
-//		ServiceAccountName: "pulumi"}
+//		ServiceAccountName: "pulumi", Image: "pulumi/pulumi-go:3.276.0@sha256:<64 hex>"}
 //	_, err := runner.Apply(ctx, r, true)             // server-side dry run against the operator's CRD
 //	_, err = runner.Apply(ctx, r, false)             // the Stack, and the token's Secret <stack>-hf-token
 //	res, err := runner.Wait(ctx, r.Name(), progress) // Ready: res.Outputs
@@ -16,7 +16,10 @@
 // same config values. Wait returns as soon as the operator reports a failed update of the Stack's
 // current generation (*UpdateFailedError, with the update's message; the operator keeps retrying
 // and stalls only after several failures: *StalledError). Resources default to
-// DefaultWorkspaceResources (requests 1 CPU and 2 GiB, limit 4 GiB). Instead of ProjectRepo and
-// Commit, Image and LocalDir run a prebuilt image; TrackBranch deploys a branch's newest commit
-// (an explicit choice, never a fallback). docs/portal.md says more.
+// DefaultWorkspaceResources (requests 1 CPU and 2 GiB, limit 4 GiB). The workspace Image is
+// required and pinned by digest, and ServiceAccountName required. Instead of ProjectRepo and
+// Commit, LocalDir runs a program prebuilt into Image; TrackBranch deploys a branch's newest
+// commit (an explicit choice, never a fallback). A Stack or token Secret of the request's name
+// that the runner did not make is never written (NotOursError), and its apply is never forced.
+// docs/portal.md says more.
 package pko

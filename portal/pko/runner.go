@@ -39,11 +39,14 @@ type Runner struct {
 	// Namespace holds the Stack objects, their Secrets and the workspace pods.
 	Namespace string
 	// ProjectRepo, Commit and RepoDir: the project's git repository, the reviewed commit to
-	// deploy (40 hex) and the directory of Pulumi.yaml. With Image, the workspace runs that image
-	// instead, whose LocalDir holds the project with the program prebuilt (the operator's local
-	// source).
+	// deploy (40 hex) and the directory of Pulumi.yaml. With LocalDir instead, the workspace
+	// image holds the project with the program prebuilt there (the operator's local source).
 	ProjectRepo, Commit, RepoDir string
-	Image, LocalDir              string
+	LocalDir                     string
+	// Image is the workspace pod's image (required), pinned by digest (…@sha256:<64 hex>): the
+	// operator's default is a moving tag, and whatever the image holds runs with the stack's
+	// credentials.
+	Image string
 	// TrackBranch deploys Branch's newest commit instead of Commit: the operator then redeploys
 	// every commit pushed to it, with no preview and no approval. An explicit choice, never a
 	// fallback.
@@ -118,10 +121,15 @@ func (o *Runner) StackObject(r portal.Request) (*unstructured.Unstructured, erro
 		}
 		spec["envRefs"] = env
 	}
-	workspace := map[string]any{}
+	if !digestPinned.MatchString(o.Image) {
+		return nil, fmt.Errorf("the operator runner needs the workspace Image pinned by digest (name@sha256:<64 hex>), got %q", o.Image)
+	}
+	if o.ServiceAccountName == "" {
+		return nil, errors.New("the operator runner needs the ServiceAccountName the site gives workspace pods (the operator's default is the namespace's default account)")
+	}
+	workspace := map[string]any{"image": o.Image}
 	switch {
-	case o.Image != "":
-		workspace["image"] = o.Image
+	case o.LocalDir != "" && o.ProjectRepo == "":
 		workspace["local"] = map[string]any{"dir": o.LocalDir}
 	case o.ProjectRepo != "":
 		spec["projectRepo"] = o.ProjectRepo
@@ -138,11 +146,9 @@ func (o *Runner) StackObject(r portal.Request) (*unstructured.Unstructured, erro
 			spec["repoDir"] = o.RepoDir
 		}
 	default:
-		return nil, errors.New("the operator runner needs ProjectRepo (with Commit or Branch) or Image (with LocalDir)")
+		return nil, errors.New("the operator runner needs ProjectRepo (with Commit or Branch) or LocalDir (a prebuilt program in Image)")
 	}
-	if o.ServiceAccountName != "" {
-		workspace["serviceAccountName"] = o.ServiceAccountName
-	}
+	workspace["serviceAccountName"] = o.ServiceAccountName
 	res := DefaultWorkspaceResources()
 	if o.Resources != nil {
 		res = *o.Resources
@@ -168,7 +174,7 @@ func (o *Runner) StackObject(r portal.Request) (*unstructured.Unstructured, erro
 	u := &unstructured.Unstructured{Object: map[string]any{
 		"apiVersion": "pulumi.com/v1", "kind": "Stack",
 		"metadata": map[string]any{"name": r.Name(), "namespace": o.Namespace, "labels": map[string]any{
-			"app.kubernetes.io/part-of": "minimax-m3", "minimax-m3.io/base": r.Base,
+			"app.kubernetes.io/part-of": "minimax-m3", "minimax-m3.io/base": r.Base, managedBy: fieldManager,
 		}},
 		"spec": spec,
 	}}
@@ -185,14 +191,19 @@ func (o *Runner) Apply(ctx context.Context, r portal.Request, dryRun bool) (*uns
 	if err != nil {
 		return nil, err
 	}
-	opts := metav1.ApplyOptions{FieldManager: "minimax-m3-portal", Force: true}
+	// Never forced: a field another manager owns is a conflict, not taken over. And an object of
+	// the same name this runner did not make (another team's, another tool's) is not touched.
+	opts := metav1.ApplyOptions{FieldManager: fieldManager}
 	if dryRun {
 		opts.DryRun = []string{metav1.DryRunAll}
+	}
+	if err := o.ours(ctx, r); err != nil {
+		return nil, err
 	}
 	if r.HFToken != "" {
 		secret := &corev1.Secret{
 			TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "Secret"},
-			ObjectMeta: metav1.ObjectMeta{Name: TokenSecretName(r.Name()), Namespace: o.Namespace, Labels: map[string]string{"app.kubernetes.io/part-of": "minimax-m3"}},
+			ObjectMeta: metav1.ObjectMeta{Name: TokenSecretName(r.Name()), Namespace: o.Namespace, Labels: map[string]string{"app.kubernetes.io/part-of": "minimax-m3", managedBy: fieldManager}},
 			Type:       corev1.SecretTypeOpaque,
 			StringData: map[string]string{"token": r.HFToken.Reveal()},
 		}
@@ -209,6 +220,48 @@ func (o *Runner) Apply(ctx context.Context, r portal.Request, dryRun bool) (*uns
 
 func patchOptions(o metav1.ApplyOptions) metav1.PatchOptions {
 	return metav1.PatchOptions{FieldManager: o.FieldManager, Force: &o.Force, DryRun: o.DryRun}
+}
+
+const (
+	// fieldManager is the runner's field manager, and the value of its managedBy label.
+	fieldManager = "minimax-m3-portal"
+	managedBy    = "app.kubernetes.io/managed-by"
+)
+
+var digestPinned = regexp.MustCompile(`^[^@\s]+@sha256:[0-9a-f]{64}$`)
+
+// NotOursError is an object of a request's name that this runner did not make.
+type NotOursError struct{ Kind, Namespace, Name, ManagedBy string }
+
+func (e *NotOursError) Error() string {
+	by := e.ManagedBy
+	if by == "" {
+		by = "no one recorded"
+	}
+	return fmt.Sprintf("%s %s/%s exists and this portal did not make it (%s=%s): it is left as it is; name the stack otherwise, or have its owner remove it",
+		e.Kind, e.Namespace, e.Name, managedBy, by)
+}
+
+// ours refuses a request whose Stack or token Secret exists without the runner's label.
+func (o *Runner) ours(ctx context.Context, r portal.Request) error {
+	stack, err := o.Dynamic.Resource(StackResource).Namespace(o.Namespace).Get(ctx, r.Name(), metav1.GetOptions{})
+	switch {
+	case err == nil && stack.GetLabels()[managedBy] != fieldManager:
+		return &NotOursError{Kind: "Stack", Namespace: o.Namespace, Name: r.Name(), ManagedBy: stack.GetLabels()[managedBy]}
+	case err != nil && !apierrors.IsNotFound(err):
+		return err
+	}
+	if r.HFToken == "" {
+		return nil
+	}
+	secret, err := o.Kube.CoreV1().Secrets(o.Namespace).Get(ctx, TokenSecretName(r.Name()), metav1.GetOptions{})
+	switch {
+	case err == nil && secret.Labels[managedBy] != fieldManager:
+		return &NotOursError{Kind: "Secret", Namespace: o.Namespace, Name: secret.Name, ManagedBy: secret.Labels[managedBy]}
+	case err != nil && !apierrors.IsNotFound(err):
+		return err
+	}
+	return nil
 }
 
 // Result is how the operator left a Stack.

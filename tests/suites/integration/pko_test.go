@@ -125,6 +125,12 @@ func playFailedUpdate(ctx context.Context, t *testing.T, dyn dynamic.Interface, 
 // written with the token only in a Secret it references, and its progress and result are the
 // operator's status conditions (the test plays the operator: Reconciling, then Ready with
 // outputs; then a stalled update).
+// Workspace images pinned by digest, as the runner requires.
+const (
+	workspaceImage = "pulumi/pulumi-go:3.276.0@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
+	prebuiltImage  = "registry.example.com/minimax-m3-workspace:1.2.0@sha256:fedcba9876543210fedcba9876543210fedcba9876543210fedcba9876543210"
+)
+
 func TestOperatorRunner(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -140,6 +146,7 @@ func TestOperatorRunner(t *testing.T) {
 		Backend: "s3://pulumi-state", SecretsProvider: "awskms://alias/pulumi",
 		EnvRefs:            map[string]pko.SecretKey{"PULUMI_CONFIG_PASSPHRASE": {Name: "pulumi", Key: "passphrase"}, "AWS_ACCESS_KEY_ID": {Name: "aws", Key: "id"}},
 		ServiceAccountName: "pulumi",
+		Image:              workspaceImage,
 	}
 	r := portalRequest("disagg", "disagg-eu", "inference-eu")
 	// The operator's workspace runs on a real cluster: it waits for the download and the graph.
@@ -160,13 +167,28 @@ func TestOperatorRunner(t *testing.T) {
 	_, err = dyn.Resource(pko.StackResource).Namespace("pko").Get(ctx, "disagg-eu", metav1.GetOptions{})
 	assert.True(t, apierrors.IsNotFound(err), "a dry run creates nothing")
 
+	// The workspace image is pinned by digest, and the workspace runs as the account the site
+	// names: a moving tag, or the namespace's default account, is refused before anything is written.
+	for _, bad := range []func(r *pko.Runner){
+		func(r *pko.Runner) { r.Image = "pulumi/pulumi:latest-nonroot" },
+		func(r *pko.Runner) { r.Image = "" },
+		func(r *pko.Runner) { r.ServiceAccountName = "" },
+	} {
+		unpinned := *runner
+		bad(&unpinned)
+		_, err := unpinned.Apply(ctx, r, false)
+		require.Error(t, err)
+		_, err = dyn.Resource(pko.StackResource).Namespace("pko").Get(ctx, "disagg-eu", metav1.GetOptions{})
+		assert.True(t, apierrors.IsNotFound(err), "nothing written")
+	}
+
 	// The prebuilt-program form (a workspace image with the project) passes the dry run too.
 	image := *runner
-	image.ProjectRepo, image.Commit, image.Image, image.LocalDir = "", "", "registry.example.com/minimax-m3-workspace:1.2.0", "/share/minimax-m3"
+	image.ProjectRepo, image.Commit, image.Image, image.LocalDir = "", "", prebuiltImage, "/share/minimax-m3"
 	imaged, err := image.Apply(ctx, r, true)
 	require.NoError(t, err)
 	ws, _, _ := unstructured.NestedMap(imaged.Object, "spec", "workspaceTemplate", "spec")
-	assert.Equal(t, map[string]any{"image": "registry.example.com/minimax-m3-workspace:1.2.0", "local": map[string]any{"dir": "/share/minimax-m3"}, "serviceAccountName": "pulumi",
+	assert.Equal(t, map[string]any{"image": prebuiltImage, "local": map[string]any{"dir": "/share/minimax-m3"}, "serviceAccountName": "pulumi",
 		"resources": map[string]any{"requests": map[string]any{"cpu": "1", "memory": "2Gi"}, "limits": map[string]any{"memory": "4Gi"}}}, ws,
 		"the workspace pod sized for this program by default (the CRD accepted it in the dry run)")
 	sized := image
@@ -267,4 +289,33 @@ func TestOperatorRunner(t *testing.T) {
 	require.NoError(t, runner.Delete(ctx, "disagg-eu"))
 	_, err = kube.CoreV1().Secrets("pko").Get(ctx, "disagg-eu-hf-token", metav1.GetOptions{})
 	assert.True(t, apierrors.IsNotFound(err))
+
+	// Another team's Stack of the name a request picks, and another tool's Secret of its token's
+	// name: neither is taken over (nor written at all), and the request's Stack is not made.
+	theirs := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "pulumi.com/v1", "kind": "Stack",
+		"metadata": map[string]any{"name": "disagg-team-b", "namespace": "pko", "labels": map[string]any{"app.kubernetes.io/managed-by": "team-b-gitops"}},
+		"spec": map[string]any{"stack": "team-b/prod", "projectRepo": "https://git.example.com/team-b/infra.git", "commit": "fedcba9876543210fedcba9876543210fedcba98"}}}
+	_, err = dyn.Resource(pko.StackResource).Namespace("pko").Create(ctx, theirs, metav1.CreateOptions{})
+	require.NoError(t, err)
+	_, err = runner.Apply(ctx, portalRequest("disagg", "disagg-team-b", "inference-b"), false)
+	var notOurs *pko.NotOursError
+	require.ErrorAs(t, err, &notOurs)
+	assert.Contains(t, err.Error(), "Stack pko/disagg-team-b exists and this portal did not make it (app.kubernetes.io/managed-by=team-b-gitops)")
+	kept, err := dyn.Resource(pko.StackResource).Namespace("pko").Get(ctx, "disagg-team-b", metav1.GetOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, "team-b/prod", kept.Object["spec"].(map[string]any)["stack"], "their Stack as it was")
+	_, err = kube.CoreV1().Secrets("pko").Get(ctx, "disagg-team-b-hf-token", metav1.GetOptions{})
+	assert.True(t, apierrors.IsNotFound(err), "no token Secret written beside it")
+
+	_, err = kube.CoreV1().Secrets("pko").Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "disagg-team-c-hf-token", Namespace: "pko"},
+		StringData: map[string]string{"token": "theirs"}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	_, err = runner.Apply(ctx, portalRequest("disagg", "disagg-team-c", "inference-c"), false)
+	require.ErrorAs(t, err, &notOurs)
+	assert.Contains(t, err.Error(), "Secret pko/disagg-team-c-hf-token exists and this portal did not make it (app.kubernetes.io/managed-by=no one recorded)")
+	secret, err = kube.CoreV1().Secrets("pko").Get(ctx, "disagg-team-c-hf-token", metav1.GetOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, "theirs", string(secret.Data["token"]), "their Secret as it was")
+	_, err = dyn.Resource(pko.StackResource).Namespace("pko").Get(ctx, "disagg-team-c", metav1.GetOptions{})
+	assert.True(t, apierrors.IsNotFound(err), "no Stack written")
 }

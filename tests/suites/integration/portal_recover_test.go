@@ -20,6 +20,8 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	batchv1 "k8s.io/api/batch/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"minimax-m3/portal"
 	"minimax-m3/portal/httpapi"
@@ -116,15 +118,16 @@ func TestPortalRecoversWhatAKilledPortalLeft(t *testing.T) {
 	const stack, ns = "agg-killed", "portal-killed"
 	first := startPortalProcess(t, bin, stateDir)
 	c := first.client(t)
-	site := map[string]any{"namespace": map[string]any{"name": ns}, "modelDownload": map[string]any{"enabled": false},
+	site := map[string]any{"namespace": map[string]any{"name": ns},
 		"readiness": map[string]any{"timeout": "5m"}, "smokeTest": map[string]any{"enabled": false}}
 	code, body := c.do(http.MethodPost, "/api/stacks/"+stack+"/up", map[string]any{"base": "agg", "config": site, "hfToken": portalToken})
 	require.Equal(t, http.StatusAccepted, code, string(body))
 
-	// The up waits for a graph no operator makes Ready; then everything is killed at once.
-	require.NoError(t, poll.Until(t.Context(), 2*time.Minute, 200*time.Millisecond, "the up created the graph", func(ctx context.Context) (bool, error) {
-		g, _, err := tryGetOn(ctx, cluster.client, graphGVK, ns, aggGraph)
-		return g != nil, err
+	// The up waits for a download no Job controller here completes; then everything is killed at
+	// once, the Job's creation in flight.
+	require.NoError(t, poll.Until(t.Context(), 2*time.Minute, 200*time.Millisecond, "the up created the download Job", func(ctx context.Context) (bool, error) {
+		err := cluster.client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "minimax-m3-model-download"}, &batchv1.Job{})
+		return err == nil, client.IgnoreNotFound(err)
 	}))
 	workspaces := filepath.Join(stateDir, "workspaces")
 	cli := processesUnder(workspaces)
@@ -161,8 +164,8 @@ func TestPortalRecoversWhatAKilledPortalLeft(t *testing.T) {
 	assert.True(t, in.Locks[0].Stale, "the lock's process is gone")
 	assert.Contains(t, cli, in.Locks[0].Pid, "the killed CLI's lock")
 	assert.True(t, slices.ContainsFunc(in.Pending, func(p string) bool {
-		return regexp.MustCompile(`^creating urn:pulumi:agg-killed::minimax-m3::.*DynamoGraphDeployment::graph$`).MatchString(p)
-	}), "the graph's creation pending: %v", in.Pending)
+		return regexp.MustCompile(`^creating urn:pulumi:agg-killed::minimax-m3::.*Job::model-download$`).MatchString(p)
+	}), "the download Job's creation pending: %v", in.Pending)
 	code, pageBody := c.do(http.MethodGet, "/", nil)
 	require.Equal(t, http.StatusOK, code)
 	page := string(pageBody)
@@ -183,8 +186,9 @@ func TestPortalRecoversWhatAKilledPortalLeft(t *testing.T) {
 	locks, _ := os.ReadDir(filepath.Join(stateDir, "state", ".pulumi", "locks", "organization", "minimax-m3", stack))
 	assert.Empty(t, locks)
 
-	// Ready for its next update (one that does not wait for a Ready no operator here gives).
+	// Ready for its next update (one that does not wait for what no controller here does).
 	site["readiness"] = map[string]any{"timeout": "5m", "waitForReady": false}
+	site["modelDownload"] = map[string]any{"waitForCompletion": false}
 	code, body = c.do(http.MethodPost, "/api/stacks/"+stack+"/up", map[string]any{"base": "agg", "config": site})
 	require.Equal(t, http.StatusAccepted, code, string(body))
 	_, errText = c.sse(stack)

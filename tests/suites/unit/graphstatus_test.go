@@ -177,6 +177,7 @@ type watchingCluster struct {
 	problems []cluster.PodProblem
 	ready    bool
 	budget   chan time.Duration
+	waits    int
 }
 
 func (w *watchingCluster) GraphGeneration(context.Context, string, string) (int64, error) {
@@ -197,10 +198,11 @@ func (w *watchingCluster) WatchPodProblems(ctx context.Context, _, _ string, rep
 }
 
 func (w *watchingCluster) WaitGraphReady(ctx context.Context, _, _ string, _ int64, _ string, last *cluster.Condition) error {
+	w.waits++
 	if w.ready {
 		return nil
 	}
-	if len(w.problems) > 0 && w.problems[len(w.problems)-1].Terminal {
+	if len(w.problems) > 0 && w.problems[len(w.problems)-1].Terminal && !w.problems[len(w.problems)-1].Existing {
 		<-ctx.Done() // the terminal problem ends the wait
 		return ctx.Err()
 	}
@@ -251,7 +253,7 @@ func TestTheGraphWaitsBudgetAndTimeoutMessage(t *testing.T) {
 		_, err := runWith(t, components.Options{Cluster: w}, "agg", nil)
 		require.Error(t, err)
 		assert.Equal(t, want, <-w.budget, "generation before: %d", before)
-		assert.Contains(t, err.Error(), "was not Ready at generation 0 within "+want.String())
+		assert.Contains(t, err.Error(), "was not Ready at generation 1 within "+want.String())
 		assert.Contains(t, err.Error(), "; the operator's Ready condition: False, some_resources_are_not_ready: Worker: 1/3 ready; "+
 			"what kept its pods from running: pod g-frontend-x (component Frontend) on node tray-01, container main: ImagePullBackOff: Back-off pulling image")
 	}
@@ -290,4 +292,31 @@ func TestReadyFor(t *testing.T) {
 	notReady := graph(3, int64(3), nil, nil)
 	_ = unstructured.SetNestedField(notReady.Object, []any{map[string]any{"type": "Ready", "status": "False", "observedGeneration": int64(3)}}, "status", "conditions")
 	assert.False(t, cluster.ReadyFor(notReady, 3, ""))
+}
+
+// A terminal problem of a pod that was there before `up` started (one the change may replace: an
+// up raising the memory limit after an OOM kill) only shows; the wait goes on.
+func TestATerminalProblemOfAnEarlierPodDoesNotEndTheWait(t *testing.T) {
+	oom := cluster.PodProblem{Pod: "g-worker-old", Component: "Worker", Node: "tray-03", Container: "main", Reason: "OOMKilled", Terminal: true, Existing: true}
+	w := &watchingCluster{fakeCluster: fakeCluster{}, before: 1, problems: []cluster.PodProblem{oom}, budget: make(chan time.Duration, 1)}
+	_, err := runWith(t, components.Options{Cluster: w}, "agg", nil)
+	require.Error(t, err)
+	<-w.budget
+	assert.NotContains(t, err.Error(), "cannot become Ready without a change")
+	assert.Contains(t, err.Error(), "was not Ready at generation 1 within 6h0m0s")
+	assert.Contains(t, err.Error(), "pod g-worker-old (component Worker) on node tray-03, container main: OOMKilled", "named among what it saw")
+}
+
+// An up that leaves the graph at the generation an earlier up saw Ready (a change elsewhere in
+// the stack) does not wait for the graph again, as the provider waits only for a change; one
+// whose earlier up never saw that generation Ready (it failed) waits.
+func TestAnUpThatLeavesTheGraphAsItWasReadyDoesNotWait(t *testing.T) {
+	for previous, waits := range map[string]int{"1": 0, "0": 1} {
+		w := &watchingCluster{fakeCluster: fakeCluster{}, before: 1, ready: true}
+		r, err := runPrevious(t, map[string]string{components.GraphReadyGenerationOutput: previous, "namespace": "inference", "graphName": "minimax-m3-agg-gb200-agentic"},
+			components.Options{Cluster: w}, "agg", nil)
+		require.NoError(t, err)
+		assert.Equal(t, waits, w.waits, "an earlier up saw generation %s Ready", previous)
+		assert.EqualValues(t, 1, r.outputs[components.GraphReadyGenerationOutput])
+	}
 }

@@ -66,9 +66,24 @@ func (m *mocks) NewResource(args pulumi.MockResourceArgs) (string, resource.Prop
 		for k, v := range m.outputs {
 			outputs[resource.PropertyKey(k)] = resource.NewProperty(v)
 		}
+		if n, ok := m.outputs[components.GraphReadyGenerationOutput]; ok {
+			var f float64
+			_, _ = fmt.Sscan(n, &f)
+			outputs[components.GraphReadyGenerationOutput] = resource.NewProperty(f) // a number, as the engine keeps it
+		}
 		return args.ID, resource.PropertyMap{"name": resource.NewProperty(args.ID), "outputs": resource.NewProperty(outputs)}, nil
 	}
 	m.resources = append(m.resources, recorded{Type: args.TypeToken, Name: args.Name, Inputs: args.Inputs, RPC: args.RegisterRPC})
+	if strings.HasSuffix(args.TypeToken, ":DynamoGraphDeployment") {
+		// The API server's answer carries the object's generation: a new one's is 1.
+		out := args.Inputs.Copy()
+		if md := out["metadata"]; md.IsObject() {
+			meta := md.ObjectValue().Copy()
+			meta["generation"] = resource.NewProperty(1.0)
+			out["metadata"] = resource.NewProperty(meta)
+		}
+		return args.Name + "-id", out, nil
+	}
 	return args.Name + "-id", args.Inputs, nil
 }
 

@@ -76,19 +76,31 @@ func TestWatchPodProblemsReportsEachOnceWhileItLasts(t *testing.T) {
 	crash := next("the crash loop")
 	assert.Equal(t, "CrashLoopBackOff", crash.Reason)
 	assert.True(t, crash.Terminal)
+	assert.True(t, crash.Existing, "the pod was there when the watch started")
 	update(pods, "inference", pod(4))
 	none("the same crash loop, one restart more")
 
 	update(nodes, "", node(corev1.ConditionUnknown))
 	down := next("the node NotReady")
 	assert.Equal(t, cluster.PodProblem{Pod: "g-worker-a", Component: "Worker", Node: "tray-01", Reason: "NodeNotReady",
-		Message: "Ready is Unknown: NodeStatusUnknown Kubelet stopped posting node status."}, down)
+		Message: "Ready is Unknown: NodeStatusUnknown Kubelet stopped posting node status.", Existing: true}, down)
 	update(pods, "inference", pod(5))
 	none("the pod changes on the same NotReady node")
 	update(nodes, "", node(corev1.ConditionTrue))
 	none("the node back")
 	update(nodes, "", node(corev1.ConditionUnknown))
 	assert.Equal(t, down, next("the node NotReady again"))
+
+	// A pod made after the watch started (a rollout's replacement) is not an existing one.
+	later := pod(3)
+	later.SetName("g-worker-b")
+	_, err := dyn.Resource(pods).Namespace("inference").Create(ctx, later, metav1.CreateOptions{})
+	require.NoError(t, err)
+	for range 2 { // its crash loop, and the NotReady node under it, in either order
+		p := next("the new pod's problems")
+		assert.Equal(t, "g-worker-b", p.Pod)
+		assert.False(t, p.Existing, "%s", p)
+	}
 
 	cancel()
 	select {
