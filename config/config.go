@@ -35,6 +35,9 @@ type Config struct {
 	RuntimeVersion string `json:"runtimeVersion"`
 	// ImagePullSecrets are added to every pod: the graph's and the download Job's.
 	ImagePullSecrets []string `json:"imagePullSecrets"`
+	// ImageRegistries are the registries (or repository prefixes under one) every image the stack
+	// deploys must come from; default DefaultImageRegistries.
+	ImageRegistries []string `json:"imageRegistries"`
 	// Adopt lets the stack take over objects of the recipe that already exist in the cluster and
 	// were not created by this stack (a deployment made with kustomize). Without it such an object is
 	// an error that names it.
@@ -118,6 +121,7 @@ func Validate(c *Config) Problems {
 		}
 	}
 	c.agree(v)
+	c.imageRegistries(v)
 	return ps.sorted()
 }
 

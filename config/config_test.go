@@ -173,6 +173,12 @@ func TestValidationNamesTheKeyToFix(t *testing.T) {
 		{"a patch adding a capability", with(valid("agg"), "worker", `{"podTemplatePatch": {"spec": {"initContainers": [{"name": "x", "image": "busybox:1.36", "securityContext": {"capabilities": {"add": ["SYS_ADMIN", "IPC_LOCK"]}}}]}}}`), "minimax-m3:worker.podTemplatePatch", "spec.initContainers[0] (x).securityContext.capabilities.add: SYS_ADMIN (a stack's pods add at most IPC_LOCK, SYS_PTRACE, SYS_RESOURCE)"},
 		{"a patch with a ServiceAccount", with(valid("agg"), "frontend", `{"podTemplatePatch": {"spec": {"serviceAccountName": "cluster-admin-sa"}}}`), "minimax-m3:frontend.podTemplatePatch", `spec.serviceAccountName: runs with ServiceAccount "cluster-admin-sa"`},
 		{"a patch binding a node", with(valid("agg"), "worker", `{"podTemplatePatch": {"spec": {"nodeName": "tray-07"}}}`), "minimax-m3:worker.podTemplatePatch", `spec.nodeName: binds to node "tray-07"`},
+		{"an image from a registry the site does not allow", with(valid("agg"), "image", "evil.example/x:1"), "minimax-m3:image", `"evil.example/x:1" is not from a registry imageRegistries allows (nvcr.io, docker.io)`},
+		{"a patch's sidecar from another registry", with(valid("agg"), "frontend", `{"podTemplatePatch": {"spec": {"containers": [{"name": "main"}, {"name": "x", "image": "ghcr.io/evil/x:1"}]}}}`), "minimax-m3:frontend.podTemplatePatch.spec.containers[1].image", `"ghcr.io/evil/x:1" is not from a registry`},
+		{"a patch changing the engine's image", with(valid("disagg"), "prefillWorker", `{"podTemplatePatch": {"spec": {"containers": [{"name": "main", "image": "quay.io/x/vllm:1"}]}}}`), "minimax-m3:prefillWorker.podTemplatePatch.spec.containers[0].image", `"quay.io/x/vllm:1" is not from a registry`},
+		{"a repository prefix keeps its registry's other repositories out", with(valid("agg"), "imageRegistries", `["nvcr.io/nvidia/ai-dynamo", "docker.io"]`, "benchmark", `{"image": "nvcr.io/other/aiperf:1"}`), "minimax-m3:benchmark.image", `"nvcr.io/other/aiperf:1" is not from a registry imageRegistries allows (nvcr.io/nvidia/ai-dynamo, docker.io)`},
+		{"a registry that is not one", with(valid("agg"), "imageRegistries", `["nvcr.io", "nvcr.io/x:1"]`), "minimax-m3:imageRegistries[1]", `"nvcr.io/x:1" is not a registry`},
+		{"no registry at all", with(valid("agg"), "imageRegistries", `[]`), "minimax-m3:imageRegistries", "lists no registry"},
 		{"Kubernetes' own namespace", with(valid("agg"), "namespace", `{"name": "kube-system"}`), "minimax-m3:namespace.name", `"kube-system" is one of Kubernetes' own namespaces`},
 		{"restart strategy", with(valid("agg"), "restart", `{"id": "1", "strategy": "Rolling"}`), "minimax-m3:restart.strategy", "not one of Sequential, Parallel"},
 		{"restart order names a component", with(valid("disagg"), "restart", `{"id": "1", "order": ["Worker"]}`), "minimax-m3:restart.order[0]", "not one of Frontend, PrefillWorker, DecodeWorker"},
@@ -292,4 +298,23 @@ func TestTheTokenIsNotPartOfConfig(t *testing.T) {
 	require.NoError(t, err)
 	assert.NotContains(t, fmt.Sprintf("%+v", c), "hf_test")
 	assert.Equal(t, "hf_test", r.HFToken())
+}
+
+// What imageRegistries lets in: a registry's every repository, or a repository prefix's own;
+// Docker Hub's short names are docker.io's.
+func TestRegistryAllowed(t *testing.T) {
+	c := &Config{ImageRegistries: []string{"registry.example.com:5000/team-a", "docker.io"}}
+	for image, want := range map[string]bool{
+		"registry.example.com:5000/team-a/vllm:1":     true,
+		"registry.example.com:5000/team-a":            true,
+		"registry.example.com:5000/team-ab/vllm:1":    false,
+		"registry.example.com:5000/team-b/vllm:1":     false,
+		"python:3.10-slim":                            true,
+		"busybox@sha256:" + strings.Repeat("a", 64):   true,
+		"nvcr.io/nvidia/ai-dynamo/vllm-runtime:1.6.0": false,
+		"docker.io.evil.example/library/python:3.10":  false,
+		"not a reference":                             false,
+	} {
+		assert.Equal(t, want, c.RegistryAllowed(image), image)
+	}
 }

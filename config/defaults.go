@@ -1,5 +1,7 @@
 package config
 
+import "slices"
+
 // The recipe's portable values, in one place: the stack files, Pulumi.yaml and the components
 // restate none of them. A stack that sets only `profile` (and its site values) deploys the upstream
 // MiniMax M3 GB200 recipe object for object.
@@ -24,13 +26,14 @@ const (
 // aggregated defaults; Validate reports it.
 func Defaults(p Profile) Config {
 	c := Config{
-		Profile:        p,
-		GraphName:      "minimax-m3-" + string(p) + "-gb200-agentic",
-		GPUsPerNode:    4,
-		Image:          defaultImage,
-		RuntimeVersion: defaultRuntimeVersion,
-		Namespace:      NamespaceConfig{Create: true},
-		HuggingFace:    HuggingFaceConfig{SecretName: "hf-token-secret"},
+		Profile:         p,
+		GraphName:       "minimax-m3-" + string(p) + "-gb200-agentic",
+		GPUsPerNode:     4,
+		Image:           defaultImage,
+		ImageRegistries: slices.Clone(DefaultImageRegistries),
+		RuntimeVersion:  defaultRuntimeVersion,
+		Namespace:       NamespaceConfig{Create: true},
+		HuggingFace:     HuggingFaceConfig{SecretName: "hf-token-secret"},
 		Model: ModelConfig{
 			Name:     modelName,
 			Revision: modelRevision,

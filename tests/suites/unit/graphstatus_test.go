@@ -3,6 +3,7 @@ package unit
 import (
 	"context"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -178,6 +179,10 @@ type watchingCluster struct {
 	ready    bool
 	budget   chan time.Duration
 	waits    int
+	// reported closes once every problem was reported, for the wait to end only after.
+	reported chan struct{}
+	once     sync.Once
+	mu       sync.Mutex
 }
 
 func (w *watchingCluster) GraphGeneration(context.Context, string, string) (int64, error) {
@@ -193,6 +198,7 @@ func (w *watchingCluster) WatchPodProblems(ctx context.Context, _, _ string, rep
 	for _, p := range w.problems {
 		report(p)
 	}
+	w.once.Do(func() { close(w.reportedChan()) })
 	<-ctx.Done()
 	return ctx.Err()
 }
@@ -206,10 +212,20 @@ func (w *watchingCluster) WaitGraphReady(ctx context.Context, _, _ string, _ int
 		<-ctx.Done() // the terminal problem ends the wait
 		return ctx.Err()
 	}
+	<-w.reportedChan() // what a real wait sees before its end
 	deadline, _ := ctx.Deadline()
 	w.budget <- time.Until(deadline).Round(time.Hour)
 	*last = cluster.Condition{Status: "False", Reason: "some_resources_are_not_ready", Message: "Worker: 1/3 ready"}
 	return context.DeadlineExceeded
+}
+
+func (w *watchingCluster) reportedChan() chan struct{} {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.reported == nil {
+		w.reported = make(chan struct{})
+	}
+	return w.reported
 }
 
 // With a cluster it can read, the program waits for the graph's Ready itself, not the provider
