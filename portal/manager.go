@@ -33,6 +33,9 @@ type Options struct {
 	// every stack uses the kubeconfig's current context. The portal's kubeconfig may reach more
 	// clusters than its users may: a request names only the ones the operator of the portal lists.
 	Contexts []string
+	// ImageRegistries are the registries every request's images must come from (the stacks'
+	// imageRegistries, which a request cannot widen); empty: config.DefaultImageRegistries.
+	ImageRegistries []string
 	// MaxOperations caps the operations running at once, over all stacks (each starts a Pulumi
 	// CLI and a provider); one more is refused with a CapacityError, or with RunOptions.Wait waits
 	// for a place. 0: DefaultMaxOperations.

@@ -185,3 +185,23 @@ func TestTheCLIGetsACleanEnvironment(t *testing.T) {
 	require.NotEmpty(t, cli.Calls(t))
 	check("an operation")
 }
+
+// The portal's registries bind every request: one that widens imageRegistries is refused at that
+// key, and an image from elsewhere at its own, before anything is written.
+func TestARequestCannotWidenTheRegistries(t *testing.T) {
+	FakePulumi(t, false)
+	ctx := context.Background()
+	m, err := New(Options{ProjectDir: "..", StateDir: t.TempDir(), ImageRegistries: []string{"registry.example.com/mirror"}})
+	require.NoError(t, err)
+	r := NewRequest("agg", "agg-team-a")
+	r.Config.Namespace.Name, r.HFToken = "team-a", "hf_test"
+	r.Config.ImageRegistries = []string{"registry.example.com/mirror", "evil.example"}
+	r.Config.Image = "evil.example/vllm:1"
+	_, err = m.Preview(ctx, r, RunOptions{})
+	var invalid *InvalidRequestError
+	require.ErrorAs(t, err, &invalid)
+	assert.Contains(t, err.Error(), "imageRegistries: is the portal's to set (registry.example.com/mirror), not a request's")
+	assert.Contains(t, err.Error(), `image: "evil.example/vllm:1" is not from a registry imageRegistries allows (registry.example.com/mirror)`)
+	_, statErr := os.Stat(filepath.Join(m.o.StateDir, workspace("agg-team-a")))
+	assert.ErrorIs(t, statErr, os.ErrNotExist, "nothing written")
+}

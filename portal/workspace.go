@@ -173,13 +173,23 @@ func (m *Manager) prepare(ctx context.Context, r Request, op string, o RunOption
 	// A stack the portal runs never skips the ownership and placement checks because the cluster
 	// could not be read: it refuses instead (many teams share the cluster).
 	r.Config.Kubernetes.RequireRead = true
+	// The site's registries, whatever the request says: a request may not widen them.
+	registries := m.o.ImageRegistries
+	if len(registries) == 0 {
+		registries = config.DefaultImageRegistries
+	}
+	var widened config.Problems
+	if got := r.Config.ImageRegistries; !slices.Equal(got, config.DefaultImageRegistries) && !slices.Equal(got, registries) {
+		widened.Add("imageRegistries", "is the portal's to set (%s), not a request's", strings.Join(registries, ", "))
+	}
+	r.Config.ImageRegistries = slices.Clone(registries)
 	stored := false
 	if r.HFToken == "" && !r.Config.HuggingFace.ExistingSecret && r.Validate() != nil {
 		// The stack may hold the token already. (A request that switches to an existing Secret
 		// needs none: configure removes a stored one.)
 		stored = m.holdsToken(r.Name())
 	}
-	ps := r.validate(stored)
+	ps := append(widened, r.validate(stored)...)
 	if c := r.Config.Kubernetes.Context; c != "" && !slices.Contains(m.o.Contexts, c) {
 		ps.Add("kubernetes.context", "%q is not a context this portal lets requests use (%s)", c, contextList(m.o.Contexts))
 	}

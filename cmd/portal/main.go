@@ -16,6 +16,7 @@ import (
 	"syscall"
 	"time"
 
+	"minimax-m3/config"
 	"minimax-m3/portal"
 )
 
@@ -31,7 +32,7 @@ func run() error {
 	var insecureHTTP bool
 	var drain time.Duration
 	var maxStreams, maxEvents, maxOperations, maxStacks int
-	var basePath, contexts string
+	var basePath, contexts, registries string
 	flag.StringVar(&addr, "addr", "127.0.0.1:8080", "listen address")
 	flag.StringVar(&tlsCert, "tls-cert", "", "serve TLS with this certificate (PEM; with -tls-key)")
 	flag.StringVar(&tlsKey, "tls-key", "", "the certificate's private key (PEM)")
@@ -45,6 +46,7 @@ func run() error {
 	flag.IntVar(&maxEvents, "max-events", httpapi.DefaultMaxEvents, "events kept per operation for the page and late streams (the oldest go first)")
 	flag.IntVar(&maxOperations, "max-operations", portal.DefaultMaxOperations, "operations run at once over all stacks (one more gets 429)")
 	flag.IntVar(&maxStacks, "max-stacks", portal.DefaultMaxStacks, "stacks the portal holds (an operation creating one more gets 429)")
+	flag.StringVar(&registries, "image-registries", "", "registries (or repository prefixes) every request's images must come from, comma-separated (default: the recipe's, "+strings.Join(config.DefaultImageRegistries, ",")+")")
 	flag.StringVar(&basePath, "base-path", "", "serve under this path prefix, for a reverse proxy forwarding it unchanged (/portal: the page at /portal/)")
 	flag.StringVar(&contexts, "contexts", "", "kubeconfig contexts a request may name in kubernetes.context, comma-separated (default: none; every stack uses the current context)")
 	flag.Parse()
@@ -84,7 +86,7 @@ func run() error {
 		return fmt.Errorf("refusing to serve plain HTTP on %s: the token crosses the network; give -tls-cert and -tls-key, or -insecure-http behind a TLS proxy", addr)
 	}
 	m, err := portal.New(portal.Options{ProjectDir: projectDir, StateDir: stateDir, BackendURL: backend, SecretsProvider: secretsProvider,
-		Contexts: splitList(contexts), MaxOperations: maxOperations, MaxStacks: maxStacks})
+		Contexts: splitList(contexts), MaxOperations: maxOperations, MaxStacks: maxStacks, ImageRegistries: splitList(registries)})
 	if err != nil {
 		return err
 	}

@@ -5,6 +5,10 @@ import (
 	"strings"
 )
 
+// Registry is the registry of the box's own images (FailingImage, HeldImage): a stack that uses
+// them lists it in imageRegistries.
+const Registry = "registry.rackbox.invalid"
+
 // FailingImage is an image whose containers exit 1 in the box: a test that wants a Job's pod to
 // fail (a broken download, a smoke test that gets no answer) gives the Job this image. Every
 // other Job pod succeeds, every other pod runs and is Ready.

@@ -122,7 +122,7 @@ func TestEveryTypedFieldSetThroughTheCLIReadsBackTheSame(t *testing.T) {
 
 			// Keys the test stack sets to its own values stay as they are.
 			settings := leafSettings(config.Profile(stack), "namespace.name", "modelDownload.timeout", "readiness.timeout", "smokeTest.enabled",
-				"readiness.waitForReady")
+				"readiness.waitForReady", "imageRegistries")
 			require.Greater(t, len(settings), 100)
 			args := []string{"config", "set-all", "--path"}
 			for _, kv := range settings {

@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -38,8 +39,10 @@ import (
 
 	"minimax-m3/automation"
 	"minimax-m3/components"
+	"minimax-m3/config"
 	kcluster "minimax-m3/internal/cluster"
 	"minimax-m3/portal"
+	"minimax-m3/tests/framework/rackbox"
 )
 
 // The suite's shared helpers for the plain API server, the Pulumi stacks and the portal; the rack
@@ -82,6 +85,8 @@ func siteConfig(ns string) auto.ConfigMap {
 		"minimax-m3:hfToken":               {Value: testToken, Secret: true},
 		"minimax-m3:modelDownload.timeout": {Value: "3m"},
 		"minimax-m3:readiness.timeout":     {Value: "3m"},
+		// The recipe's registries, and the box's own images.
+		"minimax-m3:imageRegistries": {Value: `["nvcr.io", "docker.io", "` + rackbox.Registry + `"]`},
 		// On by default; off where nothing runs its Job (the plain API server). The rack box turns it
 		// on: its pods end through a kwok stage.
 		"minimax-m3:smokeTest.enabled": {Value: "false"},
@@ -584,8 +589,9 @@ func newPortalWithPassphrase(t *testing.T, stateDir, passphrase string) *portal.
 func newPortalOn(t *testing.T, kubeconfig, stateDir, passphrase string) *portal.Manager {
 	t.Helper()
 	m, err := portal.New(portal.Options{
-		ProjectDir: cluster.root,
-		StateDir:   stateDir,
+		ProjectDir:      cluster.root,
+		StateDir:        stateDir,
+		ImageRegistries: append(slices.Clone(config.DefaultImageRegistries), rackbox.Registry),
 		EnvVars: map[string]string{
 			"PULUMI_CONFIG_PASSPHRASE": passphrase,
 			"PULUMI_HOME":              filepath.Join(cluster.root, ".toolchain", "pulumi-home"),
