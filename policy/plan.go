@@ -38,6 +38,10 @@ type Plan struct {
 	// Adopted is true when the stack took over objects it did not create (config `adopt`): every
 	// Kubernetes object of the stack is then protected from replacement and deletion.
 	Adopted bool
+	// ImageRegistries are the registries (or repository prefixes) images may come from (rule
+	// allowed-registries); empty: config.DefaultImageRegistries. Give the site's list, never one a
+	// change under review could have set.
+	ImageRegistries []string
 }
 
 // StepFromEvent turns an engine event into a Step; ok is false for events that are not a

@@ -62,6 +62,7 @@ var Rules = []Rule{
 	{"gpu-request-equals-limit", "every GPU container requests and limits the same GPU count", ScopeObject, gpuRequestEqualsLimit},
 	{"one-compute-domain-channel", "all workers of a graph claim the same ComputeDomain channel", ScopeStack, oneComputeDomainChannel},
 	{"pinned-images", "images are pinned: a tag that is not latest, or a digest", ScopeObject, pinnedImages},
+	{"allowed-registries", "images come only from the registries the site allows (the recipe's by default)", ScopeObject, allowedRegistries},
 	{"synthetic-only-for-benchmark", "synthetic speculative acceptance only on a graph labelled for benchmarking (benchmark.enabled)", ScopeObject, syntheticOnlyForBenchmark},
 	{"pod-security", "no pod reaches past itself: no host namespace, hostPath, privileged container, added capability beyond the workers', own ServiceAccount or bound node", ScopeObject, podSecurity},
 	{"keep-model-cache", "no change replaces or deletes the model cache claim", ScopeChange, keepKind("PersistentVolumeClaim", "the model cache claim holds the downloaded weights; replacing or deleting it loses them")},
@@ -332,6 +333,20 @@ func pinnedImages(p Plan) []Violation {
 			return []Violation{{Resource: where, Message: fmt.Sprintf("image %q is not pinned: use a version tag or a digest", c.Image)}}
 		}
 		return nil
+	})
+}
+
+func allowedRegistries(p Plan) []Violation {
+	allowed := &config.Config{ImageRegistries: p.ImageRegistries}
+	if len(allowed.ImageRegistries) == 0 {
+		allowed.ImageRegistries = config.DefaultImageRegistries
+	}
+	return eachContainer(p, func(pd pod, c corev1.Container) []Violation {
+		if allowed.RegistryAllowed(c.Image) {
+			return nil
+		}
+		return []Violation{{Resource: pd.resource() + " container " + c.Name,
+			Message: fmt.Sprintf("image %q is not from a registry the site allows (%s)", c.Image, strings.Join(allowed.ImageRegistries, ", "))}}
 	})
 }
 

@@ -12,6 +12,7 @@ import (
 	"github.com/pulumi/pulumi/sdk/v3/go/auto"
 
 	"minimax-m3/automation"
+	"minimax-m3/config"
 	"minimax-m3/policy"
 )
 
@@ -29,6 +30,11 @@ func main() {
 	apply := flag.Bool("up", false, "preview -stack through the pulumi CLI, check that preview, and when it passes apply exactly its plan (pulumi up --plan)")
 	project := flag.String("project", ".", "the project directory")
 	list := flag.Bool("list", false, "list the rules and exit")
+	flag.Func("image-registries", "the registries (or repository prefixes) images may come from, comma-separated (default: the recipe's, "+
+		strings.Join(config.DefaultImageRegistries, ",")+"; never read from a stack file a change could edit)", func(v string) error {
+		imageRegistries = strings.Split(v, ",")
+		return nil
+	})
 	set := auto.ConfigMap{}
 	flag.Func("set", "config value by path for the render, key=value (repeatable)", func(v string) error {
 		k, val, ok := strings.Cut(v, "=")
@@ -65,6 +71,9 @@ func main() {
 	}
 }
 
+// imageRegistries is -image-registries: the site's list for rule allowed-registries.
+var imageRegistries []string
+
 func run(names stacks, eventLog string, adopted bool, allowRoll, project string, set auto.ConfigMap, out io.Writer) (bool, error) {
 	if eventLog != "" {
 		stack := ""
@@ -90,7 +99,7 @@ func run(names stacks, eventLog string, adopted bool, allowRoll, project string,
 		if err != nil {
 			return false, err
 		}
-		if report(out, "stack "+stack, policy.Plan{Steps: steps}) {
+		if report(out, "stack "+stack, policy.Plan{Steps: steps, ImageRegistries: imageRegistries}) {
 			failed = true
 		}
 	}
@@ -114,7 +123,7 @@ func checkEvents(stack, eventLog, project string, adopted bool, allowRoll string
 			return false, err
 		}
 	}
-	p := policy.Plan{Steps: steps, Adopted: adopted}
+	p := policy.Plan{Steps: steps, Adopted: adopted, ImageRegistries: imageRegistries}
 	rolls := policy.Rolls(p)
 	for _, line := range policy.Summary(rolls) {
 		_, _ = fmt.Fprintln(out, line)

@@ -60,7 +60,7 @@ func TestPlainCLIPreviewOfBothStacks(t *testing.T) {
 		policyCmd.Dir = cluster.root
 		b, err := policyCmd.CombinedOutput()
 		require.NoError(t, err, string(b))
-		assert.Contains(t, string(b), events+": 9 rules")
+		assert.Contains(t, string(b), events+": 10 rules")
 		assert.Contains(t, string(b), "no violations")
 	}
 

@@ -286,3 +286,23 @@ func rolledComponents(rolls []policy.Roll) []string {
 	}
 	return out
 }
+
+// An image from a registry the site does not allow: config validation refuses it at its key, and
+// the policy refuses the same pod however it got into the plan, against the site's list (the
+// recipe's by default), never one the plan itself could carry.
+func TestPolicyAllowedRegistries(t *testing.T) {
+	p := plan(t, "agg", nil)
+	assert.NotContains(t, rules(policy.Check(p)), "allowed-registries", "the recipe's images are from the recipe's registries")
+	graph := step(t, p, "DynamoGraphDeployment")
+	mainContainer(component(t, graph, "Frontend"))["image"] = "evil.example/x:1"
+	vs := policy.Check(p)
+	assert.Equal(t, []string{"allowed-registries"}, rules(vs))
+	assert.Contains(t, fmt.Sprint(vs), `component Frontend container main: image "evil.example/x:1" is not from a registry the site allows (nvcr.io, docker.io)`)
+	p.ImageRegistries = []string{"nvcr.io", "docker.io", "evil.example"}
+	assert.Empty(t, policy.Check(p), "a site that allows it")
+	p.ImageRegistries = []string{"registry.example.com/mirror"}
+	text := fmt.Sprint(policy.Check(p))
+	for _, want := range []string{`container model-download: image "python:3.10-slim"`, `component Worker container main: image "nvcr.io/nvidia/ai-dynamo/vllm-runtime:`} {
+		assert.Contains(t, text, want, "a site with a mirror of its own: the recipe's images are named")
+	}
+}
