@@ -157,6 +157,10 @@ func NewGraph(ctx *pulumi.Context, name string, args *GraphArgs, opts ...pulumi.
 		}
 		return *gen
 	}).(pulumi.IntOutput)
+	if ctx.DryRun() {
+		// What a preview cannot know: a saved plan then takes the value the update finds.
+		g.ReadyGeneration = pulumi.UnsafeUnknownOutput([]pulumi.Resource{dgd}).ApplyT(func(any) int { return 0 }).(pulumi.IntOutput)
+	}
 	if programWaits && !ctx.DryRun() {
 		create, update := readinessBudgets(c.Readiness, c.RolloutWaves())
 		g.Ready, g.ReadyGeneration = followGraph(ctx, args.Status, g, dgd, &graphWait{

@@ -174,10 +174,7 @@ func (m *Manager) prepare(ctx context.Context, r Request, op string, o RunOption
 	// could not be read: it refuses instead (many teams share the cluster).
 	r.Config.Kubernetes.RequireRead = true
 	// The site's registries, whatever the request says: a request may not widen them.
-	registries := m.o.ImageRegistries
-	if len(registries) == 0 {
-		registries = config.DefaultImageRegistries
-	}
+	registries := m.imageRegistries()
 	var widened config.Problems
 	if got := r.Config.ImageRegistries; !slices.Equal(got, config.DefaultImageRegistries) && !slices.Equal(got, registries) {
 		widened.Add("imageRegistries", "is the portal's to set (%s), not a request's", strings.Join(registries, ", "))
@@ -213,6 +210,14 @@ func (m *Manager) prepare(ctx context.Context, r Request, op string, o RunOption
 		return nil, automation.Stack{}, nil, fmt.Errorf("stack %s: %w", r.Name(), err)
 	}
 	return ctx, s, release, nil
+}
+
+// imageRegistries are the registries every request's images must come from.
+func (m *Manager) imageRegistries() []string {
+	if len(m.o.ImageRegistries) == 0 {
+		return config.DefaultImageRegistries
+	}
+	return m.o.ImageRegistries
 }
 
 // roomFor refuses a stack the backend does not hold yet when the portal holds Options.MaxStacks:

@@ -69,7 +69,8 @@ func TestBoxOperatorFailureReasonInUpsError(t *testing.T) {
 	out := s.log.String()
 	live, summary := strings.Index(out, want), strings.Index(out, "Diagnostics:")
 	assert.True(t, live >= 0 && live < summary, "reported while up waited, before its summary:\n%s", out)
-	assert.Equal(t, 2, strings.Count(out, want), "once while waiting, once in the summary")
+	reported := "the Dynamo operator reports DynamoGraphDeployment " + ns + "/" + aggGraph + " failed at generation 1: " + want
+	assert.Equal(t, 2, strings.Count(out, reported), "the warning once while waiting, once in the summary")
 	var deployments appsv1.DeploymentList
 	require.NoError(t, b.Client.List(ctx, &deployments, client.InNamespace(ns)))
 	assert.Empty(t, deployments.Items, "the operator made nothing for the failed graph")
