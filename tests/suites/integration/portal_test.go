@@ -161,13 +161,16 @@ func TestPortalLifecycle(t *testing.T) {
 	_, err = wrong.Preview(ctx, noToken, portal.RunOptions{})
 	require.ErrorContains(t, err, "passphrase")
 
-	// A plan approved before a config change is not what runs after it.
+	// A plan approved before a config change is not what runs after it: refused at plan before
+	// anything is touched (the engine would refuse it too, once the config was written).
 	_, err = m.Preview(ctx, r, portal.RunOptions{Plan: plan})
 	require.NoError(t, err)
 	r.Config.Worker.Replicas = 2
 	_, err = m.Up(ctx, r, portal.RunOptions{Plan: plan})
-	require.Error(t, err)
-	assert.Contains(t, err.Error(), "violates plan")
+	invalid = nil
+	require.ErrorAs(t, err, &invalid)
+	assert.Equal(t, "plan", invalid.Problems[0].Key)
+	assert.Contains(t, err.Error(), "saved by a preview of another request")
 	assert.NotContains(t, err.Error(), portalToken)
 
 	_, err = m.Outputs(ctx, "no-such-stack")
