@@ -142,11 +142,11 @@ func NewMiniMaxM3(ctx *pulumi.Context, name string, args *MiniMaxM3Args, opts ..
 	d.GraphReadyGeneration = graph.ReadyGeneration
 	return d, ctx.RegisterResourceOutputs(d, pulumi.Map{
 		"graphReadyGeneration": d.GraphReadyGeneration,
-		"namespace":       d.Namespace,
-		"graphName":       d.GraphName,
-		"frontendService": d.FrontendService,
-		"cacheClaimName":  d.CacheClaimName,
-		"computeDomain":   d.ComputeDomain,
+		"namespace":            d.Namespace,
+		"graphName":            d.GraphName,
+		"frontendService":      d.FrontendService,
+		"cacheClaimName":       d.CacheClaimName,
+		"computeDomain":        d.ComputeDomain,
 	})
 }
 
@@ -155,26 +155,26 @@ func Outputs(c *config.Config, d *MiniMaxM3) pulumi.Map {
 	port := config.FrontendPort
 	chat := fmt.Sprintf(`{"model":%q,"messages":[{"role":"user","content":"What is 2 + 2?"}],"max_tokens":1024}`, c.ServedModelName())
 	out := pulumi.Map{
-		"namespace":            d.Namespace,
-		"graphName":            d.GraphName,
-		"frontendService":      d.FrontendService,
-		"frontendPort":         pulumi.Int(port),
-		"frontendUrl":          pulumi.Sprintf("http://%s.%s.svc.cluster.local:%d", d.FrontendService, d.Namespace, port),
-		"portForwardCommand":   pulumi.Sprintf("kubectl -n %s port-forward service/%s %d:%d", d.Namespace, d.FrontendService, port, port),
-		"smokeTestModels":      pulumi.String(fmt.Sprintf("curl --fail-with-body http://localhost:%d/v1/models", port)),
-		"smokeTestChat":        pulumi.String(fmt.Sprintf("curl --fail-with-body http://localhost:%d/v1/chat/completions -H 'Content-Type: application/json' -d '%s'", port, chat)),
-		"gpuCount":             pulumi.Int(c.GPUs()),
-		"model":                pulumi.String(c.Model.Name),
-		"servedModelName":      pulumi.String(c.ServedModelName()),
-		"modelRevision":        pulumi.String(c.Model.Revision),
-		"draftModel":           pulumi.String(c.Model.Draft.Name),
-		"draftRevision":        pulumi.String(c.Model.Draft.Revision),
-		"speculativeMode":      pulumi.String(string(c.Speculative.Mode)),
-		"computeDomain":        d.ComputeDomain,
-		"channelClaimTemplate": pulumi.String(c.ChannelClaimTemplateName()),
-		"cacheClaimName":       d.CacheClaimName,
+		"namespace":                d.Namespace,
+		"graphName":                d.GraphName,
+		"frontendService":          d.FrontendService,
+		"frontendPort":             pulumi.Int(port),
+		"frontendUrl":              pulumi.Sprintf("http://%s.%s.svc.cluster.local:%d", d.FrontendService, d.Namespace, port),
+		"portForwardCommand":       pulumi.Sprintf("kubectl -n %s port-forward service/%s %d:%d", d.Namespace, d.FrontendService, port, port),
+		"smokeTestModels":          pulumi.String(fmt.Sprintf("curl --fail-with-body http://localhost:%d/v1/models", port)),
+		"smokeTestChat":            pulumi.String(fmt.Sprintf("curl --fail-with-body http://localhost:%d/v1/chat/completions -H 'Content-Type: application/json' -d '%s'", port, chat)),
+		"gpuCount":                 pulumi.Int(c.GPUs()),
+		"model":                    pulumi.String(c.Model.Name),
+		"servedModelName":          pulumi.String(c.ServedModelName()),
+		"modelRevision":            pulumi.String(c.Model.Revision),
+		"draftModel":               pulumi.String(c.Model.Draft.Name),
+		"draftRevision":            pulumi.String(c.Model.Draft.Revision),
+		"speculativeMode":          pulumi.String(string(c.Speculative.Mode)),
+		"computeDomain":            d.ComputeDomain,
+		"channelClaimTemplate":     pulumi.String(c.ChannelClaimTemplateName()),
+		"cacheClaimName":           d.CacheClaimName,
 		GraphReadyGenerationOutput: d.GraphReadyGeneration,
-		"waitCommand":          pulumi.Sprintf("kubectl -n %s wait --for=condition=Ready dynamographdeployment/%s --timeout=%s", d.Namespace, d.GraphName, c.Readiness.Timeout),
+		"waitCommand":              pulumi.Sprintf("kubectl -n %s wait --for=condition=Ready dynamographdeployment/%s --timeout=%s", d.Namespace, d.GraphName, c.Readiness.Timeout),
 	}
 	if d.SmokeTest != nil {
 		out["smokeTest"] = d.SmokeTest.Result

@@ -184,9 +184,9 @@ func (r *Reader) WatchPodProblems(ctx context.Context, namespace, graph string, 
 		mu       sync.Mutex
 		existing = map[string]bool{} // the pods there at the start
 		seen     = map[key]bool{}
-		podsOn = map[string]map[string]string{} // node → pod → component
-		nodeOf = map[string]string{}            // pod → node
-		bad    = map[string][2]string{}         // node → reason, message
+		podsOn   = map[string]map[string]string{} // node → pod → component
+		nodeOf   = map[string]string{}            // pod → node
+		bad      = map[string][2]string{}         // node → reason, message
 	)
 	keyOf := func(p PodProblem) key { return key{p.Pod, p.Container, p.Node, p.Reason, p.Terminal} }
 	// podProblems reports a pod's current problems and forgets those it no longer has.

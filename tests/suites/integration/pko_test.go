@@ -294,7 +294,7 @@ func TestOperatorRunner(t *testing.T) {
 	// name: neither is taken over (nor written at all), and the request's Stack is not made.
 	theirs := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "pulumi.com/v1", "kind": "Stack",
 		"metadata": map[string]any{"name": "disagg-team-b", "namespace": "pko", "labels": map[string]any{"app.kubernetes.io/managed-by": "team-b-gitops"}},
-		"spec": map[string]any{"stack": "team-b/prod", "projectRepo": "https://git.example.com/team-b/infra.git", "commit": "fedcba9876543210fedcba9876543210fedcba98"}}}
+		"spec":     map[string]any{"stack": "team-b/prod", "projectRepo": "https://git.example.com/team-b/infra.git", "commit": "fedcba9876543210fedcba9876543210fedcba98"}}}
 	_, err = dyn.Resource(pko.StackResource).Namespace("pko").Create(ctx, theirs, metav1.CreateOptions{})
 	require.NoError(t, err)
 	_, err = runner.Apply(ctx, portalRequest("disagg", "disagg-team-b", "inference-b"), false)

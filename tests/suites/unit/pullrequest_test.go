@@ -42,7 +42,7 @@ func (f *fakeGitHub) serve(t *testing.T) *pullrequest.Client {
 		}
 		page := func(items []any) {
 			start := 0
-			fmt.Sscan(r.URL.Query().Get("page"), &start)
+			_, _ = fmt.Sscan(r.URL.Query().Get("page"), &start)
 			end := min(start+2, len(items))
 			if end < len(items) {
 				w.Header().Set("Link", fmt.Sprintf(`<http://%s%s?page=%d>; rel="next"`, r.Host, r.URL.Path, end))
