@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"strings"
 
 	"minimax-m3/internal/pullrequest"
 )
@@ -17,17 +18,45 @@ func main() {
 	}
 }
 
+// sections is a repeatable -section title=file flag.
+type sections []pullrequest.Section
+
+func (s *sections) String() string { return fmt.Sprint(*s) }
+func (s *sections) Set(v string) error {
+	title, file, ok := strings.Cut(v, "=")
+	if !ok {
+		return fmt.Errorf("%q is not title=file", v)
+	}
+	b, err := os.ReadFile(file)
+	if err != nil {
+		b = []byte("(none: " + err.Error() + ")")
+	}
+	*s = append(*s, pullrequest.Section{Title: title, Text: string(b)})
+	return nil
+}
+
 func run(args []string) error {
 	if len(args) == 0 {
-		return errors.New("usage: pullrequest consent|comment [flags]")
+		return errors.New("usage: pullrequest consent|comment|stack-file [flags]")
 	}
 	fs := flag.NewFlagSet(args[0], flag.ContinueOnError)
 	pr := fs.Int("pr", 0, "the pull request's number")
 	author := fs.String("author", "", "consent: the pull request's author")
+	reset := fs.Bool("reset", false, "consent: first remove the label (a push: consent is given again for each commit)")
 	stack := fs.String("stack", "", "comment: the stack the comment is for")
-	bodyFile := fs.String("body", "", "comment: the file holding the comment")
+	title := fs.String("title", "", "comment: its title")
+	var parts sections
+	fs.Var(&parts, "section", "comment: a folded section, title=file (repeatable)")
+	file := fs.String("file", "", "stack-file: the stack file to check")
 	if err := fs.Parse(args[1:]); err != nil {
 		return err
+	}
+	if args[0] == "stack-file" {
+		b, err := os.ReadFile(*file)
+		if err != nil {
+			return err
+		}
+		return pullrequest.StackFileHoldsNoToken(b)
 	}
 	api := os.Getenv("GITHUB_API_URL")
 	if api == "" {
@@ -40,6 +69,11 @@ func run(args []string) error {
 	ctx := context.Background()
 	switch args[0] {
 	case "consent":
+		if *reset {
+			if err := pullrequest.Unlabel(ctx, c, *pr); err != nil {
+				return err
+			}
+		}
 		allow, why, err := pullrequest.Consent(ctx, c, *pr, *author)
 		if err != nil {
 			return err
@@ -48,14 +82,12 @@ func run(args []string) error {
 		fmt.Println(allow)
 		return nil
 	case "comment":
-		if *stack == "" || *bodyFile == "" {
-			return errors.New("comment needs -stack and -body")
+		if *stack == "" || *title == "" {
+			return errors.New("comment needs -stack and -title")
 		}
-		b, err := os.ReadFile(*bodyFile)
-		if err != nil {
-			return err
-		}
-		return pullrequest.Comment(ctx, c, *pr, *stack, string(b))
+		body := pullrequest.Body(*title, parts)
+		fmt.Print(body) // for the job summary
+		return pullrequest.Comment(ctx, c, *pr, *stack, body)
 	}
-	return fmt.Errorf("unknown command %q: consent or comment", args[0])
+	return fmt.Errorf("unknown command %q: consent, comment or stack-file", args[0])
 }

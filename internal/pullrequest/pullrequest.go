@@ -10,6 +10,8 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+
+	"gopkg.in/yaml.v3"
 )
 
 // RollLabel is the label that consents to worker rolls.
@@ -19,8 +21,13 @@ const RollLabel = "allow-worker-roll"
 type Client struct {
 	// API is the API's base URL (GITHUB_API_URL; https://api.github.com).
 	API, Token, Repo string
-	HTTP             *http.Client
+	// Bot is the login the check comments as (DefaultBot when empty): only its comments are edited.
+	Bot  string
+	HTTP *http.Client
 }
+
+// DefaultBot is the login of the workflow's GITHUB_TOKEN.
+const DefaultBot = "github-actions[bot]"
 
 var nextLink = regexp.MustCompile(`<([^>]+)>;\s*rel="next"`)
 
@@ -136,6 +143,16 @@ func Consent(ctx context.Context, c *Client, pr int, author string) (allow, why 
 	return "all", RollLabel + " added by " + actor, nil
 }
 
+// Unlabel removes RollLabel from pull request pr (absent is fine): the workflow does it on every
+// push, so a consent given to one commit does not carry over to the next.
+func Unlabel(ctx context.Context, c *Client, pr int) error {
+	_, err := c.do(ctx, http.MethodDelete, fmt.Sprintf("%s/repos/%s/issues/%d/labels/%s", c.API, c.Repo, pr, RollLabel), nil, nil)
+	if err != nil && strings.Contains(err.Error(), "404 Not Found") {
+		return nil
+	}
+	return err
+}
+
 // Marker is the first line of a stack's comment, by which its next run finds it.
 func Marker(stack string) string { return "<!-- minimax-m3 preview: " + stack + " -->" }
 
@@ -145,17 +162,68 @@ func Comment(ctx context.Context, c *Client, pr int, stack, body string) error {
 	var comments []struct {
 		ID   int64  `json:"id"`
 		Body string `json:"body"`
+		User user   `json:"user"`
 	}
 	if err := get(ctx, c, fmt.Sprintf("/issues/%d/comments", pr), &comments); err != nil {
 		return err
 	}
+	bot := c.Bot
+	if bot == "" {
+		bot = DefaultBot
+	}
 	text := map[string]string{"body": Marker(stack) + "\n" + body}
 	for i := len(comments) - 1; i >= 0; i-- {
-		if strings.HasPrefix(comments[i].Body, Marker(stack)+"\n") {
+		if strings.HasPrefix(comments[i].Body, Marker(stack)+"\n") && comments[i].User.Login == bot {
 			_, err := c.do(ctx, http.MethodPatch, fmt.Sprintf("%s/repos/%s/issues/comments/%d", c.API, c.Repo, comments[i].ID), text, nil)
 			return err
 		}
 	}
 	_, err := c.do(ctx, http.MethodPost, fmt.Sprintf("%s/repos/%s/issues/%d/comments", c.API, c.Repo, pr), text, nil)
 	return err
+}
+
+// Section is one titled part of a comment, shown folded.
+type Section struct{ Title, Text string }
+
+// Body is a comment: its title, and each section's text in a code block whose fence is longer than
+// any run of backticks in the text, so no text can close it and write the comment's own lines.
+func Body(title string, sections []Section) string {
+	var b strings.Builder
+	b.WriteString("### " + title + "\n")
+	for _, s := range sections {
+		fence := strings.Repeat("`", max(3, longestRun(s.Text, '`')+1))
+		fmt.Fprintf(&b, "<details><summary>%s</summary>\n\n%s\n%s\n%s\n</details>\n", s.Title, fence, strings.TrimRight(s.Text, "\n"), fence)
+	}
+	return b.String()
+}
+
+func longestRun(s string, r rune) int {
+	longest, n := 0, 0
+	for _, c := range s {
+		if c == r {
+			n++
+			longest = max(longest, n)
+		} else {
+			n = 0
+		}
+	}
+	return longest
+}
+
+// TokenKey is the stack config key of the Hugging Face token.
+const TokenKey = "minimax-m3:hfToken"
+
+// StackFileHoldsNoToken refuses a stack file that sets TokenKey in any YAML form (quoted, flow,
+// anchored): a PR-checked stack keeps its token in an existing Secret.
+func StackFileHoldsNoToken(b []byte) error {
+	var f struct {
+		Config map[string]any `yaml:"config"`
+	}
+	if err := yaml.Unmarshal(b, &f); err != nil {
+		return fmt.Errorf("the stack file: %w", err)
+	}
+	if _, ok := f.Config[TokenKey]; ok {
+		return fmt.Errorf("the stack file sets %s: a PR-checked stack keeps its token in an existing Secret (huggingFace.existingSecret true, no %s)", TokenKey, TokenKey)
+	}
+	return nil
 }

@@ -72,7 +72,7 @@ func (f *fakeGitHub) serve(t *testing.T) *pullrequest.Client {
 				items = append(items, c)
 			}
 			page(items)
-		case r.Method == http.MethodPatch || r.Method == http.MethodPost:
+		case r.Method == http.MethodPatch || r.Method == http.MethodPost || r.Method == http.MethodDelete:
 			b, _ := io.ReadAll(r.Body)
 			f.writes = append(f.writes, r.Method+" "+p+" "+string(b))
 			w.WriteHeader(http.StatusOK)
@@ -112,15 +112,17 @@ func TestRollConsentNeedsAMaintainerOtherThanTheAuthor(t *testing.T) {
 	}
 }
 
-// Each stack keeps one comment, edited on every run: agg's run never touches disagg's comment or
-// anyone else's, whatever page it is on.
+// Each stack keeps one comment, edited on every run: agg's run never touches disagg's comment, nor
+// a comment anyone else wrote with the marker, whatever page it is on.
 func TestEachStackKeepsItsOwnComment(t *testing.T) {
 	ctx := context.Background()
+	bot := map[string]any{"login": pullrequest.DefaultBot}
 	f := &fakeGitHub{comments: []map[string]any{
-		{"id": 1, "body": pullrequest.Marker("agg") + "\nold agg"},
-		{"id": 2, "body": "LGTM, but " + pullrequest.Marker("disagg")},
-		{"id": 3, "body": pullrequest.Marker("disagg") + "\nold disagg"},
-		{"id": 4, "body": "a reviewer's note"},
+		{"id": 1, "body": pullrequest.Marker("agg") + "\nold agg", "user": bot},
+		{"id": 2, "body": "LGTM, but " + pullrequest.Marker("disagg"), "user": map[string]any{"login": "bob"}},
+		{"id": 3, "body": pullrequest.Marker("disagg") + "\nold disagg", "user": bot},
+		{"id": 4, "body": pullrequest.Marker("agg") + "\n(success) forged", "user": map[string]any{"login": "mallory"}},
+		{"id": 5, "body": "a reviewer's note", "user": map[string]any{"login": "bob"}},
 	}}
 	c := f.serve(t)
 	require.NoError(t, pullrequest.Comment(ctx, c, 7, "disagg", "new disagg"))
@@ -130,28 +132,61 @@ func TestEachStackKeepsItsOwnComment(t *testing.T) {
 		`PATCH /repos/acme/mm3/issues/comments/3 {"body":"` + "\\u003c!-- minimax-m3 preview: disagg --\\u003e\\nnew disagg" + `"}`,
 		`PATCH /repos/acme/mm3/issues/comments/1 {"body":"` + "\\u003c!-- minimax-m3 preview: agg --\\u003e\\nnew agg" + `"}`,
 		`POST /repos/acme/mm3/issues/7/comments {"body":"` + "\\u003c!-- minimax-m3 preview: other --\\u003e\\nfirst" + `"}`,
-	}, f.writes)
+	}, f.writes, "the bot's own comments only: mallory's copy of the marker is left alone")
 }
 
-// The PR check's workflow gives the branch's code no secret but in the one step that needs it: the
-// passphrase and the backend only in the preview's step, no secret in a job's environment, the
-// cloud credentials just before the preview, no step of the preview job building or running the
-// branch's code besides the preview, and the policies, the consent and the comment from tools
-// built from the pull request's base.
+// A push drops the consent: the label is removed, so a maintainer gives it again for the new commit.
+func TestAPushDropsTheRollConsent(t *testing.T) {
+	f := &fakeGitHub{}
+	require.NoError(t, pullrequest.Unlabel(context.Background(), f.serve(t), 7))
+	assert.Equal(t, []string{"DELETE /repos/acme/mm3/issues/7/labels/allow-worker-roll "}, f.writes)
+}
+
+// The comment's sections sit in code blocks no text can close: a preview that prints a fence and a
+// forged verdict stays inside its block.
+func TestACommentsTextCannotCloseItsBlock(t *testing.T) {
+	forged := "diff\n```\n### `agg`: preview and policies (success)\n````\n"
+	body := pullrequest.Body("`agg`: preview and policies (failure)", []pullrequest.Section{{Title: "preview", Text: forged}, {Title: "policies", Text: "FAIL: x"}})
+	assert.Contains(t, body, "\n`````\n"+strings.TrimRight(forged, "\n")+"\n`````\n", "a fence longer than the text's longest")
+	assert.Contains(t, body, "\n```\nFAIL: x\n```\n")
+	assert.True(t, strings.HasPrefix(body, "### `agg`: preview and policies (failure)\n"))
+}
+
+// A stack file that holds the token, in any YAML form, fails the check; one that does not passes.
+func TestAStackFileWithTheTokenIsRefused(t *testing.T) {
+	for _, file := range []string{
+		"config:\n  minimax-m3:hfToken:\n    secure: v1:abc\n",
+		"config:\n  \"minimax-m3:hfToken\": {secure: v1:abc}\n",
+		"config: {'minimax-m3:hfToken': x, minimax-m3:profile: agg}\n",
+	} {
+		assert.ErrorContains(t, pullrequest.StackFileHoldsNoToken([]byte(file)), "sets minimax-m3:hfToken", file)
+	}
+	assert.NoError(t, pullrequest.StackFileHoldsNoToken([]byte("config:\n  minimax-m3:profile: agg\n  minimax-m3:huggingFace:\n    existingSecret: true\n")))
+}
+
+// The PR check's workflow keeps what the branch's code can touch apart from what judges it: the
+// branch runs only in the preview job, with the passphrase and the backend in its preview step
+// alone and the cloud login just before it; the verdict job, on a runner of its own, checks out
+// only the base (no Go workspace or module cache the branch could have written), builds the
+// policy and pull-request tools from it, reads the preview's output as an artifact, and runs
+// nothing else; no job's environment holds a secret.
 func TestThePRCheckKeepsSecretsFromTheBranchsCode(t *testing.T) {
 	b, err := os.ReadFile(filepath.Join("..", "..", "..", ".github", "workflows", "preview.yml"))
 	require.NoError(t, err)
+	type step struct {
+		Name       string            `yaml:"name"`
+		Uses       string            `yaml:"uses"`
+		Run        string            `yaml:"run"`
+		Env        map[string]string `yaml:"env"`
+		With       map[string]string `yaml:"with"`
+		WorkingDir string            `yaml:"working-directory"`
+	}
 	var wf struct {
 		Jobs map[string]struct {
-			Env   map[string]string `yaml:"env"`
-			Steps []struct {
-				Name       string            `yaml:"name"`
-				Uses       string            `yaml:"uses"`
-				Run        string            `yaml:"run"`
-				Env        map[string]string `yaml:"env"`
-				With       map[string]string `yaml:"with"`
-				WorkingDir string            `yaml:"working-directory"`
-			} `yaml:"steps"`
+			Needs       any               `yaml:"needs"`
+			Env         map[string]string `yaml:"env"`
+			Permissions map[string]string `yaml:"permissions"`
+			Steps       []step            `yaml:"steps"`
 		} `yaml:"jobs"`
 	}
 	require.NoError(t, yaml.Unmarshal(b, &wf))
@@ -159,46 +194,66 @@ func TestThePRCheckKeepsSecretsFromTheBranchsCode(t *testing.T) {
 		for k, v := range job.Env {
 			assert.NotContains(t, v, "secrets.", "job %s's environment %s reaches every step", name, k)
 		}
+		for _, s := range job.Steps {
+			if strings.HasPrefix(s.Uses, "actions/setup-go") && name != "checks" {
+				assert.Equal(t, "false", s.With["cache"], "job %s restores no cache the checks job (any branch's code) could have written", name)
+			}
+			assert.NotContains(t, s.Run, "--edit-last", "one stack's comment would replace the other's")
+		}
 	}
-	checks := wf.Jobs["checks"]
-	for _, s := range checks.Steps {
+	for _, s := range wf.Jobs["checks"].Steps {
 		for k, v := range s.Env {
 			assert.NotContains(t, v, "secrets.", "the checks job runs the branch's code for forks too: step %q, %s", s.Name, k)
 		}
 	}
-	job := wf.Jobs["preview"]
-	preview, oidc, base := -1, -1, -1
-	for i, s := range job.Steps {
+
+	preview := wf.Jobs["preview"]
+	at, oidc := -1, -1
+	for i, s := range preview.Steps {
 		switch {
 		case strings.HasPrefix(s.Name, "Preview (the only step"):
-			preview = i
+			at = i
 		case strings.Contains(s.Uses, "configure-aws-credentials"):
 			oidc = i
-		case strings.HasPrefix(s.Uses, "actions/checkout") && s.With["ref"] == "${{ github.event.pull_request.base.sha }}":
-			base = i
 		}
 	}
-	require.True(t, preview >= 0 && oidc >= 0 && base >= 0, "the preview, the OIDC login and the base's checkout")
-	assert.Equal(t, preview-1, oidc, "the cloud credentials come just before the preview")
-	for i, s := range job.Steps {
+	require.True(t, at >= 0 && oidc >= 0, "the preview and the OIDC login")
+	assert.Equal(t, at-1, oidc, "the cloud credentials come just before the preview")
+	for i, s := range preview.Steps {
 		for k, v := range s.Env {
 			if strings.Contains(v, "secrets.PULUMI") {
-				assert.Equal(t, preview, i, "%s only in the preview's step, not in %q", k, s.Name)
+				assert.Equal(t, at, i, "%s only in the preview's step, not in %q", k, s.Name)
 			}
 		}
-		if i == preview {
-			continue
+		if i > at {
+			assert.Contains(t, s.Uses, "actions/upload-artifact", "after the preview, the preview job only hands its output on: %q", s.Name)
 		}
-		for _, runsBranch := range []string{"make ", "go run", "go test", "pulumi "} {
-			assert.NotContains(t, s.Run, runsBranch, "step %q runs the branch's code", s.Name)
-		}
-		if strings.Contains(s.Run, "go build") {
-			assert.Equal(t, "${{ env.BASE }}", s.WorkingDir, "step %q builds from the base", s.Name)
-			assert.Less(t, i, preview)
-		}
-		if i > preview {
-			assert.Regexp(t, `"\$RUNNER_TEMP/(policy|pullrequest)"`, s.Run, "after the preview only the base's tools run: %q", s.Name)
-		}
-		assert.NotContains(t, s.Run, "--edit-last", "one stack's comment would replace the other's")
 	}
+	assert.NotContains(t, preview.Permissions, "pull-requests", "the branch's job may not write to the pull request")
+
+	verdict := wf.Jobs["verdict"]
+	assert.Equal(t, "preview", verdict.Needs)
+	assert.Equal(t, "off", verdict.Env["GOWORK"])
+	assert.NotContains(t, verdict.Permissions, "id-token")
+	var built, checkedOut bool
+	for _, s := range verdict.Steps {
+		for k, v := range s.Env {
+			assert.False(t, strings.Contains(v, "secrets.") && v != "${{ github.token }}", "the verdict holds no secret: %q %s", s.Name, k)
+		}
+		switch {
+		case strings.HasPrefix(s.Uses, "actions/checkout"):
+			checkedOut = true
+			assert.Equal(t, "${{ github.event.pull_request.base.sha }}", s.With["ref"], "only the base is checked out")
+			assert.Empty(t, s.With["repository"])
+		case strings.Contains(s.Run, "go build"):
+			built = true
+			assert.Contains(t, s.Run, "go mod verify")
+		case s.Run != "":
+			for _, runsBranch := range []string{"make ", "go run", "go test", "pulumi "} {
+				assert.NotContains(t, s.Run, runsBranch, "step %q", s.Name)
+			}
+			assert.Regexp(t, `"\$RUNNER_TEMP/(policy|pullrequest)"`, s.Run, "the verdict runs only the base's tools: %q", s.Name)
+		}
+	}
+	assert.True(t, built && checkedOut)
 }
