@@ -10,9 +10,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 )
 
-// DefaultImageRegistries are the registries the recipe's own images come from: NVIDIA's (the
-// Dynamo runtime, AIPerf) and Docker Hub (the download's Python, the benchmark's helper).
-var DefaultImageRegistries = []string{"nvcr.io", "docker.io"}
+// DefaultImageRegistries are where the recipe's own images come from: NVIDIA's organization on
+// NGC (the Dynamo runtime, AIPerf) and Docker Hub's official images (the download's Python, the
+// benchmark's helper), not every organization of either registry.
+var DefaultImageRegistries = []string{"nvcr.io/nvidia", "docker.io/library"}
 
 // imageRegistries checks that every image the stack deploys comes from a registry the site
 // allows (imageRegistries): the runtime, the download, the smoke test, the benchmark, and every

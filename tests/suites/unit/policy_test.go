@@ -297,7 +297,7 @@ func TestPolicyAllowedRegistries(t *testing.T) {
 	mainContainer(component(t, graph, "Frontend"))["image"] = "evil.example/x:1"
 	vs := policy.Check(p)
 	assert.Equal(t, []string{"allowed-registries"}, rules(vs))
-	assert.Contains(t, fmt.Sprint(vs), `component Frontend container main: image "evil.example/x:1" is not from a registry the site allows (nvcr.io, docker.io)`)
+	assert.Contains(t, fmt.Sprint(vs), `component Frontend container main: image "evil.example/x:1" is not from a registry the site allows (nvcr.io/nvidia, docker.io/library)`)
 	p.ImageRegistries = []string{"nvcr.io", "docker.io", "evil.example"}
 	assert.Empty(t, policy.Check(p), "a site that allows it")
 	p.ImageRegistries = []string{"registry.example.com/mirror"}
