@@ -9,6 +9,7 @@ import (
 	"minimax-m3/portal"
 	"regexp"
 	"slices"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -58,6 +59,9 @@ type Runner struct {
 	EnvRefs                  map[string]SecretKey
 	// ServiceAccountName is the workspace pod's identity (it needs to reach the target cluster).
 	ServiceAccountName string
+	// ImageRegistries are the registries every request's images must come from, as the portal's
+	// (a request may not widen them); empty: config.DefaultImageRegistries.
+	ImageRegistries []string
 	// Resources are the workspace pod's; DefaultWorkspaceResources when unset (the operator's own
 	// default is sized for a prebuilt program, not for compiling this one and running the
 	// Kubernetes provider).
@@ -184,7 +188,16 @@ func (o *Runner) StackObject(r portal.Request) (*unstructured.Unstructured, erro
 // Apply validates the request and writes the token's Secret and the Stack (server-side apply, or a
 // server-side dry run). The operator then runs the update.
 func (o *Runner) Apply(ctx context.Context, r portal.Request, dryRun bool) (*unstructured.Unstructured, error) {
-	if ps := r.Validate(); len(ps) > 0 {
+	registries := o.ImageRegistries
+	if len(registries) == 0 {
+		registries = config.DefaultImageRegistries
+	}
+	var ps config.Problems
+	if got := r.Config.ImageRegistries; !slices.Equal(got, config.DefaultImageRegistries) && !slices.Equal(got, registries) {
+		ps.Add("imageRegistries", "is the portal's to set (%s), not a request's", strings.Join(registries, ", "))
+	}
+	r.Config.ImageRegistries = slices.Clone(registries)
+	if ps = append(ps, r.Validate()...); len(ps) > 0 {
 		return nil, &portal.InvalidRequestError{Problems: ps}
 	}
 	stack, err := o.StackObject(r)
@@ -364,13 +377,35 @@ func conditions(u *unstructured.Unstructured) map[string]condition {
 // Delete removes a request's Stack and token Secret; the operator keeps the stack's resources
 // (destroyOnFinalize is off, as a portal deletes resources on purpose, with Manager.Destroy or a
 // Stack that sets it).
+// Neither is deleted unless the runner made it (NotOursError), and each only as it was read (a
+// UID precondition).
 func (o *Runner) Delete(ctx context.Context, stack string) error {
-	err := o.Dynamic.Resource(StackResource).Namespace(o.Namespace).Delete(ctx, stack, metav1.DeleteOptions{})
-	if err != nil && !apierrors.IsNotFound(err) {
+	stacks := o.Dynamic.Resource(StackResource).Namespace(o.Namespace)
+	s, err := stacks.Get(ctx, stack, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+	case err != nil:
 		return err
+	case s.GetLabels()[managedBy] != fieldManager:
+		return &NotOursError{Kind: "Stack", Namespace: o.Namespace, Name: stack, ManagedBy: s.GetLabels()[managedBy]}
+	default:
+		uid := s.GetUID()
+		if err := stacks.Delete(ctx, stack, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}}); err != nil && !apierrors.IsNotFound(err) {
+			return err
+		}
 	}
-	err = o.Kube.CoreV1().Secrets(o.Namespace).Delete(ctx, TokenSecretName(stack), metav1.DeleteOptions{})
-	if err != nil && !apierrors.IsNotFound(err) {
+	secrets := o.Kube.CoreV1().Secrets(o.Namespace)
+	sec, err := secrets.Get(ctx, TokenSecretName(stack), metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return nil
+	case err != nil:
+		return err
+	case sec.Labels[managedBy] != fieldManager:
+		return &NotOursError{Kind: "Secret", Namespace: o.Namespace, Name: sec.Name, ManagedBy: sec.Labels[managedBy]}
+	}
+	uid := sec.UID
+	if err := secrets.Delete(ctx, sec.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}}); err != nil && !apierrors.IsNotFound(err) {
 		return err
 	}
 	return nil

@@ -318,4 +318,21 @@ func TestOperatorRunner(t *testing.T) {
 	assert.Equal(t, "theirs", string(secret.Data["token"]), "their Secret as it was")
 	_, err = dyn.Resource(pko.StackResource).Namespace("pko").Get(ctx, "disagg-team-c", metav1.GetOptions{})
 	assert.True(t, apierrors.IsNotFound(err), "no Stack written")
+
+	// Nor does Delete remove what the runner did not make.
+	require.ErrorAs(t, runner.Delete(ctx, "disagg-team-b"), &notOurs)
+	_, err = dyn.Resource(pko.StackResource).Namespace("pko").Get(ctx, "disagg-team-b", metav1.GetOptions{})
+	require.NoError(t, err, "their Stack is still there")
+	require.ErrorAs(t, runner.Delete(ctx, "disagg-team-c"), &notOurs)
+	_, err = kube.CoreV1().Secrets("pko").Get(ctx, "disagg-team-c-hf-token", metav1.GetOptions{})
+	require.NoError(t, err, "their Secret is still there")
+
+	// The runner's registries bind a request as the portal's do: no widening, no image from elsewhere.
+	wide := portalRequest("disagg", "disagg-team-d", "inference-d")
+	wide.Config.ImageRegistries = []string{"nvcr.io/nvidia", "docker.io/library", "evil.example"}
+	wide.Config.Image = "evil.example/vllm:1"
+	_, err = runner.Apply(ctx, wide, false)
+	require.ErrorAs(t, err, &invalid)
+	assert.Contains(t, err.Error(), "imageRegistries: is the portal's to set")
+	assert.Contains(t, err.Error(), `image: "evil.example/vllm:1" is not from a registry`)
 }
