@@ -150,23 +150,27 @@ func NewGraph(ctx *pulumi.Context, name string, args *GraphArgs, opts ...pulumi.
 	if err != nil {
 		return nil, err
 	}
-	g.Ready = pulumi.ResourceArray{pulumi.NewResourceInput(dgd)}.ToResourceArrayOutput()
-	g.ReadyGeneration = dgd.Metadata.Generation().ApplyT(func(gen *int) int {
-		if gen == nil {
-			return 0
-		}
-		return *gen
-	}).(pulumi.IntOutput)
-	if ctx.DryRun() {
-		// What a preview cannot know: a saved plan then takes the value the update finds.
+	switch {
+	case ctx.DryRun():
+		// Nothing waits in a preview, and the generation `up` will see Ready is not known: a saved
+		// plan then takes the value the update finds.
+		g.Ready = pulumi.ResourceArray{pulumi.NewResourceInput(dgd)}.ToResourceArrayOutput()
 		g.ReadyGeneration = pulumi.UnsafeUnknownOutput([]pulumi.Resource{dgd}).ApplyT(func(any) int { return 0 }).(pulumi.IntOutput)
-	}
-	if programWaits && !ctx.DryRun() {
+	case programWaits:
 		create, update := readinessBudgets(c.Readiness, c.RolloutWaves())
 		g.Ready, g.ReadyGeneration = followGraph(ctx, args.Status, g, dgd, &graphWait{
 			namespace: c.Namespace.Name, name: c.GraphName, restartID: c.Restart.ID,
 			timeout: c.Readiness.Timeout, create: create, update: update, readyBefore: args.ReadyBefore,
 		})
+	default:
+		// The provider waits (or nothing does): the graph's registration is its Ready.
+		g.Ready = pulumi.ResourceArray{pulumi.NewResourceInput(dgd)}.ToResourceArrayOutput()
+		g.ReadyGeneration = dgd.Metadata.Generation().ApplyT(func(gen *int) int {
+			if gen == nil {
+				return 0
+			}
+			return *gen
+		}).(pulumi.IntOutput)
 	}
 	if err := newDisruptionBudgets(ctx, g, args); err != nil {
 		return nil, err

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"reflect"
 	"regexp"
+	"slices"
 	"strings"
 
 	"minimax-m3/components"
@@ -221,4 +222,24 @@ func ScrubError(err error, secret Secret) error {
 		return &InvalidRequestError{Problems: ps}
 	}
 	return errors.New(secret.Scrub(err.Error()))
+}
+
+// SiteRegistries is a site's list of image registries; empty is config.DefaultImageRegistries.
+func SiteRegistries(site []string) []string {
+	if len(site) == 0 {
+		return config.DefaultImageRegistries
+	}
+	return site
+}
+
+// BindRegistries makes the site's registries (SiteRegistries) the request's, whatever it says: a
+// request may leave them as the default, never name others, which is refused at imageRegistries.
+func BindRegistries(r *Request, site []string) config.Problems {
+	registries := SiteRegistries(site)
+	var ps config.Problems
+	if got := r.Config.ImageRegistries; !slices.Equal(got, config.DefaultImageRegistries) && !slices.Equal(got, registries) {
+		ps.Add("imageRegistries", "is the portal's to set (%s), not a request's", strings.Join(registries, ", "))
+	}
+	r.Config.ImageRegistries = slices.Clone(registries)
+	return ps
 }

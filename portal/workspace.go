@@ -174,12 +174,7 @@ func (m *Manager) prepare(ctx context.Context, r Request, op string, o RunOption
 	// could not be read: it refuses instead (many teams share the cluster).
 	r.Config.Kubernetes.RequireRead = true
 	// The site's registries, whatever the request says: a request may not widen them.
-	registries := m.imageRegistries()
-	var widened config.Problems
-	if got := r.Config.ImageRegistries; !slices.Equal(got, config.DefaultImageRegistries) && !slices.Equal(got, registries) {
-		widened.Add("imageRegistries", "is the portal's to set (%s), not a request's", strings.Join(registries, ", "))
-	}
-	r.Config.ImageRegistries = slices.Clone(registries)
+	widened := BindRegistries(&r, m.o.ImageRegistries)
 	stored := false
 	if r.HFToken == "" && !r.Config.HuggingFace.ExistingSecret && r.Validate() != nil {
 		// The stack may hold the token already. (A request that switches to an existing Secret
@@ -213,12 +208,7 @@ func (m *Manager) prepare(ctx context.Context, r Request, op string, o RunOption
 }
 
 // imageRegistries are the registries every request's images must come from.
-func (m *Manager) imageRegistries() []string {
-	if len(m.o.ImageRegistries) == 0 {
-		return config.DefaultImageRegistries
-	}
-	return m.o.ImageRegistries
-}
+func (m *Manager) imageRegistries() []string { return SiteRegistries(m.o.ImageRegistries) }
 
 // roomFor refuses a stack the backend does not hold yet when the portal holds Options.MaxStacks:
 // the backend's stacks and those other operations are creating. A destroy that removes its stack

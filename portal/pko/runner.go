@@ -9,7 +9,6 @@ import (
 	"minimax-m3/portal"
 	"regexp"
 	"slices"
-	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -188,15 +187,7 @@ func (o *Runner) StackObject(r portal.Request) (*unstructured.Unstructured, erro
 // Apply validates the request and writes the token's Secret and the Stack (server-side apply, or a
 // server-side dry run). The operator then runs the update.
 func (o *Runner) Apply(ctx context.Context, r portal.Request, dryRun bool) (*unstructured.Unstructured, error) {
-	registries := o.ImageRegistries
-	if len(registries) == 0 {
-		registries = config.DefaultImageRegistries
-	}
-	var ps config.Problems
-	if got := r.Config.ImageRegistries; !slices.Equal(got, config.DefaultImageRegistries) && !slices.Equal(got, registries) {
-		ps.Add("imageRegistries", "is the portal's to set (%s), not a request's", strings.Join(registries, ", "))
-	}
-	r.Config.ImageRegistries = slices.Clone(registries)
+	ps := portal.BindRegistries(&r, o.ImageRegistries)
 	if ps = append(ps, r.Validate()...); len(ps) > 0 {
 		return nil, &portal.InvalidRequestError{Problems: ps}
 	}
