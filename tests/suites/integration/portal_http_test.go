@@ -352,6 +352,9 @@ func TestPortalCommandRefusesWhatASecurityReviewFound(t *testing.T) {
 			status, body := send(http.MethodPost, "/api/stacks/agg/"+op, "text/plain", strings.NewReader("{}"), h)
 			assert.Equal(t, http.StatusForbidden, status, "%s %s: %s", name, op, body)
 		}
+		// Nor may another site sign the browser in (with a token it knows) through the form.
+		status, body := send(http.MethodPost, "/login", "application/x-www-form-urlencoded", strings.NewReader(url.Values{"token": {token}}.Encode()), h)
+		assert.Equal(t, http.StatusForbidden, status, "%s login: %s", name, body)
 	}
 	// Same origin, but not JSON: refused.
 	status, body := send(http.MethodPost, "/api/stacks/agg/preview", "text/plain", strings.NewReader(`{"base":"agg"}`), bearer)
