@@ -3,6 +3,7 @@ package portal
 import (
 	"context"
 	"minimax-m3/internal/fakecli"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -42,4 +43,14 @@ func NewTestManager(t *testing.T) *Manager {
 func Hold(ctx context.Context, m *Manager, stack, op string) (release func(), err error) {
 	_, release, err = m.acquire(ctx, stack, op, false)
 	return release, err
+}
+
+// FakePulumiStacks is FakePulumi whose backend lists stacks (selecting any of them still fails:
+// a test of who may reach which stack needs no stack's state).
+func FakePulumiStacks(t *testing.T, stacks ...string) *fakecli.CLI {
+	var list []string
+	for _, s := range stacks {
+		list = append(list, `{"name":"`+s+`"}`)
+	}
+	return fakePulumi(t, fakecli.Reply{Args: "stack ls", Stdout: "[" + strings.Join(list, ",") + "]"})
 }

@@ -12,6 +12,7 @@ import (
 	"net/http"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"strings"
 	"syscall"
 	"time"
@@ -32,7 +33,7 @@ func run() error {
 	var insecureHTTP bool
 	var drain time.Duration
 	var maxStreams, maxEvents, maxOperations, maxStacks int
-	var basePath, contexts, registries string
+	var basePath, contexts, registries, usersFile, auditFile string
 	flag.StringVar(&addr, "addr", "127.0.0.1:8080", "listen address")
 	flag.StringVar(&tlsCert, "tls-cert", "", "serve TLS with this certificate (PEM; with -tls-key)")
 	flag.StringVar(&tlsKey, "tls-key", "", "the certificate's private key (PEM)")
@@ -49,6 +50,8 @@ func run() error {
 	flag.StringVar(&registries, "image-registries", "", "registries (or repository prefixes) every request's images must come from, comma-separated (default: the recipe's, "+strings.Join(config.DefaultImageRegistries, ",")+")")
 	flag.StringVar(&basePath, "base-path", "", "serve under this path prefix, for a reverse proxy forwarding it unchanged (/portal: the page at /portal/)")
 	flag.StringVar(&contexts, "contexts", "", "kubeconfig contexts a request may name in kubernetes.context, comma-separated (default: none; every stack uses the current context)")
+	flag.StringVar(&usersFile, "users", "", "a YAML file of users, each with their token's SHA-256, their stacks and their namespaces (default: one user, admin, with MINIMAX_M3_PORTAL_TOKEN, reaching everything)")
+	flag.StringVar(&auditFile, "audit-log", "", "append one JSON line per change, refusal and operation's end to this file (default: <state-dir>/audit.log)")
 	flag.Parse()
 	if err := httpapi.CheckBasePath(basePath); err != nil {
 		return fmt.Errorf("-base-path: %w", err)
@@ -71,7 +74,15 @@ func run() error {
 	token := os.Getenv("MINIMAX_M3_PORTAL_TOKEN")
 	// The Pulumi CLI and the provider run as children: they never need the portal's token.
 	_ = os.Unsetenv("MINIMAX_M3_PORTAL_TOKEN")
-	if token == "" {
+	var users *httpapi.Users
+	switch {
+	case usersFile != "" && token != "":
+		return errors.New("give -users or MINIMAX_M3_PORTAL_TOKEN, not both: with -users every user signs in with a token of their own")
+	case usersFile != "":
+		if users, err = httpapi.LoadUsers(usersFile); err != nil {
+			return fmt.Errorf("-users: %w", err)
+		}
+	case token == "":
 		if !loopback {
 			return fmt.Errorf("refusing to listen on %s without MINIMAX_M3_PORTAL_TOKEN", addr)
 		}
@@ -81,6 +92,11 @@ func run() error {
 		}
 		token = hex.EncodeToString(b)
 		fmt.Fprintf(os.Stderr, "no MINIMAX_M3_PORTAL_TOKEN: sign in at http://%s%s/login with this run's random token: %s\n", addr, basePath, token)
+	}
+	if users == nil {
+		if users, err = httpapi.SingleUser("admin", token); err != nil {
+			return err
+		}
 	}
 	if !loopback && tlsCert == "" && !insecureHTTP {
 		return fmt.Errorf("refusing to serve plain HTTP on %s: the token crosses the network; give -tls-cert and -tls-key, or -insecure-http behind a TLS proxy", addr)
@@ -92,10 +108,16 @@ func run() error {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	srv, err := httpapi.NewServer(ctx, m, token)
-	if err != nil {
-		return err
+	if auditFile == "" {
+		auditFile = filepath.Join(stateDir, "audit.log")
 	}
+	audit, err := os.OpenFile(auditFile, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	if err != nil {
+		return fmt.Errorf("-audit-log: %w", err)
+	}
+	defer func() { _ = audit.Close() }()
+	srv := httpapi.NewServerForUsers(ctx, m, users)
+	srv.AuditLog = audit
 	srv.MaxStreams, srv.MaxEvents, srv.BasePath = maxStreams, maxEvents, basePath
 	// Plain HTTP beyond loopback is only ever served behind a TLS-terminating proxy.
 	srv.SecureCookies = insecureHTTP

@@ -2,7 +2,6 @@ package httpapi
 
 import (
 	"crypto/rand"
-	"crypto/subtle"
 	"encoding/hex"
 	"errors"
 	"html/template"
@@ -16,8 +15,14 @@ const (
 	sessionTTL = 12 * time.Hour
 )
 
-// newSession issues a session value for the page's cookie.
-func (s *Server) newSession() (string, error) {
+// session is a signed-in browser's: whose, and until when.
+type session struct {
+	user  *User
+	until time.Time
+}
+
+// newSession issues a session value for the page's cookie, for u.
+func (s *Server) newSession(u *User) (string, error) {
 	b := make([]byte, 32)
 	if _, err := rand.Read(b); err != nil {
 		return "", err
@@ -26,21 +31,24 @@ func (s *Server) newSession() (string, error) {
 	now := time.Now()
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for k, until := range s.sessions {
-		if now.After(until) {
+	for k, ss := range s.sessions {
+		if now.After(ss.until) {
 			delete(s.sessions, k)
 		}
 	}
-	s.sessions[id] = now.Add(sessionTTL)
+	s.sessions[id] = session{user: u, until: now.Add(sessionTTL)}
 	return id, nil
 }
 
-// session reports whether a cookie value is a live session.
-func (s *Server) session(id string) bool {
+// sessionUser is the user of a cookie value's live session, or nil.
+func (s *Server) sessionUser(id string) *User {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	until, ok := s.sessions[id]
-	return ok && time.Now().Before(until)
+	ss, ok := s.sessions[id]
+	if !ok || !time.Now().Before(ss.until) {
+		return nil
+	}
+	return ss.user
 }
 
 func (s *Server) auth(next http.Handler) http.Handler {
@@ -54,13 +62,13 @@ func (s *Server) auth(next http.Handler) http.Handler {
 			s.login(w, r)
 			return
 		}
-		authorized := false
+		var user *User
 		if got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok {
-			authorized = s.valid(got)
+			user = s.users.byToken(got)
 		} else if c, err := r.Cookie(cookieName); err == nil {
-			authorized = s.session(c.Value)
+			user = s.sessionUser(c.Value)
 		}
-		if !authorized {
+		if user == nil {
 			if r.Method == http.MethodGet && r.URL.Path == s.at("/") {
 				http.Redirect(w, r, s.at("/login"), http.StatusSeeOther)
 				return
@@ -69,7 +77,7 @@ func (s *Server) auth(next http.Handler) http.Handler {
 			writeError(w, http.StatusUnauthorized, errors.New("a bearer token is required"))
 			return
 		}
-		next.ServeHTTP(w, r)
+		next.ServeHTTP(w, signIn(r, user))
 	})
 }
 
@@ -103,11 +111,13 @@ func (s *Server) login(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	r.Body = http.MaxBytesReader(w, r.Body, 4<<10)
-	if !s.valid(r.PostFormValue("token")) {
+	user := s.users.byToken(r.PostFormValue("token"))
+	if user == nil {
 		show(http.StatusUnauthorized, "wrong token")
 		return
 	}
-	id, err := s.newSession()
+	signIn(r, user)
+	id, err := s.newSession(user)
 	if err != nil {
 		writeError(w, http.StatusInternalServerError, err)
 		return
@@ -130,8 +140,4 @@ func (s *Server) overTLS(r *http.Request) bool {
 		}
 	}
 	return false
-}
-
-func (s *Server) valid(t string) bool {
-	return t != "" && subtle.ConstantTimeCompare([]byte(t), []byte(s.token)) == 1
 }

@@ -119,6 +119,13 @@ func (s *Server) operation(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	user := userOf(r.Context())
+	if (op == "preview" || op == "up") && !user.MayDeployTo(req.Config.Namespace.Name) {
+		// Before any plan is read or any engine starts: the user's grants, not the request, say where it may land.
+		writeError(w, http.StatusForbidden, invalidAt("namespace.name", fmt.Sprintf("%s may not deploy into namespace %q (their namespaces: %s)",
+			nameOf(user), req.Config.Namespace.Name, strings.Join(user.Namespaces, ", "))))
+		return
+	}
 	log := newOpLog(op, s.MaxEvents)
 	opts := portal.RunOptions{Progress: log.add}
 	var run func(ctx context.Context) (any, error)
@@ -205,7 +212,13 @@ func (s *Server) operation(w http.ResponseWriter, r *http.Request) {
 				log.add(portal.Event{Time: time.Now(), Stack: stack, Status: "result", Message: string(b)})
 			}
 		}
-		log.finish(portal.ScrubError(err, body.HFToken))
+		err = portal.ScrubError(err, body.HFToken)
+		log.finish(err)
+		outcome := "succeeded"
+		if err != nil {
+			outcome = "failed: " + err.Error()
+		}
+		s.audit(AuditRecord{User: user.Name, Stack: stack, Operation: op, Outcome: outcome})
 	}()
 	if err := <-started; err != nil {
 		// Refused (invalid, or busy after all): the stack's running or last operation keeps its log.

@@ -52,7 +52,7 @@ func (s *Server) page(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	data := pageData{Nonce: hex.EncodeToString(nonce), Base: s.BasePath, Error: listErr}
-	for _, n := range names {
+	for _, n := range visible(r, names) {
 		ps := pageStack{Name: n, Running: s.m.Running(n), Interrupted: s.interruption(n)}
 		out, err := s.m.Outputs(r.Context(), n)
 		switch {

@@ -2,8 +2,8 @@ package httpapi
 
 import (
 	"context"
-	"errors"
 	"fmt"
+	"io"
 	"minimax-m3/portal"
 	"net/http"
 	"path"
@@ -15,7 +15,9 @@ import (
 )
 
 // Server serves a portal.Manager over HTTP: JSON for the operations, server-sent events for progress, and
-// one small page. Every request needs the bearer token (the page: once in its sign-in form at /login, then a cookie).
+// one small page. Every request needs a user's bearer token (the page: once in its sign-in form at /login, then a
+// cookie); a user sees and acts on only the stacks granted to them, and deploys only into their namespaces
+// (403 otherwise, before anything runs).
 //
 //	GET  /api/stacks                       the stacks and what each runs
 //	GET  /api/stacks/{stack}               outputs (404 for an unknown stack)
@@ -32,12 +34,12 @@ import (
 // per-key problems for an invalid request, 409 when the stack is busy.
 type Server struct {
 	m     *portal.Manager
-	token string
+	users *Users
 	mu    sync.Mutex
 	ops   map[string]*opLog
-	// sessions are the page's cookie values, each issued at a login with the token and valid
-	// until its time: the cookie never holds the token itself.
-	sessions map[string]time.Time
+	// sessions are the page's cookie values, each issued at a user's login with their token
+	// and valid until its time: the cookie never holds the token itself.
+	sessions map[string]session
 	// Context bounds every operation the server starts (cancelled: they stop).
 	ctx context.Context
 	// streams counts the open event streams.
@@ -59,6 +61,11 @@ type Server struct {
 	// served behind a TLS-terminating proxy (it is Secure anyway over TLS, or when the proxy says
 	// X-Forwarded-Proto: https).
 	SecureCookies bool
+	// AuditLog, if set, receives one JSON line (AuditRecord) per request that may change
+	// something, per refusal of who asked (401, 403), and per operation's end. Set it before
+	// serving.
+	AuditLog io.Writer
+	auditMu  sync.Mutex
 }
 
 // CheckBasePath refuses a base path that is not "" or a clean absolute path without a trailing
@@ -79,13 +86,19 @@ const (
 	DefaultMaxStreams = 64
 )
 
-// NewServer serves m; token is the bearer token every request must carry.
+// NewServer serves m to one user, "admin", who holds token and may reach every stack.
 func NewServer(ctx context.Context, m *portal.Manager, token string) (*Server, error) {
-	if len(token) < 16 {
-		return nil, errors.New("the bearer token must have at least 16 characters")
+	users, err := SingleUser("admin", token)
+	if err != nil {
+		return nil, err
 	}
-	return &Server{m: m, token: token, ops: map[string]*opLog{}, sessions: map[string]time.Time{}, ctx: ctx,
-		MaxEvents: DefaultMaxEvents, MaxLogs: DefaultMaxLogs, MaxStreams: DefaultMaxStreams}, nil
+	return NewServerForUsers(ctx, m, users), nil
+}
+
+// NewServerForUsers serves m to users, each with their own token and grants (LoadUsers).
+func NewServerForUsers(ctx context.Context, m *portal.Manager, users *Users) *Server {
+	return &Server{m: m, users: users, ops: map[string]*opLog{}, sessions: map[string]session{}, ctx: ctx,
+		MaxEvents: DefaultMaxEvents, MaxLogs: DefaultMaxLogs, MaxStreams: DefaultMaxStreams}
 }
 
 // Handler is the server's routes. A state-changing request from another origin (a page on another
@@ -96,10 +109,10 @@ func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /{$}", bounded(s.page))
 	mux.HandleFunc("GET /api/stacks", bounded(s.listStacks))
-	mux.HandleFunc("GET /api/stacks/{stack}", bounded(withStack(s.outputs)))
-	mux.HandleFunc("GET /api/stacks/{stack}/history", bounded(withStack(s.history)))
-	mux.HandleFunc("GET /api/stacks/{stack}/events", withStack(s.events))
-	mux.HandleFunc("POST /api/stacks/{stack}/{op}", bounded(withStack(s.operation)))
+	mux.HandleFunc("GET /api/stacks/{stack}", bounded(s.withStack(s.outputs)))
+	mux.HandleFunc("GET /api/stacks/{stack}/history", bounded(s.withStack(s.history)))
+	mux.HandleFunc("GET /api/stacks/{stack}/events", s.withStack(s.events))
+	mux.HandleFunc("POST /api/stacks/{stack}/{op}", bounded(s.withStack(s.operation)))
 	var h http.Handler = mux
 	if s.BasePath != "" {
 		base := s.BasePath
@@ -108,7 +121,7 @@ func (s *Server) Handler() http.Handler {
 		prefixed.Handle(base, http.RedirectHandler(base+"/", http.StatusMovedPermanently))
 		h = prefixed
 	}
-	return securityHeaders(http.NewCrossOriginProtection().Handler(s.auth(h)))
+	return securityHeaders(s.audited(http.NewCrossOriginProtection().Handler(s.auth(h))))
 }
 
 // checkAllowRoll refuses an allowRoll that names no component.
@@ -172,13 +185,38 @@ func bounded(h http.HandlerFunc) http.HandlerFunc {
 	}
 }
 
-// withStack refuses a request whose {stack} is not a stack name (400, the problem at "stack").
-func withStack(h http.HandlerFunc) http.HandlerFunc {
+// withStack refuses a request whose {stack} is not a stack name (400, the problem at "stack"), or
+// a stack the user may not reach (403), before any handler reads it.
+func (s *Server) withStack(h http.HandlerFunc) http.HandlerFunc {
 	return func(w http.ResponseWriter, r *http.Request) {
-		if err := portal.CheckStackName(r.PathValue("stack")); err != nil {
+		stack := r.PathValue("stack")
+		if err := portal.CheckStackName(stack); err != nil {
 			writeError(w, http.StatusBadRequest, err)
+			return
+		}
+		if u := userOf(r.Context()); u == nil || !u.MayReach(stack) {
+			writeError(w, http.StatusForbidden, fmt.Errorf("%s may not reach stack %s", nameOf(u), stack))
 			return
 		}
 		h(w, r)
 	}
+}
+
+// visible are the stacks of names the request's user may reach.
+func visible(r *http.Request, names []string) []string {
+	u := userOf(r.Context())
+	var out []string
+	for _, n := range names {
+		if u != nil && u.MayReach(n) {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+func nameOf(u *User) string {
+	if u == nil {
+		return "nobody"
+	}
+	return "user " + u.Name
 }

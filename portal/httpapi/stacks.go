@@ -20,7 +20,7 @@ func (s *Server) listStacks(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	out := []StackInfo{}
-	for _, n := range names {
+	for _, n := range visible(r, names) {
 		out = append(out, StackInfo{Name: n, Running: s.m.Running(n), Interrupted: s.interruption(n)})
 	}
 	writeJSON(w, http.StatusOK, out)

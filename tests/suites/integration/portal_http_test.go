@@ -294,7 +294,23 @@ func TestPortalCommandGuardsItsAddress(t *testing.T) {
 	require.Error(t, err)
 	assert.Contains(t, string(out), "refusing to serve plain HTTP on 0.0.0.0:0")
 
-	addr, token := runPortalCommand(t, bin, t.TempDir())
+	// Users of their own, or the one shared token: never both; a users file with a problem is
+	// refused at its key before the portal serves.
+	users := filepath.Join(t.TempDir(), "users.yaml")
+	require.NoError(t, os.WriteFile(users, []byte("users:\n  - name: alice\n    tokenSHA256: 00\n    stacks: [\"*\"]\n"), 0o600))
+	cmd = exec.Command(bin, "-state-dir", t.TempDir(), "-project-dir", cluster.root, "-users", users)
+	cmd.Env = append(env, "MINIMAX_M3_PORTAL_TOKEN="+portalBearer)
+	out, err = cmd.CombinedOutput()
+	require.Error(t, err)
+	assert.Contains(t, string(out), "give -users or MINIMAX_M3_PORTAL_TOKEN, not both")
+	cmd = exec.Command(bin, "-state-dir", t.TempDir(), "-project-dir", cluster.root, "-users", users)
+	cmd.Env = env
+	out, err = cmd.CombinedOutput()
+	require.Error(t, err)
+	assert.Contains(t, string(out), "portal: -users: "+users+": users[0].tokenSHA256: 64 hex digits")
+
+	stateDir := t.TempDir()
+	addr, token := runPortalCommand(t, bin, stateDir)
 	require.Len(t, token, 48, "a random token of 24 bytes")
 	resp, err := http.Get(addr + "/api/stacks")
 	require.NoError(t, err)
@@ -308,6 +324,14 @@ func TestPortalCommandGuardsItsAddress(t *testing.T) {
 	_ = resp.Body.Close()
 	assert.Equal(t, http.StatusOK, resp.StatusCode, string(body))
 	assert.JSONEq(t, `[]`, string(body))
+	// The refusal is in the audit log, beside the state (owner-only), with no token in it.
+	log, err := os.ReadFile(filepath.Join(stateDir, "audit.log"))
+	require.NoError(t, err)
+	assert.Contains(t, string(log), `"method":"GET","path":"/api/stacks","status":401}`)
+	assert.NotContains(t, string(log), token)
+	fi, err := os.Stat(filepath.Join(stateDir, "audit.log"))
+	require.NoError(t, err)
+	assert.Equal(t, os.FileMode(0o600), fi.Mode().Perm())
 }
 
 // The attacks a security review reproduced against cmd/portal, each refused before anything runs

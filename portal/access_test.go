@@ -1,0 +1,259 @@
+package portal_test
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/url"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"minimax-m3/portal"
+	"minimax-m3/portal/httpapi"
+)
+
+const (
+	aliceToken = "alice-token-of-team-a-0123456789"
+	bobToken   = "bob-token-of-team-b-0123456789ab"
+)
+
+func sha(token string) string {
+	h := sha256.Sum256([]byte(token))
+	return hex.EncodeToString(h[:])
+}
+
+// lockedBuffer is an audit log the test reads while the server writes it.
+type lockedBuffer struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuffer) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuffer) records() []httpapi.AuditRecord {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var out []httpapi.AuditRecord
+	for _, line := range strings.Split(strings.TrimSpace(l.b.String()), "\n") {
+		var r httpapi.AuditRecord
+		if json.Unmarshal([]byte(line), &r) == nil {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// teamsServer serves a portal of two teams' users, alice (team-a-* stacks, namespace team-a) and
+// bob (team-b-*, team-b), over a backend holding one stack of each team.
+func teamsServer(t *testing.T) (http.Handler, *lockedBuffer, func() []string) {
+	t.Helper()
+	cli := portal.FakePulumiStacks(t, "team-a-agg", "team-b-agg")
+	users, err := httpapi.ParseUsers([]byte(`users:
+  - name: alice@team-a
+    tokenSHA256: ` + sha(aliceToken) + `
+    stacks: ["team-a-*"]
+    namespaces: ["team-a"]
+  - name: bob@team-b
+    tokenSHA256: ` + strings.ToUpper(sha(bobToken)) + `
+    stacks: ["team-b-*"]
+    namespaces: ["team-b", "team-b-*"]
+`))
+	require.NoError(t, err)
+	srv := httpapi.NewServerForUsers(t.Context(), portal.NewTestManager(t), users)
+	audit := &lockedBuffer{}
+	srv.AuditLog = audit
+	return srv.Handler(), audit, func() []string { return cli.Calls(t) }
+}
+
+func call(h http.Handler, method, target, token string, body any) (int, string) {
+	var rd io.Reader
+	if body != nil {
+		b, _ := json.Marshal(body)
+		rd = bytes.NewReader(b)
+	}
+	req := httptest.NewRequest(method, target, rd)
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	if token != "" {
+		req.Header.Set("Authorization", "Bearer "+token)
+	}
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	return rec.Code, rec.Body.String()
+}
+
+// A user of one team sees only their team's stacks, and every route of another team's stack is
+// refused (403) before the portal reads or runs anything for it: outputs, history, events and each
+// operation, cancel and recover included.
+func TestAPortalUserReachesOnlyTheirStacks(t *testing.T) {
+	h, audit, calls := teamsServer(t)
+
+	code, body := call(h, http.MethodGet, "/api/stacks", aliceToken, nil)
+	require.Equal(t, http.StatusOK, code, body)
+	assert.JSONEq(t, `[{"name":"team-a-agg"}]`, body)
+	code, body = call(h, http.MethodGet, "/api/stacks", bobToken, nil)
+	require.Equal(t, http.StatusOK, code, body)
+	assert.JSONEq(t, `[{"name":"team-b-agg"}]`, body)
+
+	before := len(calls())
+	for _, r := range []struct{ method, path string }{
+		{http.MethodGet, "/api/stacks/team-b-agg"},
+		{http.MethodGet, "/api/stacks/team-b-agg/history"},
+		{http.MethodGet, "/api/stacks/team-b-agg/events"},
+		{http.MethodPost, "/api/stacks/team-b-agg/preview"},
+		{http.MethodPost, "/api/stacks/team-b-agg/up"},
+		{http.MethodPost, "/api/stacks/team-b-agg/refresh"},
+		{http.MethodPost, "/api/stacks/team-b-agg/destroy"},
+		{http.MethodPost, "/api/stacks/team-b-agg/cancel"},
+		{http.MethodPost, "/api/stacks/team-b-agg/recover"},
+		{http.MethodPost, "/api/stacks/team-b-new/up"},
+	} {
+		code, body := call(h, r.method, r.path, aliceToken, map[string]any{"base": "agg", "config": map[string]any{"namespace": map[string]any{"name": "team-a"}}})
+		assert.Equal(t, http.StatusForbidden, code, "%s %s: %s", r.method, r.path, body)
+		assert.Contains(t, body, "user alice@team-a may not reach stack team-b-", r.path)
+	}
+	assert.Len(t, calls(), before, "a refused request runs no CLI: %v", calls()[before:])
+
+	// The page lists only the user's stacks.
+	code, page := call(h, http.MethodGet, "/", aliceToken, nil)
+	assert.Equal(t, http.StatusOK, code)
+	assert.Contains(t, page, `data-stack="team-a-agg"`)
+	assert.NotContains(t, page, "team-b-agg")
+
+	var refused []string
+	for _, r := range audit.records() {
+		if r.Status == http.StatusForbidden {
+			assert.Equal(t, "alice@team-a", r.User, "%+v", r)
+			refused = append(refused, r.Method+" "+r.Stack+" "+r.Operation)
+		}
+	}
+	assert.Contains(t, refused, "GET team-b-agg history")
+	assert.Contains(t, refused, "POST team-b-agg destroy")
+	assert.Len(t, refused, 10, "every refusal is on record, the reads' included")
+}
+
+// A user's preview or up into a namespace not granted to them is refused at namespace.name (403),
+// whatever stack name they use, before any plan is read or engine started; bob's pattern grants
+// team-b-* namespaces too.
+func TestAPortalUserDeploysOnlyIntoTheirNamespaces(t *testing.T) {
+	h, audit, calls := teamsServer(t)
+	before := len(calls())
+	for _, ns := range []string{"team-b", "kube-system", "team-a-extra"} {
+		for _, op := range []string{"preview", "up"} {
+			code, body := call(h, http.MethodPost, "/api/stacks/team-a-agg/"+op, aliceToken, map[string]any{
+				"base": "agg", "config": map[string]any{"namespace": map[string]any{"name": ns}}, "plan": nil})
+			assert.Equal(t, http.StatusForbidden, code, body)
+			assert.Contains(t, body, `"key":"namespace.name"`)
+			assert.Contains(t, body, `user alice@team-a may not deploy into namespace \"`+ns+`\" (their namespaces: team-a)`)
+		}
+	}
+	// The base profile's own namespace is checked as well when the body names none.
+	code, body := call(h, http.MethodPost, "/api/stacks/team-a-agg/up", aliceToken, map[string]any{"base": "agg"})
+	assert.Equal(t, http.StatusForbidden, code, body)
+	assert.Contains(t, body, `"key":"namespace.name"`)
+	assert.Len(t, calls(), before, "nothing ran: %v", calls()[before:])
+
+	// Within their grants the request goes on to validation (a bad value is the next refusal).
+	code, body = call(h, http.MethodPost, "/api/stacks/team-b-x/preview", bobToken, map[string]any{
+		"base": "agg", "config": map[string]any{"namespace": map[string]any{"name": "team-b-x"}, "worker": map[string]any{"replicas": 0}}})
+	assert.Equal(t, http.StatusBadRequest, code, body)
+	assert.Contains(t, body, `"key":"worker.replicas"`)
+	assert.Eventually(t, func() bool {
+		for _, r := range audit.records() {
+			if r.User == "bob@team-b" && r.Stack == "team-b-x" && r.Operation == "preview" && strings.HasPrefix(r.Outcome, "failed: ") {
+				return true
+			}
+		}
+		return false
+	}, 10*time.Second, 20*time.Millisecond, "the operation's end is on record with its user: %+v", audit.records())
+}
+
+// The sign-in form makes a session of the user whose token it was given: the cookie carries the
+// identity (bob's session sees bob's stacks), a wrong token is refused and on record without a user,
+// and no record holds a token.
+func TestThePortalSessionIsTheSignedInUsers(t *testing.T) {
+	h, audit, _ := teamsServer(t)
+	login := func(token string) *http.Response {
+		req := httptest.NewRequest(http.MethodPost, "/login", strings.NewReader(url.Values{"token": {token}}.Encode()))
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		return rec.Result()
+	}
+	resp := login(aliceToken + "x")
+	assert.Equal(t, http.StatusUnauthorized, resp.StatusCode)
+	resp = login(bobToken)
+	require.Equal(t, http.StatusSeeOther, resp.StatusCode)
+	require.Len(t, resp.Cookies(), 1)
+
+	req := httptest.NewRequest(http.MethodGet, "/api/stacks", nil)
+	req.AddCookie(resp.Cookies()[0])
+	rec := httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	assert.Equal(t, http.StatusOK, rec.Code)
+	assert.JSONEq(t, `[{"name":"team-b-agg"}]`, rec.Body.String())
+	req = httptest.NewRequest(http.MethodGet, "/api/stacks/team-a-agg", nil)
+	req.AddCookie(resp.Cookies()[0])
+	rec = httptest.NewRecorder()
+	h.ServeHTTP(rec, req)
+	assert.Equal(t, http.StatusForbidden, rec.Code)
+
+	recs := audit.records()
+	require.GreaterOrEqual(t, len(recs), 3, "%+v", recs)
+	assert.Equal(t, httpapi.AuditRecord{Time: recs[0].Time, Remote: recs[0].Remote, Method: "POST", Path: "/login", Status: 401}, recs[0])
+	assert.Equal(t, "bob@team-b", recs[1].User)
+	assert.Equal(t, http.StatusSeeOther, recs[1].Status)
+	assert.Equal(t, "bob@team-b", recs[2].User)
+	assert.Equal(t, http.StatusForbidden, recs[2].Status)
+	audit.mu.Lock()
+	defer audit.mu.Unlock()
+	for _, tok := range []string{aliceToken, bobToken} {
+		assert.NotContains(t, audit.b.String(), tok)
+	}
+}
+
+// A users file is refused whole on any problem, each at its key: a name or token used twice, a
+// hash that is not one, a user with no stack, a bad pattern, an unknown key.
+func TestAUsersFileIsCheckedKeyByKey(t *testing.T) {
+	_, err := httpapi.ParseUsers([]byte(`users:
+  - name: alice
+    tokenSHA256: ` + sha(aliceToken) + `
+    stacks: ["team-a-*"]
+  - name: alice
+    tokenSHA256: ` + sha(aliceToken) + `
+    stacks: ["["]
+  - name: "bad name"
+    tokenSHA256: abc
+    namespaces: ["team-c"]
+`))
+	require.Error(t, err)
+	for _, want := range []string{
+		`users[1].name: "alice" is users[0]'s too`,
+		"users[1].tokenSHA256: the token of users[0] too",
+		`users[1].stacks[0]: "[" is not a pattern`,
+		`users[2].name: "bad name" is not a user name`,
+		"users[2].tokenSHA256: 64 hex digits",
+		"users[2].stacks: no stack",
+	} {
+		assert.Contains(t, err.Error(), want)
+	}
+	_, err = httpapi.ParseUsers([]byte("users:\n  - name: a\n    token: plain\n"))
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "field token not found")
+	_, err = httpapi.ParseUsers([]byte("users: []\n"))
+	assert.EqualError(t, err, "users: no user")
+}

@@ -1,0 +1,119 @@
+package httpapi
+
+import (
+	"context"
+	"encoding/json"
+	"net"
+	"net/http"
+	"strings"
+	"time"
+)
+
+// AuditRecord is one line of the audit log (JSON): who asked for what, and what came of it.
+type AuditRecord struct {
+	Time time.Time `json:"time"`
+	// User is the signed-in user; empty for a request that did not authenticate.
+	User   string `json:"user,omitempty"`
+	Remote string `json:"remote,omitempty"`
+	Method string `json:"method,omitempty"`
+	Path   string `json:"path,omitempty"`
+	// Status is the response's HTTP status; 0 on the record of an operation's end.
+	Status    int    `json:"status,omitempty"`
+	Stack     string `json:"stack,omitempty"`
+	Operation string `json:"operation,omitempty"`
+	// Outcome, on the record of an operation's end: "succeeded", or "failed: " and the error.
+	Outcome string `json:"outcome,omitempty"`
+}
+
+// audit writes one record, if the server keeps an audit log. A failed write is not the request's
+// failure: the log's writer reports its own errors (a file's, on the next write).
+func (s *Server) audit(rec AuditRecord) {
+	if s.AuditLog == nil {
+		return
+	}
+	if rec.Time.IsZero() {
+		rec.Time = time.Now().UTC()
+	}
+	b, err := json.Marshal(rec)
+	if err != nil {
+		return
+	}
+	s.auditMu.Lock()
+	defer s.auditMu.Unlock()
+	_, _ = s.AuditLog.Write(append(b, '\n'))
+}
+
+// audited records every request that may change something (any method but GET and HEAD, the
+// sign-in included) and every refusal of who asked (401, 403), with its status.
+func (s *Server) audited(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		rec := &statusRecorder{ResponseWriter: w}
+		var user *User
+		next.ServeHTTP(rec, r.WithContext(withUserSlot(r.Context(), &user)))
+		status := rec.status
+		if status == 0 {
+			status = http.StatusOK
+		}
+		if r.Method == http.MethodGet || r.Method == http.MethodHead {
+			if status != http.StatusUnauthorized && status != http.StatusForbidden {
+				return
+			}
+		}
+		a := AuditRecord{Remote: remoteHost(r), Method: r.Method, Path: r.URL.Path, Status: status}
+		if rest, ok := strings.CutPrefix(r.URL.Path, s.at("/api/stacks/")); ok {
+			a.Stack, a.Operation, _ = strings.Cut(rest, "/")
+		}
+		if user != nil {
+			a.User = user.Name
+		}
+		s.audit(a)
+	})
+}
+
+func remoteHost(r *http.Request) string {
+	if h, _, err := net.SplitHostPort(r.RemoteAddr); err == nil {
+		return h
+	}
+	return r.RemoteAddr
+}
+
+// statusRecorder keeps the status a handler wrote; Unwrap lets http.ResponseController reach
+// the connection (the event stream's flushes and deadlines).
+type statusRecorder struct {
+	http.ResponseWriter
+	status int
+}
+
+func (w *statusRecorder) WriteHeader(code int) {
+	if w.status == 0 {
+		w.status = code
+	}
+	w.ResponseWriter.WriteHeader(code)
+}
+
+func (w *statusRecorder) Write(b []byte) (int, error) {
+	if w.status == 0 {
+		w.status = http.StatusOK
+	}
+	return w.ResponseWriter.Write(b)
+}
+
+func (w *statusRecorder) Flush() { _ = http.NewResponseController(w.ResponseWriter).Flush() }
+
+func (w *statusRecorder) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// userSlotKey holds where auth puts the signed-in user, so that the audit record, written after
+// the handler, names them.
+type userSlotKey struct{}
+
+func withUserSlot(ctx context.Context, slot **User) context.Context {
+	return context.WithValue(ctx, userSlotKey{}, slot)
+}
+
+// signIn makes u the request's user: for its handlers, and for its audit record.
+func signIn(r *http.Request, u *User) *http.Request {
+	if slot, ok := r.Context().Value(userSlotKey{}).(**User); ok {
+		*slot = u
+	}
+	return r.WithContext(context.WithValue(r.Context(), userKey{}, u))
+}
