@@ -20,6 +20,23 @@ type NamespaceArgs struct {
 	LegacyName string
 }
 
+// PodSecurityLabels are on every namespace the stack creates, at the level its workers need: they
+// add IPC_LOCK, SYS_PTRACE and SYS_RESOURCE (config.WorkerCapabilities), which the baseline level
+// refuses, so the namespace enforces privileged, said in so many words rather than left to the
+// cluster's default; and it warns and audits at baseline, so the API server's audit log and the
+// creator of any pod beyond baseline (the workers' three capabilities, or anything else) hear of
+// it. What keeps a stack's pods from the node (no privileged container, host namespace, hostPath or
+// other capability) is config.PodSecurity, checked in validation and the policies before anything
+// is applied. A namespace the stack uses but did not create keeps its owner's labels.
+var PodSecurityLabels = map[string]string{
+	"pod-security.kubernetes.io/enforce":         "privileged",
+	"pod-security.kubernetes.io/enforce-version": "latest",
+	"pod-security.kubernetes.io/warn":            "baseline",
+	"pod-security.kubernetes.io/warn-version":    "latest",
+	"pod-security.kubernetes.io/audit":           "baseline",
+	"pod-security.kubernetes.io/audit-version":   "latest",
+}
+
 // Namespace is the namespace every object of the stack lives in.
 type Namespace struct {
 	pulumi.ResourceState
@@ -35,8 +52,12 @@ func NewNamespace(ctx *pulumi.Context, name string, args *NamespaceArgs, opts ..
 	}
 	ns.Name = pulumi.String(args.Name).ToStringOutput()
 	if args.Create {
+		labels := stackLabels(ctx)
+		for k, v := range PodSecurityLabels {
+			labels[k] = pulumi.String(v)
+		}
 		created, err := corev1.NewNamespace(ctx, name, &corev1.NamespaceArgs{
-			Metadata: &metav1.ObjectMetaArgs{Name: pulumi.String(args.Name), Labels: stackLabels(ctx), Annotations: args.Meta.annotations(ctx, "Namespace", args.Name, nil)},
+			Metadata: &metav1.ObjectMetaArgs{Name: pulumi.String(args.Name), Labels: labels, Annotations: args.Meta.annotations(ctx, "Namespace", args.Name, nil)},
 		}, pulumi.Parent(ns), pulumi.RetainOnDelete(args.RetainOnDelete),
 			legacyAlias(ctx, args.LegacyName, deploymentType, namespaceType, "kubernetes:core/v1:Namespace"))
 		if err != nil {

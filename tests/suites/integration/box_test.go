@@ -4,6 +4,7 @@ import (
 	"context"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -18,8 +19,10 @@ import (
 	resourcev1 "k8s.io/api/resource/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/meta"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"minimax-m3/components"
@@ -115,6 +118,18 @@ func TestBoxStackLifecycle(t *testing.T) {
 			for _, p := range podsOf(t, ns, client.MatchingLabels{"batch.kubernetes.io/job-name": job.Name}) {
 				assert.True(t, strings.HasPrefix(p.Spec.NodeName, "cpu-"), "the download ran on a CPU node, not %s", p.Spec.NodeName)
 			}
+			// The namespace the stack made enforces the level its workers need (they run, below)
+			// and warns at baseline: the API server tells whoever creates a pod beyond it.
+			var warnings warningRecorder
+			warned := restConfigOf(t, box.Kubeconfig)
+			warned.WarningHandler = &warnings
+			cs, err := kubernetes.NewForConfig(warned)
+			require.NoError(t, err)
+			escape := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "escape"}, Spec: corev1.PodSpec{HostPID: true,
+				Containers: []corev1.Container{{Name: "main", Image: rackbox.HeldImage}}}}
+			_, err = cs.CoreV1().Pods(ns).Create(ctx, escape, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+			require.NoError(t, err)
+			assert.Contains(t, warnings.String(), `would violate PodSecurity "baseline:latest": host namespaces (hostPID=true)`)
 
 			pods := podsOf(t, ns, client.MatchingLabels{graphLabelKey: tc.graph})
 			trays := map[string]bool{}
@@ -448,4 +463,22 @@ func TestBoxFailuresCarryKubernetesReasons(t *testing.T) {
 		assert.Contains(t, err.Error(), "was not Ready at generation 1 within 1m0s (readiness.timeout, 60s)")
 		assert.Contains(t, err.Error(), "Insufficient nvidia.com/gpu", "and what kept its pods from running")
 	})
+}
+
+// warningRecorder keeps the warnings the API server sends a client.
+type warningRecorder struct {
+	mu   sync.Mutex
+	text []string
+}
+
+func (w *warningRecorder) HandleWarningHeader(_ int, _ string, text string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.text = append(w.text, text)
+}
+
+func (w *warningRecorder) String() string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return strings.Join(w.text, "\n")
 }
