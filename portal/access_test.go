@@ -5,12 +5,16 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httputil"
+	"net/netip"
 	"net/url"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -256,4 +260,95 @@ func TestAUsersFileIsCheckedKeyByKey(t *testing.T) {
 	assert.Contains(t, err.Error(), "field token not found")
 	_, err = httpapi.ParseUsers([]byte("users: []\n"))
 	assert.EqualError(t, err, "users: no user")
+}
+
+// Behind the site's authenticating proxy, the user is the one its header names, for a connection
+// from the proxy only: through a real reverse proxy (which overwrites whatever the client sent)
+// carol reaches her stacks with no token; the proxy without the header, or naming nobody, is
+// refused; a client reaching the portal around the proxy cannot claim a name with the header.
+func TestBehindAnAuthenticatingProxyTheUserIsTheProxys(t *testing.T) {
+	portal.FakePulumiStacks(t, "team-a-agg", "team-c-agg")
+	users, err := httpapi.ParseUsers([]byte(`users:
+  - name: carol@team-c
+    stacks: ["team-c-*"]
+    namespaces: ["team-c"]
+  - name: alice@team-a
+    tokenSHA256: ` + sha(aliceToken) + `
+    stacks: ["team-a-*"]
+`))
+	require.NoError(t, err)
+	srv := httpapi.NewServerForUsers(t.Context(), portal.NewTestManager(t), users)
+	audit := &lockedBuffer{}
+	srv.AuditLog = audit
+	srv.Proxy = &httpapi.ProxyIdentity{Header: "X-Forwarded-Email", From: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}
+	backend := httptest.NewServer(srv.Handler())
+	t.Cleanup(backend.Close)
+	target, err := url.Parse(backend.URL)
+	require.NoError(t, err)
+	// The proxy: it has signed its user in (here: whoever its own header names) and says who,
+	// overwriting what the client sent.
+	var signedIn atomic.Value
+	signedIn.Store("carol@team-c")
+	proxy := httptest.NewServer(&httputil.ReverseProxy{Rewrite: func(pr *httputil.ProxyRequest) {
+		pr.SetURL(target)
+		pr.Out.Header.Del("X-Forwarded-Email")
+		if name := signedIn.Load().(string); name != "" {
+			pr.Out.Header.Set("X-Forwarded-Email", name)
+		}
+	}})
+	t.Cleanup(proxy.Close)
+	get := func(base, path string, header map[string]string) (int, string) {
+		req, err := http.NewRequest(http.MethodGet, base+path, nil)
+		require.NoError(t, err)
+		for k, v := range header {
+			req.Header.Set(k, v)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer func() { _ = resp.Body.Close() }()
+		b, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(b)
+	}
+
+	code, body := get(proxy.URL, "/api/stacks", map[string]string{"X-Forwarded-Email": "alice@team-a"})
+	require.Equal(t, http.StatusOK, code, body)
+	assert.JSONEq(t, `[{"name":"team-c-agg"}]`, body, "the proxy's user, not the one the client claimed")
+	code, body = get(proxy.URL, "/api/stacks/team-a-agg", nil)
+	assert.Equal(t, http.StatusForbidden, code, body)
+	assert.Contains(t, body, "user carol@team-c may not reach stack team-a-agg")
+
+	signedIn.Store("mallory@elsewhere")
+	code, body = get(proxy.URL, "/api/stacks", nil)
+	assert.Equal(t, http.StatusUnauthorized, code, body)
+	assert.Contains(t, body, `X-Forwarded-Email \"mallory@elsewhere\" is no user of this portal`)
+	signedIn.Store("")
+	code, body = get(proxy.URL, "/api/stacks", map[string]string{"Authorization": "Bearer " + aliceToken})
+	assert.Equal(t, http.StatusUnauthorized, code, "from the proxy only its header counts: %s", body)
+	assert.Contains(t, body, "the proxy sent no X-Forwarded-Email")
+
+	// Around the proxy (a connection from an address it does not have): the header is ignored,
+	// and a token signs in as usual.
+	h := srv.Handler()
+	around := func(header map[string]string) (int, string) {
+		req := httptest.NewRequest(http.MethodGet, "/api/stacks", nil)
+		req.RemoteAddr = "198.51.100.7:40000"
+		for k, v := range header {
+			req.Header.Set(k, v)
+		}
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		return rec.Code, rec.Body.String()
+	}
+	code, body = around(map[string]string{"X-Forwarded-Email": "carol@team-c"})
+	assert.Equal(t, http.StatusUnauthorized, code, body)
+	code, body = around(map[string]string{"X-Forwarded-Email": "carol@team-c", "Authorization": "Bearer " + aliceToken})
+	assert.Equal(t, http.StatusOK, code, body)
+	assert.JSONEq(t, `[{"name":"team-a-agg"}]`, body)
+
+	var who []string
+	for _, r := range audit.records() {
+		who = append(who, fmt.Sprintf("%s %d", r.User, r.Status))
+	}
+	assert.Contains(t, who, "carol@team-c 403")
+	assert.Contains(t, who, " 401")
 }

@@ -10,9 +10,11 @@ import (
 	"minimax-m3/portal/httpapi"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"os/signal"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"time"
@@ -33,7 +35,7 @@ func run() error {
 	var insecureHTTP bool
 	var drain time.Duration
 	var maxStreams, maxEvents, maxOperations, maxStacks int
-	var basePath, contexts, registries, usersFile, auditFile string
+	var basePath, contexts, registries, usersFile, auditFile, identityHeader, trustedProxies string
 	flag.StringVar(&addr, "addr", "127.0.0.1:8080", "listen address")
 	flag.StringVar(&tlsCert, "tls-cert", "", "serve TLS with this certificate (PEM; with -tls-key)")
 	flag.StringVar(&tlsKey, "tls-key", "", "the certificate's private key (PEM)")
@@ -52,6 +54,8 @@ func run() error {
 	flag.StringVar(&contexts, "contexts", "", "kubeconfig contexts a request may name in kubernetes.context, comma-separated (default: none; every stack uses the current context)")
 	flag.StringVar(&usersFile, "users", "", "a YAML file of users, each with their token's SHA-256, their stacks and their namespaces (default: one user, admin, with MINIMAX_M3_PORTAL_TOKEN, reaching everything)")
 	flag.StringVar(&auditFile, "audit-log", "", "append one JSON line per change, refusal and operation's end to this file (default: <state-dir>/audit.log)")
+	flag.StringVar(&identityHeader, "identity-header", "", "take the user's name from this header of requests from -trusted-proxies (an authenticating proxy: X-Forwarded-Email); needs -users")
+	flag.StringVar(&trustedProxies, "trusted-proxies", "", "addresses or CIDRs of the authenticating proxy, comma-separated (with -identity-header)")
 	flag.Parse()
 	if err := httpapi.CheckBasePath(basePath); err != nil {
 		return fmt.Errorf("-base-path: %w", err)
@@ -98,6 +102,10 @@ func run() error {
 			return err
 		}
 	}
+	proxy, err := proxyIdentity(identityHeader, trustedProxies, usersFile != "")
+	if err != nil {
+		return err
+	}
 	if !loopback && tlsCert == "" && !insecureHTTP {
 		return fmt.Errorf("refusing to serve plain HTTP on %s: the token crosses the network; give -tls-cert and -tls-key, or -insecure-http behind a TLS proxy", addr)
 	}
@@ -118,6 +126,7 @@ func run() error {
 	defer func() { _ = audit.Close() }()
 	srv := httpapi.NewServerForUsers(ctx, m, users)
 	srv.AuditLog = audit
+	srv.Proxy = proxy
 	srv.MaxStreams, srv.MaxEvents, srv.BasePath = maxStreams, maxEvents, basePath
 	// Plain HTTP beyond loopback is only ever served behind a TLS-terminating proxy.
 	srv.SecureCookies = insecureHTTP
@@ -167,6 +176,36 @@ func run() error {
 	fmt.Fprintln(os.Stderr, "stopped")
 	return nil
 }
+
+// proxyIdentity is the authenticating proxy the flags describe, or nil.
+func proxyIdentity(header, from string, haveUsers bool) (*httpapi.ProxyIdentity, error) {
+	if header == "" && from == "" {
+		return nil, nil
+	}
+	switch {
+	case header == "" || from == "":
+		return nil, errors.New("-identity-header and -trusted-proxies go together")
+	case !haveUsers:
+		return nil, errors.New("-identity-header needs -users: the header names a user of the file, who has its grants")
+	case !headerName.MatchString(header):
+		return nil, fmt.Errorf("-identity-header %q is not a header name (letters, digits, -)", header)
+	}
+	p := &httpapi.ProxyIdentity{Header: header}
+	for _, a := range splitList(from) {
+		pre, err := netip.ParsePrefix(a)
+		if err != nil {
+			addr, aerr := netip.ParseAddr(a)
+			if aerr != nil {
+				return nil, fmt.Errorf("-trusted-proxies: %q is neither an address nor a CIDR", a)
+			}
+			pre = netip.PrefixFrom(addr, addr.BitLen())
+		}
+		p.From = append(p.From, pre.Masked())
+	}
+	return p, nil
+}
+
+var headerName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9-]*$`)
 
 // splitList is a comma-separated flag's values, empty ones dropped.
 func splitList(s string) []string {

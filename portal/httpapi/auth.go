@@ -4,6 +4,7 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"html/template"
 	"net/http"
 	"strings"
@@ -63,6 +64,20 @@ func (s *Server) auth(next http.Handler) http.Handler {
 			return
 		}
 		var user *User
+		if s.Proxy != nil && s.Proxy.trusts(r.RemoteAddr) {
+			// The proxy has authenticated the user; its header, not a token or a cookie, says who.
+			name := r.Header.Get(s.Proxy.Header)
+			if user = s.users.byName(name); user == nil {
+				msg := "the proxy sent no " + s.Proxy.Header
+				if name != "" {
+					msg = fmt.Sprintf("%s %q is no user of this portal", s.Proxy.Header, name)
+				}
+				writeError(w, http.StatusUnauthorized, errors.New(msg))
+				return
+			}
+			next.ServeHTTP(w, signIn(r, user))
+			return
+		}
 		if got, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok {
 			user = s.users.byToken(got)
 		} else if c, err := r.Cookie(cookieName); err == nil {

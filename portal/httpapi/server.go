@@ -66,6 +66,9 @@ type Server struct {
 	// serving.
 	AuditLog io.Writer
 	auditMu  sync.Mutex
+	// Proxy, if set, takes the user of a request from the site's authenticating proxy (a header
+	// naming a user of the users file) instead of a token. Set it before serving.
+	Proxy *ProxyIdentity
 }
 
 // CheckBasePath refuses a base path that is not "" or a clean absolute path without a trailing

@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/netip"
 	"os"
 	"path"
 	"regexp"
@@ -22,7 +23,8 @@ import (
 type User struct {
 	// Name is who the audit log says acted: letters, digits and . _ @ - (an e-mail address will do).
 	Name string `yaml:"name"`
-	// TokenSHA256 is the hex SHA-256 of the user's token (printf %s "$TOKEN" | sha256sum).
+	// TokenSHA256 is the hex SHA-256 of the user's token (printf %s "$TOKEN" | sha256sum). A user
+	// without one signs in only through the site's proxy (Server.Proxy), by name.
 	TokenSHA256 string `yaml:"tokenSHA256"`
 	// Stacks are the stacks the user may see and act on, as patterns ("team-a-*"; "*" is every stack).
 	Stacks []string `yaml:"stacks"`
@@ -30,7 +32,8 @@ type User struct {
 	// patterns; none: the user may read, refresh and destroy their stacks but not deploy.
 	Namespaces []string `yaml:"namespaces"`
 
-	hash [sha256.Size]byte
+	hash    [sha256.Size]byte
+	noToken bool
 }
 
 // MayReach says whether the user may see and act on stack.
@@ -114,6 +117,8 @@ func ParseUsers(data []byte) (*Users, error) {
 		}
 		b, err := hex.DecodeString(strings.ToLower(u.TokenSHA256))
 		switch {
+		case u.TokenSHA256 == "":
+			u.noToken = true
 		case err != nil || len(b) != sha256.Size:
 			problems = append(problems, at+".tokenSHA256: 64 hex digits, the SHA-256 of the user's token (printf %s \"$TOKEN\" | sha256sum)")
 		default:
@@ -153,11 +158,44 @@ func (us *Users) byToken(t string) *User {
 	h := sha256.Sum256([]byte(t))
 	var found *User
 	for _, u := range us.list {
-		if subtle.ConstantTimeCompare(h[:], u.hash[:]) == 1 {
+		if subtle.ConstantTimeCompare(h[:], u.hash[:]) == 1 && !u.noToken {
 			found = u
 		}
 	}
 	return found
+}
+
+// byName is the user called name, or nil.
+func (us *Users) byName(name string) *User {
+	for _, u := range us.list {
+		if u.Name == name {
+			return u
+		}
+	}
+	return nil
+}
+
+// ProxyIdentity takes who a request is from the site's authenticating reverse proxy (oauth2-proxy,
+// an ingress with OIDC): a request whose connection comes from one of From carries the signed-in
+// user's name in Header, which must name a user of the users file. Any other request signs in with
+// a token as usual, and its Header is ignored: a client cannot claim a name by sending it.
+type ProxyIdentity struct {
+	Header string
+	From   []netip.Prefix
+}
+
+// trusts says whether the request's connection comes from the proxy.
+func (p *ProxyIdentity) trusts(remoteAddr string) bool {
+	ap, err := netip.ParseAddrPort(remoteAddr)
+	if err != nil {
+		return false
+	}
+	for _, pre := range p.From {
+		if pre.Contains(ap.Addr().Unmap()) {
+			return true
+		}
+	}
+	return false
 }
 
 type userKey struct{}

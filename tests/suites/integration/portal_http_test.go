@@ -308,6 +308,11 @@ func TestPortalCommandGuardsItsAddress(t *testing.T) {
 	out, err = cmd.CombinedOutput()
 	require.Error(t, err)
 	assert.Contains(t, string(out), "portal: -users: "+users+": users[0].tokenSHA256: 64 hex digits")
+	cmd = exec.Command(bin, "-state-dir", t.TempDir(), "-project-dir", cluster.root, "-identity-header", "X-Forwarded-Email", "-trusted-proxies", "10.0.0.5")
+	cmd.Env = append(env, "MINIMAX_M3_PORTAL_TOKEN="+portalBearer)
+	out, err = cmd.CombinedOutput()
+	require.Error(t, err)
+	assert.Contains(t, string(out), "-identity-header needs -users")
 
 	stateDir := t.TempDir()
 	addr, token := runPortalCommand(t, bin, stateDir)
