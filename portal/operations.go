@@ -101,6 +101,20 @@ func (m *Manager) Preview(ctx context.Context, r Request, o RunOptions) (Preview
 	return res, nil
 }
 
+// Check previews the request's stack and checks it as Up does, applying nothing: every rule of
+// package policy, and consent (RunOptions.AllowRoll) for each graph component the change would
+// restart. A refusal is an *InvalidRequestError, as Up's. It is the gate of a runner that applies
+// the request elsewhere (package portal/pko), on a Manager of the same backend, secrets provider
+// and cluster as that runner's updates.
+func (m *Manager) Check(ctx context.Context, r Request, o RunOptions) error {
+	ctx, s, release, err := m.prepare(ctx, r, "check", o)
+	if err != nil {
+		return err
+	}
+	defer release()
+	return m.checkPolicies(ctx, s, r, o)
+}
+
 // UpResult is an update's outcome.
 type UpResult struct {
 	Changes map[string]int `json:"changes"`

@@ -5,6 +5,7 @@
 //	srv := httpapi.NewServerForUsers(ctx, m, users) // or NewServer(ctx, m, token): one user reaching everything
 //	srv.BasePath = "/portal"                        // optional, behind a reverse proxy
 //	srv.AuditLog = file                             // optional: one JSON line per change, refusal and operation's end
+//	srv.Proxy = &httpapi.ProxyIdentity{Header: "X-Forwarded-Email", From: proxies} // optional: the site's OIDC proxy names the user
 //	http.ListenAndServe(addr, srv.Handler())
 //
 // Every request needs a user's bearer token; a user sees and acts on only the stacks granted to

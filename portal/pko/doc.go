@@ -7,13 +7,16 @@
 //		ProjectRepo: "https://git.example.com/platform/minimax-m3.git", Commit: "<40-hex sha>",
 //		Backend: "s3://pulumi-state", SecretsProvider: "awskms://alias/pulumi",
 //		EnvRefs: map[string]pko.SecretKey{"PULUMI_CONFIG_PASSPHRASE": {Name: "pulumi", Key: "passphrase"}},
-//		ServiceAccountName: "pulumi", Image: "pulumi/pulumi-go:3.276.0@sha256:<64 hex>"}
-//	_, err := runner.Apply(ctx, r, true)             // server-side dry run against the operator's CRD
-//	_, err = runner.Apply(ctx, r, false)             // the Stack, and the token's Secret <stack>-hf-token
+//		ServiceAccountName: "pulumi", Image: "pulumi/pulumi-go:3.276.0@sha256:<64 hex>",
+//		Gate: m} // a portal.Manager on the same backend and cluster: the policies and roll consent
+//	_, err := runner.Apply(ctx, r, pko.ApplyOptions{DryRun: true})      // checked, then a server-side dry run
+//	_, err = runner.Apply(ctx, r, pko.ApplyOptions{AllowRoll: "Worker"}) // the Stack, and the token's Secret <stack>-hf-token
 //	res, err := runner.Wait(ctx, r.Name(), progress) // Ready: res.Outputs
 //
-// The request (portal.Request) is validated as the Manager validates it, and the Stack carries the
-// same config values. Wait returns as soon as the operator reports a failed update of the Stack's
+// The request (portal.Request) is validated as the Manager validates it, then checked by the Gate
+// as the portal's up checks it (every policy rule and consent for what restarts, on a preview;
+// without a Gate Apply refuses, ErrUngated, unless Ungated), and the Stack carries the same config
+// values. Wait returns as soon as the operator reports a failed update of the Stack's
 // current generation (*UpdateFailedError, with the update's message; the operator keeps retrying
 // and stalls only after several failures: *StalledError). Resources default to
 // DefaultWorkspaceResources (requests 1 CPU and 2 GiB, limit 4 GiB). The workspace Image is

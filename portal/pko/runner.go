@@ -61,11 +61,32 @@ type Runner struct {
 	// ImageRegistries are the registries every request's images must come from, as the portal's
 	// (a request may not widen them); empty: config.DefaultImageRegistries.
 	ImageRegistries []string
+	// Gate checks every request before Apply writes anything, as the portal's up does: the
+	// policies and consent for the components it would restart, on a preview (a *portal.Manager of
+	// the same backend, secrets provider and cluster as the operator's workspace). Without a Gate,
+	// Apply refuses unless Ungated says the site checks requests another way.
+	Gate    Gate
+	Ungated bool
 	// Resources are the workspace pod's; DefaultWorkspaceResources when unset (the operator's own
 	// default is sized for a prebuilt program, not for compiling this one and running the
 	// Kubernetes provider).
 	Resources *corev1.ResourceRequirements
 }
+
+// Gate is what checks a request before the runner writes it (portal.Manager.Check).
+type Gate interface {
+	Check(ctx context.Context, r portal.Request, o portal.RunOptions) error
+}
+
+// ApplyOptions are an Apply's: a server-side dry run, and the consent for what the request
+// restarts (the graph components, comma-separated, or "all"; as portal.RunOptions.AllowRoll).
+type ApplyOptions struct {
+	DryRun    bool
+	AllowRoll string
+}
+
+// ErrUngated is Apply's refusal when the runner has no Gate and is not Ungated.
+var ErrUngated = errors.New("the runner has no Gate: set Runner.Gate (a portal.Manager on the operator's backend) so that the policies and roll consent check each request, or Ungated if the site checks them another way")
 
 // DefaultWorkspaceResources fit one update of this program in a workspace pod: the Go build (from
 // a repository; none with a prebuilt image), the engine and the Kubernetes provider.
@@ -184,9 +205,13 @@ func (o *Runner) StackObject(r portal.Request) (*unstructured.Unstructured, erro
 	return u, nil
 }
 
-// Apply validates the request and writes the token's Secret and the Stack (server-side apply, or a
-// server-side dry run). The operator then runs the update.
-func (o *Runner) Apply(ctx context.Context, r portal.Request, dryRun bool) (*unstructured.Unstructured, error) {
+// Apply validates the request, has the Gate check it (the policies and consent, on a preview),
+// and writes the token's Secret and the Stack (server-side apply, or a server-side dry run). The
+// operator then runs the update. A refusal writes nothing.
+func (o *Runner) Apply(ctx context.Context, r portal.Request, ao ApplyOptions) (*unstructured.Unstructured, error) {
+	if o.Gate == nil && !o.Ungated {
+		return nil, ErrUngated
+	}
 	ps := portal.BindRegistries(&r, o.ImageRegistries)
 	if ps = append(ps, r.Validate()...); len(ps) > 0 {
 		return nil, &portal.InvalidRequestError{Problems: ps}
@@ -198,11 +223,16 @@ func (o *Runner) Apply(ctx context.Context, r portal.Request, dryRun bool) (*uns
 	// Never forced: a field another manager owns is a conflict, not taken over. And an object of
 	// the same name this runner did not make (another team's, another tool's) is not touched.
 	opts := metav1.ApplyOptions{FieldManager: fieldManager}
-	if dryRun {
+	if ao.DryRun {
 		opts.DryRun = []string{metav1.DryRunAll}
 	}
 	if err := o.ours(ctx, r); err != nil {
 		return nil, err
+	}
+	if o.Gate != nil {
+		if err := o.Gate.Check(ctx, r, portal.RunOptions{AllowRoll: ao.AllowRoll}); err != nil {
+			return nil, portal.ScrubError(err, r.HFToken)
+		}
 	}
 	if r.HFToken != "" {
 		secret := &corev1.Secret{

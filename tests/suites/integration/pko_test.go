@@ -37,6 +37,22 @@ func pkoCRDs(t *testing.T) string {
 	return dir
 }
 
+var pkoCRDsInstalled struct {
+	sync.Once
+	err error
+}
+
+// installPKOCRDs installs the Pulumi Kubernetes Operator's CRDs into the suite's API server, once
+// for all the tests that use them.
+func installPKOCRDs(t *testing.T) {
+	t.Helper()
+	dir := pkoCRDs(t)
+	pkoCRDsInstalled.Do(func() {
+		_, pkoCRDsInstalled.err = envtest.InstallCRDs(restConfigOf(t, cluster.kubeconfig), envtest.CRDInstallOptions{Paths: []string{dir}, ErrorIfPathMissing: true, MaxTime: time.Minute})
+	})
+	require.NoError(t, pkoCRDsInstalled.err)
+}
+
 // playStackOperator plays the Pulumi Kubernetes Operator on one Stack: Reconciling while it
 // "updates", then either Ready with outputs or Stalled with a reason, at the Stack's generation.
 // When reconcilingSeen is not nil, it holds the update in Reconciling until that channel closes (the
@@ -135,9 +151,8 @@ func TestOperatorRunner(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	kube, dyn := kubeClients(t, cluster.kubeconfig)
-	_, err := envtest.InstallCRDs(restConfigOf(t, cluster.kubeconfig), envtest.CRDInstallOptions{Paths: []string{pkoCRDs(t)}, ErrorIfPathMissing: true, MaxTime: time.Minute})
-	require.NoError(t, err)
-	_, err = kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "pko"}}, metav1.CreateOptions{})
+	installPKOCRDs(t)
+	_, err := kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "pko"}}, metav1.CreateOptions{})
 	require.NoError(t, err)
 
 	runner := &pko.Runner{
@@ -149,19 +164,27 @@ func TestOperatorRunner(t *testing.T) {
 		Image:              workspaceImage,
 	}
 	r := portalRequest("disagg", "disagg-eu", "inference-eu")
+	// Without a Gate (the policies and roll consent on a preview) the runner writes nothing, unless
+	// the site says it checks requests another way; TestPortalUpNeedsConsentToRollWorkers runs the
+	// Gate. The rest of this test is about what the runner writes.
+	_, err = runner.Apply(ctx, r, pko.ApplyOptions{})
+	require.ErrorIs(t, err, pko.ErrUngated)
+	_, err = dyn.Resource(pko.StackResource).Namespace("pko").Get(ctx, "disagg-eu", metav1.GetOptions{})
+	assert.True(t, apierrors.IsNotFound(err), "nothing written")
+	runner.Ungated = true
 	// The operator's workspace runs on a real cluster: it waits for the download and the graph.
 	r.Config.ModelDownload.WaitForCompletion, r.Config.Readiness.WaitForReady = true, true
 
 	// Invalid: the same problems as the Manager's, nothing written.
 	bad := r
 	bad.Config.DecodeWorker.Replicas = 0
-	_, err = runner.Apply(ctx, bad, false)
+	_, err = runner.Apply(ctx, bad, pko.ApplyOptions{})
 	var invalid *portal.InvalidRequestError
 	require.ErrorAs(t, err, &invalid)
 	assert.Equal(t, "decodeWorker.replicas", invalid.Problems[0].Key)
 
 	// A server-side dry run against the operator's CRD: accepted, nothing created.
-	dry, err := runner.Apply(ctx, r, true)
+	dry, err := runner.Apply(ctx, r, pko.ApplyOptions{DryRun: true})
 	require.NoError(t, err)
 	assert.Equal(t, "disagg-eu", dry.GetName())
 	_, err = dyn.Resource(pko.StackResource).Namespace("pko").Get(ctx, "disagg-eu", metav1.GetOptions{})
@@ -176,7 +199,7 @@ func TestOperatorRunner(t *testing.T) {
 	} {
 		unpinned := *runner
 		bad(&unpinned)
-		_, err := unpinned.Apply(ctx, r, false)
+		_, err := unpinned.Apply(ctx, r, pko.ApplyOptions{})
 		require.Error(t, err)
 		_, err = dyn.Resource(pko.StackResource).Namespace("pko").Get(ctx, "disagg-eu", metav1.GetOptions{})
 		assert.True(t, apierrors.IsNotFound(err), "nothing written")
@@ -185,7 +208,7 @@ func TestOperatorRunner(t *testing.T) {
 	// The prebuilt-program form (a workspace image with the project) passes the dry run too.
 	image := *runner
 	image.ProjectRepo, image.Commit, image.Image, image.LocalDir = "", "", prebuiltImage, "/share/minimax-m3"
-	imaged, err := image.Apply(ctx, r, true)
+	imaged, err := image.Apply(ctx, r, pko.ApplyOptions{DryRun: true})
 	require.NoError(t, err)
 	ws, _, _ := unstructured.NestedMap(imaged.Object, "spec", "workspaceTemplate", "spec")
 	assert.Equal(t, map[string]any{"image": prebuiltImage, "local": map[string]any{"dir": "/share/minimax-m3"}, "serviceAccountName": "pulumi",
@@ -193,12 +216,12 @@ func TestOperatorRunner(t *testing.T) {
 		"the workspace pod sized for this program by default (the CRD accepted it in the dry run)")
 	sized := image
 	sized.Resources = &corev1.ResourceRequirements{Requests: corev1.ResourceList{corev1.ResourceMemory: resource.MustParse("1Gi")}}
-	small, err := sized.Apply(ctx, r, true)
+	small, err := sized.Apply(ctx, r, pko.ApplyOptions{DryRun: true})
 	require.NoError(t, err)
 	got, _, _ := unstructured.NestedMap(small.Object, "spec", "workspaceTemplate", "spec", "resources")
 	assert.Equal(t, map[string]any{"requests": map[string]any{"memory": "1Gi"}}, got)
 
-	stack, err := runner.Apply(ctx, r, false)
+	stack, err := runner.Apply(ctx, r, pko.ApplyOptions{})
 	require.NoError(t, err)
 	raw, err := json.Marshal(stack.Object)
 	require.NoError(t, err)
@@ -246,7 +269,7 @@ func TestOperatorRunner(t *testing.T) {
 
 	// A change the operator cannot apply: Stalled, with its reason, for the new generation.
 	r.Config.DecodeWorker.Replicas = 4
-	_, err = runner.Apply(ctx, r, false)
+	_, err = runner.Apply(ctx, r, pko.ApplyOptions{})
 	require.NoError(t, err)
 	go playStackOperator(ctx, t, dyn, "pko", "disagg-eu", true, nil, nil)
 	_, err = runner.Wait(waitCtx, "disagg-eu", nil)
@@ -258,7 +281,7 @@ func TestOperatorRunner(t *testing.T) {
 	// A failed update of the current generation: the operator keeps retrying (Reconciling) and
 	// stalls only after several failures; Wait returns the failure at once.
 	r.Config.DecodeWorker.Replicas = 5
-	_, err = runner.Apply(ctx, r, false)
+	_, err = runner.Apply(ctx, r, pko.ApplyOptions{})
 	require.NoError(t, err)
 	go playFailedUpdate(ctx, t, dyn, "pko", "disagg-eu")
 	_, err = runner.Wait(waitCtx, "disagg-eu", nil)
@@ -297,7 +320,7 @@ func TestOperatorRunner(t *testing.T) {
 		"spec":     map[string]any{"stack": "team-b/prod", "projectRepo": "https://git.example.com/team-b/infra.git", "commit": "fedcba9876543210fedcba9876543210fedcba98"}}}
 	_, err = dyn.Resource(pko.StackResource).Namespace("pko").Create(ctx, theirs, metav1.CreateOptions{})
 	require.NoError(t, err)
-	_, err = runner.Apply(ctx, portalRequest("disagg", "disagg-team-b", "inference-b"), false)
+	_, err = runner.Apply(ctx, portalRequest("disagg", "disagg-team-b", "inference-b"), pko.ApplyOptions{})
 	var notOurs *pko.NotOursError
 	require.ErrorAs(t, err, &notOurs)
 	assert.Contains(t, err.Error(), "Stack pko/disagg-team-b exists and this portal did not make it (app.kubernetes.io/managed-by=team-b-gitops)")
@@ -310,7 +333,7 @@ func TestOperatorRunner(t *testing.T) {
 	_, err = kube.CoreV1().Secrets("pko").Create(ctx, &corev1.Secret{ObjectMeta: metav1.ObjectMeta{Name: "disagg-team-c-hf-token", Namespace: "pko"},
 		StringData: map[string]string{"token": "theirs"}}, metav1.CreateOptions{})
 	require.NoError(t, err)
-	_, err = runner.Apply(ctx, portalRequest("disagg", "disagg-team-c", "inference-c"), false)
+	_, err = runner.Apply(ctx, portalRequest("disagg", "disagg-team-c", "inference-c"), pko.ApplyOptions{})
 	require.ErrorAs(t, err, &notOurs)
 	assert.Contains(t, err.Error(), "Secret pko/disagg-team-c-hf-token exists and this portal did not make it (app.kubernetes.io/managed-by=no one recorded)")
 	secret, err = kube.CoreV1().Secrets("pko").Get(ctx, "disagg-team-c-hf-token", metav1.GetOptions{})
@@ -331,7 +354,7 @@ func TestOperatorRunner(t *testing.T) {
 	wide := portalRequest("disagg", "disagg-team-d", "inference-d")
 	wide.Config.ImageRegistries = []string{"nvcr.io/nvidia", "docker.io/library", "evil.example"}
 	wide.Config.Image = "evil.example/vllm:1"
-	_, err = runner.Apply(ctx, wide, false)
+	_, err = runner.Apply(ctx, wide, pko.ApplyOptions{})
 	require.ErrorAs(t, err, &invalid)
 	assert.Contains(t, err.Error(), "imageRegistries: is the portal's to set")
 	assert.Contains(t, err.Error(), `image: "evil.example/vllm:1" is not from a registry`)

@@ -16,8 +16,12 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"minimax-m3/portal"
+	"minimax-m3/portal/pko"
 	"minimax-m3/tests/framework/poll"
 )
 
@@ -333,6 +337,28 @@ func TestPortalUpNeedsConsentToRollWorkers(t *testing.T) {
 
 	_, err = m.Up(ctx, r, portal.RunOptions{AllowRoll: "Frontend"})
 	require.ErrorAs(t, err, &invalid, "consent for another component is not consent for the workers")
+
+	// The operator runner, gated by this portal's checks: the same refusal, nothing written; with
+	// consent, the Stack.
+	installPKOCRDs(t)
+	kube, dyn := kubeClients(t, cluster.kubeconfig)
+	_, err = kube.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "pko-consent"}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	runner := &pko.Runner{Kube: kube, Dynamic: dyn, Namespace: "pko-consent", Gate: m,
+		ProjectRepo: "https://git.example.com/platform/minimax-m3.git", Commit: "0123456789abcdef0123456789abcdef01234567",
+		ServiceAccountName: "pulumi", Image: workspaceImage}
+	rr := r
+	rr.HFToken = portalToken // the runner hands every Stack its token's Secret
+	_, err = runner.Apply(ctx, rr, pko.ApplyOptions{})
+	require.ErrorAs(t, err, &invalid)
+	assert.Equal(t, "allowRoll", invalid.Problems[0].Key, "%v", err)
+	_, err = dyn.Resource(pko.StackResource).Namespace("pko-consent").Get(ctx, r.Name(), metav1.GetOptions{})
+	assert.True(t, apierrors.IsNotFound(err), "a refused request writes no Stack")
+	written, err := runner.Apply(ctx, rr, pko.ApplyOptions{AllowRoll: "Worker", DryRun: true})
+	require.NoError(t, err)
+	assert.Equal(t, r.Name(), written.GetName())
+	g = mustGet(t, graphGVK, "portal-consent", aggGraph)
+	assert.Equal(t, generation, g.GetGeneration(), "the gate's preview applied nothing")
 
 	var events []portal.Event
 	var mu sync.Mutex
