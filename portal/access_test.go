@@ -352,3 +352,31 @@ func TestBehindAnAuthenticatingProxyTheUserIsTheProxys(t *testing.T) {
 	assert.Contains(t, who, "carol@team-c 403")
 	assert.Contains(t, who, " 401")
 }
+
+// The portal's caps answer 429 over HTTP, before anything is created: a new stack beyond
+// -max-stacks (the backend's stacks counted), and an operation beyond -max-operations while
+// others hold every place.
+func TestThePortalsCapsAnswerTooManyRequests(t *testing.T) {
+	cli := portal.FakePulumiStacks(t, "team-a-agg")
+	users, err := httpapi.SingleUser("admin", testBearer)
+	require.NoError(t, err)
+	m := portal.NewTestManagerWith(t, func(o *portal.Options) { o.MaxStacks, o.MaxOperations = 1, 1 })
+	h := httpapi.NewServerForUsers(t.Context(), m, users).Handler()
+	body := map[string]any{"base": "agg", "hfToken": "hf_test", "config": map[string]any{"namespace": map[string]any{"name": "team-a"}}}
+
+	code, resp := call(h, http.MethodPost, "/api/stacks/team-a-new/preview", testBearer, body)
+	assert.Equal(t, http.StatusTooManyRequests, code, resp)
+	assert.Contains(t, resp, "the portal is at its limit of 1 stacks")
+	for _, c := range cli.Calls(t) {
+		assert.NotContains(t, c, "stack init", "no stack was created")
+	}
+
+	release, err := portal.Hold(t.Context(), m, "team-a-agg", "up")
+	require.NoError(t, err)
+	defer release()
+	code, resp = call(h, http.MethodPost, "/api/stacks/team-a-agg/refresh", testBearer, nil)
+	assert.Equal(t, http.StatusConflict, code, "the same stack is busy: %s", resp)
+	code, resp = call(h, http.MethodPost, "/api/stacks/team-b-agg/refresh", testBearer, nil)
+	assert.Equal(t, http.StatusTooManyRequests, code, "another stack waits for no place: %s", resp)
+	assert.Contains(t, resp, "the portal is at its limit of 1 operations")
+}

@@ -54,3 +54,13 @@ func FakePulumiStacks(t *testing.T, stacks ...string) *fakecli.CLI {
 	}
 	return fakePulumi(t, fakecli.Reply{Args: "stack ls", Stdout: "[" + strings.Join(list, ",") + "]"})
 }
+
+// NewTestManagerWith is NewTestManager with options changed by set.
+func NewTestManagerWith(t *testing.T, set func(*Options)) *Manager {
+	t.Helper()
+	o := Options{ProjectDir: "..", StateDir: t.TempDir()}
+	set(&o)
+	m, err := New(o)
+	require.NoError(t, err)
+	return m
+}
