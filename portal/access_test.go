@@ -172,18 +172,22 @@ func TestAPortalUserDeploysOnlyIntoTheirNamespaces(t *testing.T) {
 	assert.Len(t, calls(), before, "nothing ran: %v", calls()[before:])
 
 	// Within their grants the request goes on to validation (a bad value is the next refusal).
-	code, body = call(h, http.MethodPost, "/api/stacks/team-b-x/preview", bobToken, map[string]any{
-		"base": "agg", "config": map[string]any{"namespace": map[string]any{"name": "team-b-x"}, "worker": map[string]any{"replicas": 0}}})
+	code, body = call(h, http.MethodPost, "/api/stacks/team-b-x/preview", bobToken, map[string]any{"base": "agg", "hfToken": "hf_bobs_own_token_42",
+		"config": map[string]any{"namespace": map[string]any{"name": "team-b-x"}, "graphName": "hf_bobs_own_token_42", "worker": map[string]any{"replicas": 0}}})
 	assert.Equal(t, http.StatusBadRequest, code, body)
 	assert.Contains(t, body, `"key":"worker.replicas"`)
 	assert.Eventually(t, func() bool {
 		for _, r := range audit.records() {
 			if r.User == "bob@team-b" && r.Stack == "team-b-x" && r.Operation == "preview" && strings.HasPrefix(r.Outcome, "failed: ") {
-				return true
+				// With the config it asked for, as the stack would hold it.
+				return r.Config["namespace"] == `{"name":"team-b-x"}` && r.Config["worker"] != ""
 			}
 		}
 		return false
 	}, 10*time.Second, 20*time.Millisecond, "the operation's end is on record with its user: %+v", audit.records())
+	audit.mu.Lock()
+	defer audit.mu.Unlock()
+	assert.NotContains(t, audit.b.String(), "hf_bobs_own_token_42", "the token is on no record, wherever the request put it")
 }
 
 // The sign-in form makes a session of the user whose token it was given: the cookie carries the

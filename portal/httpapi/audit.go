@@ -23,6 +23,9 @@ type AuditRecord struct {
 	Operation string `json:"operation,omitempty"`
 	// Outcome, on the record of an operation's end: "succeeded", or "failed: " and the error.
 	Outcome string `json:"outcome,omitempty"`
+	// Config, on the record of a preview's or up's end: the stack's config values the request
+	// set (what differs from its base's defaults, as the stack holds them; never the token).
+	Config map[string]string `json:"config,omitempty"`
 }
 
 // audit writes one record, if the server keeps an audit log. A failed write is not the request's

@@ -218,7 +218,16 @@ func (s *Server) operation(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			outcome = "failed: " + err.Error()
 		}
-		s.audit(AuditRecord{User: user.Name, Stack: stack, Operation: op, Outcome: outcome})
+		rec := AuditRecord{User: user.Name, Stack: stack, Operation: op, Outcome: outcome}
+		if op == "preview" || op == "up" {
+			if values, err := req.SiteValues(); err == nil {
+				for k, v := range values {
+					values[k] = body.HFToken.Scrub(v)
+				}
+				rec.Config = values
+			}
+		}
+		s.audit(rec)
 	}()
 	if err := <-started; err != nil {
 		// Refused (invalid, or busy after all): the stack's running or last operation keeps its log.
