@@ -27,7 +27,8 @@ type NamespaceArgs struct {
 // creator of any pod beyond baseline (the workers' three capabilities, or anything else) hear of
 // it. What keeps a stack's pods from the node (no privileged container, host namespace, hostPath or
 // other capability) is config.PodSecurity, checked in validation and the policies before anything
-// is applied. A namespace the stack uses but did not create keeps its owner's labels.
+// is applied. A namespace the stack uses but did not create (namespace.create false), or took over
+// (adopt), keeps its owner's Pod Security labels.
 var PodSecurityLabels = map[string]string{
 	"pod-security.kubernetes.io/enforce":         "privileged",
 	"pod-security.kubernetes.io/enforce-version": "latest",
@@ -53,8 +54,12 @@ func NewNamespace(ctx *pulumi.Context, name string, args *NamespaceArgs, opts ..
 	ns.Name = pulumi.String(args.Name).ToStringOutput()
 	if args.Create {
 		labels := stackLabels(ctx)
-		for k, v := range PodSecurityLabels {
-			labels[k] = pulumi.String(v)
+		if !args.Meta.Adopted("Namespace", args.Name) {
+			// A namespace that existed before the stack (adopt) keeps the level its owner set:
+			// the forced apply that takes an adopted object over would otherwise lower it.
+			for k, v := range PodSecurityLabels {
+				labels[k] = pulumi.String(v)
+			}
 		}
 		created, err := corev1.NewNamespace(ctx, name, &corev1.NamespaceArgs{
 			Metadata: &metav1.ObjectMetaArgs{Name: pulumi.String(args.Name), Labels: labels, Annotations: args.Meta.annotations(ctx, "Namespace", args.Name, nil)},

@@ -234,6 +234,20 @@ func TestThePortalSessionIsTheSignedInUsers(t *testing.T) {
 	}
 }
 
+// The proxy's addresses: an address or a CIDR, never every address.
+func TestTrustedProxiesNameTheProxy(t *testing.T) {
+	got, err := httpapi.ParseTrustedProxies([]string{"10.0.0.5", "10.1.0.0/16", "fd00::1", "::ffff:10.2.0.0/112"})
+	require.NoError(t, err)
+	assert.Equal(t, []netip.Prefix{netip.MustParsePrefix("10.0.0.5/32"), netip.MustParsePrefix("10.1.0.0/16"),
+		netip.MustParsePrefix("fd00::1/128"), netip.MustParsePrefix("10.2.0.0/16")}, got)
+	for _, bad := range []string{"0.0.0.0/0", "::/0", "::ffff:0.0.0.0/96", "proxy.example"} {
+		_, err := httpapi.ParseTrustedProxies([]string{bad})
+		assert.Error(t, err, bad)
+	}
+	_, err = httpapi.ParseTrustedProxies(nil)
+	assert.Error(t, err)
+}
+
 // A users file is refused whole on any problem, each at its key: a name or token used twice, a
 // hash that is not one, a user with no stack, a bad pattern, an unknown key.
 func TestAUsersFileIsCheckedKeyByKey(t *testing.T) {
@@ -284,20 +298,26 @@ func TestBehindAnAuthenticatingProxyTheUserIsTheProxys(t *testing.T) {
 	srv := httpapi.NewServerForUsers(t.Context(), portal.NewTestManager(t), users)
 	audit := &lockedBuffer{}
 	srv.AuditLog = audit
-	srv.Proxy = &httpapi.ProxyIdentity{Header: "X-Forwarded-Email", From: []netip.Prefix{netip.MustParsePrefix("127.0.0.0/8")}}
+	from, err := httpapi.ParseTrustedProxies([]string{"::ffff:127.0.0.1"})
+	require.NoError(t, err)
+	assert.Equal(t, []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}, from, "a mapped address is its IPv4 form")
+	srv.Proxy = &httpapi.ProxyIdentity{Header: "X-Forwarded-Email", From: from}
 	backend := httptest.NewServer(srv.Handler())
 	t.Cleanup(backend.Close)
 	target, err := url.Parse(backend.URL)
 	require.NoError(t, err)
 	// The proxy: it has signed its user in (here: whoever its own header names) and says who,
 	// overwriting what the client sent.
-	var signedIn atomic.Value
+	var signedIn, appends atomic.Value
 	signedIn.Store("carol@team-c")
+	appends.Store(false)
 	proxy := httptest.NewServer(&httputil.ReverseProxy{Rewrite: func(pr *httputil.ProxyRequest) {
 		pr.SetURL(target)
-		pr.Out.Header.Del("X-Forwarded-Email")
+		if !appends.Load().(bool) {
+			pr.Out.Header.Del("X-Forwarded-Email")
+		}
 		if name := signedIn.Load().(string); name != "" {
-			pr.Out.Header.Set("X-Forwarded-Email", name)
+			pr.Out.Header.Add("X-Forwarded-Email", name)
 		}
 	}})
 	t.Cleanup(proxy.Close)
@@ -320,6 +340,14 @@ func TestBehindAnAuthenticatingProxyTheUserIsTheProxys(t *testing.T) {
 	code, body = get(proxy.URL, "/api/stacks/team-a-agg", nil)
 	assert.Equal(t, http.StatusForbidden, code, body)
 	assert.Contains(t, body, "user carol@team-c may not reach stack team-a-agg")
+
+	// A proxy that adds its header to the client's instead of replacing it: the client's value
+	// would come first, so two values are refused.
+	appends.Store(true)
+	code, body = get(proxy.URL, "/api/stacks", map[string]string{"X-Forwarded-Email": "alice@team-a"})
+	assert.Equal(t, http.StatusUnauthorized, code, body)
+	assert.Contains(t, body, "the proxy sent 2 values of X-Forwarded-Email")
+	appends.Store(false)
 
 	signedIn.Store("mallory@elsewhere")
 	code, body = get(proxy.URL, "/api/stacks", nil)

@@ -10,7 +10,6 @@ import (
 	"minimax-m3/portal/httpapi"
 	"net"
 	"net/http"
-	"net/netip"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -173,6 +172,10 @@ func run() error {
 	if err := m.Wait(shutdown); err != nil {
 		return fmt.Errorf("operations still running after -drain %s: %s", drain, strings.Join(m.RunningStacks(), ", "))
 	}
+	// Their ends, on record before the audit log closes.
+	if err := srv.Wait(shutdown); err != nil {
+		return fmt.Errorf("operations' ends not yet recorded after -drain %s", drain)
+	}
 	fmt.Fprintln(os.Stderr, "stopped")
 	return nil
 }
@@ -190,19 +193,11 @@ func proxyIdentity(header, from string, haveUsers bool) (*httpapi.ProxyIdentity,
 	case !headerName.MatchString(header):
 		return nil, fmt.Errorf("-identity-header %q is not a header name (letters, digits, -)", header)
 	}
-	p := &httpapi.ProxyIdentity{Header: header}
-	for _, a := range splitList(from) {
-		pre, err := netip.ParsePrefix(a)
-		if err != nil {
-			addr, aerr := netip.ParseAddr(a)
-			if aerr != nil {
-				return nil, fmt.Errorf("-trusted-proxies: %q is neither an address nor a CIDR", a)
-			}
-			pre = netip.PrefixFrom(addr, addr.BitLen())
-		}
-		p.From = append(p.From, pre.Masked())
+	proxies, err := httpapi.ParseTrustedProxies(splitList(from))
+	if err != nil {
+		return nil, fmt.Errorf("-trusted-proxies: %w", err)
 	}
-	return p, nil
+	return &httpapi.ProxyIdentity{Header: header, From: proxies}, nil
 }
 
 var headerName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9-]*$`)

@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
 
 	"minimax-m3/internal/objwatch"
 )
@@ -41,6 +42,11 @@ type PodProblem struct {
 	// Existing: the pod was there when the watch started (WatchPodProblems), so the change `up`
 	// is making may replace it; a problem of a pod made since is one of the change itself.
 	Existing bool
+	// OutOfService, for an unschedulable pod, are the nodes it could run on (its node selector
+	// and required affinity match them) that are cordoned or NotReady, each "name (reason)": a
+	// tray drained for maintenance is why its replacement finds no room on a full rack. Joined by
+	// ", " (a PodProblem stays comparable).
+	OutOfService string
 }
 
 // CrashLoopTerminalRestarts is the number of restarts after which a container in CrashLoopBackOff
@@ -60,6 +66,9 @@ func (p PodProblem) String() string {
 	}
 	if p.Reason == corev1.PodReasonUnschedulable {
 		fmt.Fprintf(&b, " cannot be scheduled: %s: %s", p.Reason, p.Message)
+		if p.OutOfService != "" {
+			fmt.Fprintf(&b, "; out of service among the nodes it could run on: %s", p.OutOfService)
+		}
 		return b.String()
 	}
 	if p.Node != "" {
@@ -177,8 +186,8 @@ const ComponentLabel = "nvidia.com/dynamo-component"
 // them; if not, report gets one problem saying so (Reason NodesUnread), and pods are still watched.
 func (r *Reader) WatchPodProblems(ctx context.Context, namespace, graph string, report func(PodProblem)) error {
 	type key struct {
-		pod, container, node, reason string
-		terminal                     bool
+		pod, container, node, reason, outOfService string
+		terminal                                   bool
 	}
 	var (
 		mu       sync.Mutex
@@ -187,8 +196,32 @@ func (r *Reader) WatchPodProblems(ctx context.Context, namespace, graph string, 
 		podsOn   = map[string]map[string]string{} // node → pod → component
 		nodeOf   = map[string]string{}            // pod → node
 		bad      = map[string][2]string{}         // node → reason, message
+		badNode  = map[string]*corev1.Node{}      // node → the node, while it is bad
+		waiting  = map[string]*corev1.Pod{}       // unschedulable pods
 	)
-	keyOf := func(p PodProblem) key { return key{p.Pod, p.Container, p.Node, p.Reason, p.Terminal} }
+	keyOf := func(p PodProblem) key {
+		return key{p.Pod, p.Container, p.Node, p.Reason, p.OutOfService, p.Terminal}
+	}
+	// outOfService names the bad nodes an unschedulable pod could run on.
+	outOfService := func(pod *corev1.Pod) string {
+		var out []string
+		affinity := nodeaffinity.GetRequiredNodeAffinity(pod)
+		for _, name := range slices.Sorted(maps.Keys(badNode)) {
+			if ok, err := affinity.Match(badNode[name]); err == nil && ok {
+				out = append(out, fmt.Sprintf("%s (%s)", name, bad[name][0]))
+			}
+		}
+		return strings.Join(out, ", ")
+	}
+	// withNodes adds the out-of-service nodes to a pod's unschedulable problem.
+	withNodes := func(pod *corev1.Pod, ps []PodProblem) []PodProblem {
+		for i := range ps {
+			if ps[i].Reason == corev1.PodReasonUnschedulable {
+				ps[i].OutOfService = outOfService(pod)
+			}
+		}
+		return ps
+	}
 	// podProblems reports a pod's current problems and forgets those it no longer has.
 	podProblems := func(pod string, now []PodProblem) {
 		current := map[key]bool{}
@@ -245,10 +278,16 @@ func (r *Reader) WatchPodProblems(ctx context.Context, namespace, graph string, 
 				defer mu.Unlock()
 				if reason, msg, isBad := NodeProblemOf(&n); isBad && e.Type != watch.Deleted {
 					bad[n.Name] = [2]string{reason, msg}
+					badNode[n.Name] = &n
 				} else {
 					delete(bad, n.Name)
+					delete(badNode, n.Name)
 				}
 				nodeProblems(n.Name)
+				// An unschedulable pod's account names the nodes out of service it could use.
+				for _, name := range slices.Sorted(maps.Keys(waiting)) {
+					podProblems(name, withNodes(waiting[name], ProblemsOf(waiting[name])))
+				}
 				return false, nil
 			})
 		}()
@@ -276,11 +315,16 @@ func (r *Reader) WatchPodProblems(ctx context.Context, namespace, graph string, 
 			delete(podsOn[old], p.Name)
 		}
 		delete(nodeOf, p.Name)
+		delete(waiting, p.Name)
 		if e.Type == watch.Deleted || p.DeletionTimestamp != nil {
 			podProblems(p.Name, nil)
 			return false, nil
 		}
-		podProblems(p.Name, ProblemsOf(&p))
+		ps := withNodes(&p, ProblemsOf(&p))
+		if len(ps) == 1 && ps[0].Reason == corev1.PodReasonUnschedulable {
+			waiting[p.Name] = &p
+		}
+		podProblems(p.Name, ps)
 		if p.Spec.NodeName != "" {
 			nodeOf[p.Name] = p.Spec.NodeName
 			if podsOn[p.Spec.NodeName] == nil {

@@ -26,6 +26,11 @@ type AuditRecord struct {
 	// Config, on the record of a preview's or up's end: the stack's config values the request
 	// set (what differs from its base's defaults, as the stack holds them; never the token).
 	Config map[string]string `json:"config,omitempty"`
+	// AllowRoll, Plan and Remove, on an operation's end: the consent an up was given, the plan
+	// it applied or a preview saved, and whether a destroy removed the stack.
+	AllowRoll string `json:"allowRoll,omitempty"`
+	Plan      string `json:"plan,omitempty"`
+	Remove    bool   `json:"remove,omitempty"`
 }
 
 // audit writes one record, if the server keeps an audit log. A failed write is not the request's

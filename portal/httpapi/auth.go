@@ -66,10 +66,19 @@ func (s *Server) auth(next http.Handler) http.Handler {
 		var user *User
 		if s.Proxy != nil && s.Proxy.trusts(r.RemoteAddr) {
 			// The proxy has authenticated the user; its header, not a token or a cookie, says who.
-			name := r.Header.Get(s.Proxy.Header)
+			// Exactly one value: a proxy that appends its header to the client's (instead of
+			// replacing it) would otherwise let the client's come first.
+			values := r.Header.Values(s.Proxy.Header)
+			name := ""
+			if len(values) == 1 {
+				name = values[0]
+			}
 			if user = s.users.byName(name); user == nil {
 				msg := "the proxy sent no " + s.Proxy.Header
-				if name != "" {
+				switch {
+				case len(values) > 1:
+					msg = fmt.Sprintf("the proxy sent %d values of %s: it must replace what a client sends, not add to it", len(values), s.Proxy.Header)
+				case name != "":
 					msg = fmt.Sprintf("%s %q is no user of this portal", s.Proxy.Header, name)
 				}
 				writeError(w, http.StatusUnauthorized, errors.New(msg))

@@ -10,6 +10,7 @@ import (
 	"minimax-m3/config"
 	"minimax-m3/portal"
 	"net/http"
+	"path/filepath"
 	"strings"
 	"sync"
 	"time"
@@ -120,7 +121,8 @@ func (s *Server) operation(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	user := userOf(r.Context())
-	if (op == "preview" || op == "up") && !user.MayDeployTo(req.Config.Namespace.Name) {
+	// (No namespace at all is validation's problem: 400, namespace.name required.)
+	if ns := req.Config.Namespace.Name; (op == "preview" || op == "up") && ns != "" && !user.MayDeployTo(ns) {
 		// Before any plan is read or any engine starts: the user's grants, not the request, say where it may land.
 		writeError(w, http.StatusForbidden, invalidAt("namespace.name", fmt.Sprintf("%s may not deploy into namespace %q (their namespaces: %s)",
 			nameOf(user), req.Config.Namespace.Name, strings.Join(user.Namespaces, ", "))))
@@ -204,7 +206,9 @@ func (s *Server) operation(w http.ResponseWriter, r *http.Request) {
 		once.Do(func() { started <- nil })
 		log.add(e)
 	}
+	s.running.Add(1)
 	go func() {
+		defer s.running.Done()
 		res, err := run(s.ctx)
 		once.Do(func() { started <- err })
 		if err == nil && res != nil {
@@ -218,7 +222,10 @@ func (s *Server) operation(w http.ResponseWriter, r *http.Request) {
 		if err != nil {
 			outcome = "failed: " + err.Error()
 		}
-		rec := AuditRecord{User: user.Name, Stack: stack, Operation: op, Outcome: outcome}
+		rec := AuditRecord{User: user.Name, Stack: stack, Operation: op, Outcome: outcome, AllowRoll: opts.AllowRoll, Remove: body.Remove}
+		if opts.Plan != "" {
+			rec.Plan = filepath.Base(opts.Plan)
+		}
 		if op == "preview" || op == "up" {
 			if values, err := req.SiteValues(); err == nil {
 				for k, v := range values {

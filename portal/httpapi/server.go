@@ -69,6 +69,22 @@ type Server struct {
 	// Proxy, if set, takes the user of a request from the site's authenticating proxy (a header
 	// naming a user of the users file) instead of a token. Set it before serving.
 	Proxy *ProxyIdentity
+	// running counts the operations' goroutines, until each has written its last event and its
+	// audit record.
+	running sync.WaitGroup
+}
+
+// Wait returns once every operation the server started has ended and written its audit record,
+// or when ctx ends: call it after the Manager's Wait, before closing the audit log.
+func (s *Server) Wait(ctx context.Context) error {
+	done := make(chan struct{})
+	go func() { s.running.Wait(); close(done) }()
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }
 
 // CheckBasePath refuses a base path that is not "" or a clean absolute path without a trailing

@@ -184,6 +184,34 @@ type ProxyIdentity struct {
 	From   []netip.Prefix
 }
 
+// ParseTrustedProxies reads the proxy's addresses: each an address (10.0.0.5) or a CIDR
+// (10.0.0.0/29); an IPv4-mapped IPv6 one is its IPv4 form (connections are compared so), and one
+// that matches every address (0.0.0.0/0, ::/0) is refused.
+func ParseTrustedProxies(list []string) ([]netip.Prefix, error) {
+	if len(list) == 0 {
+		return nil, errors.New("no address: name the proxy's")
+	}
+	var out []netip.Prefix
+	for _, a := range list {
+		pre, err := netip.ParsePrefix(a)
+		if err != nil {
+			addr, aerr := netip.ParseAddr(a)
+			if aerr != nil {
+				return nil, fmt.Errorf("%q is neither an address nor a CIDR", a)
+			}
+			pre = netip.PrefixFrom(addr, addr.BitLen())
+		}
+		if pre.Addr().Is4In6() {
+			pre = netip.PrefixFrom(pre.Addr().Unmap(), max(0, pre.Bits()-96))
+		}
+		if pre = pre.Masked(); pre.Bits() == 0 {
+			return nil, fmt.Errorf("%q trusts every address: name the proxy's", a)
+		}
+		out = append(out, pre)
+	}
+	return out, nil
+}
+
 // trusts says whether the request's connection comes from the proxy.
 func (p *ProxyIdentity) trusts(remoteAddr string) bool {
 	ap, err := netip.ParseAddrPort(remoteAddr)

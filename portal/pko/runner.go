@@ -61,10 +61,13 @@ type Runner struct {
 	// ImageRegistries are the registries every request's images must come from, as the portal's
 	// (a request may not widen them); empty: config.DefaultImageRegistries.
 	ImageRegistries []string
-	// Gate checks every request before Apply writes anything, as the portal's up does: the
-	// policies and consent for the components it would restart, on a preview (a *portal.Manager of
-	// the same backend, secrets provider and cluster as the operator's workspace). Without a Gate,
-	// Apply refuses unless Ungated says the site checks requests another way.
+	// Gate checks every request before Apply writes a Stack or Secret, as the portal's up does: the
+	// policies and consent for the components it would restart, on a preview. Give it a
+	// *portal.Manager of its own (its own StateDir: it keeps each request's config there) on the
+	// operator's backend, secrets provider and cluster, whose ProjectDir is a checkout of Commit
+	// (or LocalDir's program): what it previews is then what the workspace runs. Without a Gate,
+	// Apply refuses unless Ungated says the site checks requests another way. The operator's
+	// resyncs (every 10 minutes, with refresh) re-apply the same checked spec.
 	Gate    Gate
 	Ungated bool
 	// Resources are the workspace pod's; DefaultWorkspaceResources when unset (the operator's own
@@ -113,6 +116,9 @@ func TokenSecretName(stack string) string { return stack + "-hf-token" }
 // config (the same values the Manager writes), the token through a Secret reference, backend and
 // secrets provider, and the environment from Secrets.
 func (o *Runner) StackObject(r portal.Request) (*unstructured.Unstructured, error) {
+	// As the portal's own runs: a workspace that cannot read the cluster refuses instead of
+	// skipping the ownership and placement checks (many teams share it).
+	r.Config.Kubernetes.RequireRead = true
 	values, err := r.SiteValues()
 	if err != nil {
 		return nil, err

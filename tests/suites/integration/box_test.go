@@ -362,6 +362,29 @@ func TestBoxFullRackRecipeRolloutWaitsForAGPU(t *testing.T) {
 		}
 	}
 	assert.Equal(t, 3, running, "the old workers keep serving: the default rollout takes none down first")
+
+	// A tray drained during that rollout (cordoned, its worker deleted: kubectl drain
+	// --disable-eviction): its replacement finds no room either, and the next up names the
+	// drained tray beside the scheduler's reason, as it waits and when it gives up.
+	var drained corev1.Pod
+	for _, p := range podsOf(t, ns, workers) {
+		if p.Status.Phase == corev1.PodRunning {
+			drained = p
+			break
+		}
+	}
+	node := &corev1.Node{}
+	require.NoError(t, box.Client.Get(ctx, client.ObjectKey{Name: drained.Spec.NodeName}, node))
+	cordon := client.MergeFrom(node.DeepCopy())
+	node.Spec.Unschedulable = true
+	require.NoError(t, box.Client.Patch(ctx, node, cordon))
+	require.NoError(t, box.Client.Delete(ctx, &drained))
+	_, _, err = s.up(ctx)
+	require.Error(t, err, "the rollout still cannot finish")
+	line := "out of service among the nodes it could run on: " + node.Name + " (NodeCordoned)"
+	assert.Contains(t, s.log.String(), line, "up names the drained tray while it waits")
+	assert.Contains(t, err.Error(), line, "and when it gives up")
+	assert.Contains(t, err.Error(), "1 node(s) were unschedulable", "beside the scheduler's own count")
 }
 
 // On the same full rack, the program's default rollout (worker.rollout: RollingUpdate, maxSurge 0,

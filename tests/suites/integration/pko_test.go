@@ -230,7 +230,8 @@ func TestOperatorRunner(t *testing.T) {
 	assert.Equal(t, "disagg-eu", spec["stack"])
 	assert.Equal(t, "https://git.example.com/platform/minimax-m3.git", spec["projectRepo"])
 	assert.Equal(t, map[string]any{"minimax-m3:profile": "disagg", "minimax-m3:namespace": `{"name":"inference-eu"}`,
-		"minimax-m3:modelDownload": `{"timeout":"3m"}`, "minimax-m3:readiness": `{"timeout":"3m"}`, "minimax-m3:smokeTest": `{"enabled":false}`}, spec["config"])
+		"minimax-m3:modelDownload": `{"timeout":"3m"}`, "minimax-m3:readiness": `{"timeout":"3m"}`, "minimax-m3:smokeTest": `{"enabled":false}`,
+		"minimax-m3:kubernetes": `{"requireRead":true}`}, spec["config"], "the workspace refuses to skip the ownership check, as the portal's runs")
 	assert.Equal(t, map[string]any{"minimax-m3:hfToken": map[string]any{"type": "Secret", "secret": map[string]any{"name": "disagg-eu-hf-token", "key": "token", "namespace": "pko"}}}, spec["secretsRef"])
 	assert.Equal(t, "awskms://alias/pulumi", spec["secretsProvider"])
 	secret, err := kube.CoreV1().Secrets("pko").Get(ctx, "disagg-eu-hf-token", metav1.GetOptions{})

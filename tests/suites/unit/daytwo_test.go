@@ -332,6 +332,9 @@ func TestAdoptedObjectsAreTakenOverAndKept(t *testing.T) {
 		assert.Equal(t, "true", annotations["minimax-m3.io/adopted"], res.Type)
 	}
 	assert.True(t, r.one(t, "kubernetes:core/v1:Namespace").RPC.GetRetainOnDelete(), "an adopted namespace is kept, with what it holds")
+	for k := range decode[map[string]string](t, r.one(t, "kubernetes:core/v1:Namespace"), "metadata", "labels") {
+		assert.NotContains(t, k, "pod-security.kubernetes.io/", "an adopted namespace keeps its owner's Pod Security level: the forced apply would lower it")
+	}
 	assert.True(t, r.one(t, "kubernetes:core/v1:PersistentVolumeClaim").RPC.GetRetainOnDelete(), "an adopted claim is kept")
 	_, hasForce := decode[map[string]string](t, r.one(t, "kubernetes:batch/v1:Job"), "metadata", "annotations")["pulumi.com/patchForce"]
 	assert.False(t, hasForce, "what the stack creates applies without force")
@@ -341,6 +344,7 @@ func TestAdoptedObjectsAreTakenOverAndKept(t *testing.T) {
 	r, err = runOn(t, fakeCluster{"namespaces//inference": adopted}, "agg", map[string]string{"minimax-m3:modelCache": `{"storageClass": "rwx-fast", "deleteOnDestroy": true}`})
 	require.NoError(t, err)
 	assert.True(t, r.one(t, "kubernetes:core/v1:Namespace").RPC.GetRetainOnDelete())
+	assert.NotContains(t, decode[map[string]string](t, r.one(t, "kubernetes:core/v1:Namespace"), "metadata", "labels"), "pod-security.kubernetes.io/enforce")
 	assert.False(t, r.one(t, "kubernetes:core/v1:PersistentVolumeClaim").RPC.GetRetainOnDelete(), "a claim the stack created goes with deleteOnDestroy")
 }
 

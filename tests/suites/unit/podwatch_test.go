@@ -111,6 +111,56 @@ func TestWatchPodProblemsReportsEachOnceWhileItLasts(t *testing.T) {
 	}
 }
 
+// A replacement the scheduler cannot place names the nodes it could run on that are out of
+// service: a tray of its rack cordoned for maintenance (not one of another rack), and again when
+// that changes (the tray back, another NotReady).
+func TestAnUnschedulablePodNamesTheTraysOutOfService(t *testing.T) {
+	pods := schema.GroupVersionResource{Version: "v1", Resource: "pods"}
+	nodes := schema.GroupVersionResource{Version: "v1", Resource: "nodes"}
+	node := func(name, rack string, cordoned bool, ready corev1.ConditionStatus) *unstructured.Unstructured {
+		n := &corev1.Node{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Node"}, ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"rack": rack}},
+			Spec: corev1.NodeSpec{Unschedulable: cordoned}}
+		n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: ready, Reason: "KubeletReady"}}
+		return toUnstructured(t, n)
+	}
+	pending := &corev1.Pod{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
+		ObjectMeta: metav1.ObjectMeta{Namespace: "inference", Name: "g-worker-new", Labels: map[string]string{cluster.GraphLabel: "g", cluster.ComponentLabel: "Worker"}},
+		Spec:       corev1.PodSpec{NodeSelector: map[string]string{"rack": "a"}},
+		Status: corev1.PodStatus{Conditions: []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable,
+			Message: "0/3 nodes are available: 1 node(s) were unschedulable, 2 Insufficient nvidia.com/gpu."}}}}
+	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{pods: "PodList", nodes: "NodeList"},
+		node("tray-a1", "a", true, corev1.ConditionTrue), node("tray-a2", "a", false, corev1.ConditionTrue), node("tray-b1", "b", true, corev1.ConditionTrue),
+		toUnstructured(t, pending))
+	r := cluster.NewFromClients(nil, dyn)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	reports := make(chan cluster.PodProblem, 32)
+	go func() { _ = r.WatchPodProblems(ctx, "inference", "g", func(p cluster.PodProblem) { reports <- p }) }()
+	// until is the first report whose nodes are want (the pod and node watches start in either order).
+	until := func(want string) cluster.PodProblem {
+		deadline := time.After(20 * time.Second)
+		for {
+			select {
+			case p := <-reports:
+				if p.Reason == corev1.PodReasonUnschedulable && p.OutOfService == want {
+					return p
+				}
+			case <-deadline:
+				t.Fatalf("no report naming %q out of service", want)
+			}
+		}
+	}
+	p := until("tray-a1 (NodeCordoned)")
+	assert.Equal(t, "pod g-worker-new (component Worker) cannot be scheduled: Unschedulable: 0/3 nodes are available: 1 node(s) were unschedulable, "+
+		"2 Insufficient nvidia.com/gpu.; out of service among the nodes it could run on: tray-a1 (NodeCordoned)", p.String())
+	_, err := dyn.Resource(nodes).Update(ctx, node("tray-a1", "a", false, corev1.ConditionTrue), metav1.UpdateOptions{})
+	require.NoError(t, err)
+	until("")
+	_, err = dyn.Resource(nodes).Update(ctx, node("tray-a2", "a", false, corev1.ConditionFalse), metav1.UpdateOptions{})
+	require.NoError(t, err)
+	until("tray-a2 (NodeNotReady)")
+}
+
 func toUnstructured(t *testing.T, obj any) *unstructured.Unstructured {
 	t.Helper()
 	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
