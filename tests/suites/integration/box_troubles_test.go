@@ -3,6 +3,9 @@ package integration
 import (
 	"context"
 	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -10,6 +13,9 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"minimax-m3/portal"
+	"minimax-m3/portal/httpapi"
 
 	"minimax-m3/tests/framework/poll"
 	"minimax-m3/tests/framework/rackbox"
@@ -87,22 +93,44 @@ func TestBoxUpNamesWhatKeepsPodsFromRunning(t *testing.T) {
 
 // A failure that does not clear without a change ends `up` with its reason at once, long before
 // readiness.timeout (30 minutes here): the box plays the agg workers' engine exiting at every start
-// (CrashLoopBackOff after 3 restarts). The graph is left as it is, for the user to look at.
+// (CrashLoopBackOff after 3 restarts). The up runs through the portal (HTTP, its event stream), so
+// the same lines reach a portal user: the crash loop as a warning while it waits, then the
+// operation's error. The graph is left as it is, for the user to look at.
 func TestBoxUpStopsOnAFailureThatDoesNotClear(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	const ns = "box-crash"
+	const ns, stack = "box-crash", "agg-crash"
 	r := addRack(t, rackbox.NVL72("crash").WithGPUs(12))
-	s := newBoxStack(t, "agg", ns, r, auto.ConfigMap{
-		"minimax-m3:readiness.timeout": {Value: "30m"},
-		troubleKey("worker"):           {Value: rackbox.TroubleCrashLoop},
+	m := newPortalOn(t, box.Kubeconfig, t.TempDir(), "portal-tests")
+	srv, err := httpapi.NewServer(ctx, m, portalBearer)
+	require.NoError(t, err)
+	ts := httptest.NewServer(srv.Handler())
+	t.Cleanup(ts.Close)
+	t.Cleanup(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		_ = m.Destroy(ctx, stack, true, portal.RunOptions{Wait: true})
 	})
-	_, _, err := s.up(ctx)
-	require.Error(t, err)
+	c := &httpClient{t: t, base: ts.URL}
+	code, body := c.do(http.MethodPost, "/api/stacks/"+stack+"/up", map[string]any{"base": "agg", "hfToken": portalToken, "config": map[string]any{
+		"namespace": map[string]any{"name": ns}, "readiness": map[string]any{"timeout": "30m"}, "placement": map[string]any{"topologyKey": rackbox.CliqueLabel},
+		"worker": map[string]any{"scheduling": map[string]any{"nodeSelector": map[string]any{rackbox.RackLabel: r.Name}},
+			"podAnnotations": map[string]any{rackbox.TroubleAnnotation: rackbox.TroubleCrashLoop}},
+	}})
+	require.Equal(t, http.StatusAccepted, code, string(body))
+	events, errText := c.sse(stack)
+	require.NotEmpty(t, errText, "the up fails")
 	assert.Regexp(t, `DynamoGraphDeployment box-crash/`+aggGraph+` cannot become Ready without a change: pod \S+ \(component Worker\) on node \S+, container main: `+
-		`CrashLoopBackOff \(3 restarts, last exit Error, code 1\): back-off 40s`, err.Error())
-	assert.Contains(t, err.Error(), "up stopped waiting instead of running into readiness.timeout, 30m")
-	assert.Regexp(t, `CrashLoopBackOff \(3 restarts[^\n]*\(this does not clear without a change: docs/day-two.md#troubleshooting\)`, s.log.String())
+		`CrashLoopBackOff \(3 restarts, last exit Error, code 1\): back-off 40s`, errText)
+	assert.Contains(t, errText, "up stopped waiting instead of running into readiness.timeout, 30m")
+	var warned bool
+	for _, e := range events {
+		if strings.Contains(e.Message, "CrashLoopBackOff (3 restarts") && strings.Contains(e.Message, "(this does not clear without a change: docs/day-two.md#troubleshooting)") {
+			warned = true
+			assert.Equal(t, "graph", e.Name, "on the graph's row: %+v", e)
+		}
+	}
+	assert.True(t, warned, "the portal's event stream shows the crash loop while up waits: %+v", events)
 	_, exists := getOn(t, box.Client, graphGVK, ns, aggGraph)
 	assert.True(t, exists, "the graph stays for the user to look at")
 }
