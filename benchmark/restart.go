@@ -30,8 +30,8 @@ const graphPodLabel = "nvidia.com/dynamo-graph-deployment-name"
 // nvidia.com/dynamo-graph-deployment-name=<graph>` does, and waits until as many pods as before,
 // none of them a deleted one, are Ready and the operator reports the graph Ready at its
 // generation. readiness.timeout bounds the wait: one round of cold starts. What keeps a
-// replacement from running is reported through beat as it is seen (cluster.ProblemsOf), and a
-// terminal problem (a crash loop, an OOM kill, an image that cannot exist) ends the wait at once.
+// replacement from running is reported through beat as it is seen (with a Dynamic client, the
+// nodes too: cluster.Reader.WatchPodProblems; else cluster.ProblemsOf), and a terminal problem (a crash loop, an OOM kill, an image that cannot exist) ends the wait at once.
 func (s *Sweep) RestartPods(ctx context.Context, beat func(string)) error {
 	timeout, _ := time.ParseDuration(s.Config.Readiness.Timeout) // validated
 	ctx, cancel := context.WithTimeout(ctx, timeout)
@@ -42,14 +42,28 @@ func (s *Sweep) RestartPods(ctx context.Context, beat func(string)) error {
 	if err != nil {
 		return err
 	}
-	old := map[types.UID]bool{}
+	old, oldNames := map[types.UID]bool{}, map[string]bool{}
 	for _, p := range list.Items {
 		if p.DeletionTimestamp == nil {
 			old[p.UID] = true
 		}
+		oldNames[p.Name] = true
 	}
 	if len(old) == 0 {
 		return fmt.Errorf("graph %s has no pods to restart", s.Config.GraphName)
+	}
+	// What keeps a replacement from running, nodes included (a tray NotReady or cordoned under it,
+	// or out of service where it could go), as `up` follows it.
+	watched := make(chan cluster.PodProblem, 64)
+	if s.Dynamic != nil {
+		go func() {
+			_ = cluster.NewFromClients(nil, s.Dynamic).WatchPodProblems(ctx, s.Namespace, s.Config.GraphName, func(p cluster.PodProblem) {
+				select {
+				case watched <- p:
+				case <-ctx.Done():
+				}
+			})
+		}()
 	}
 	if err := pods.DeleteCollection(ctx, metav1.DeleteOptions{}, selector); err != nil {
 		return fmt.Errorf("deleting the pods of graph %s: %w", s.Config.GraphName, err)
@@ -61,9 +75,10 @@ func (s *Sweep) RestartPods(ctx context.Context, beat func(string)) error {
 		if err == nil && restarted(list.Items, old) {
 			break
 		}
-		if err == nil {
-			// What keeps a replacement from running, as `up` shows it; a terminal one ends the
-			// wait (cluster.PodProblem's Terminal: it does not clear without a change).
+		if err == nil && s.Dynamic == nil {
+			// Without the watch: what keeps a replacement from running, from its status. A
+			// terminal problem ends the wait (cluster.PodProblem's Terminal: it does not clear
+			// without a change).
 			for _, p := range list.Items {
 				if old[p.UID] {
 					continue
@@ -79,10 +94,23 @@ func (s *Sweep) RestartPods(ctx context.Context, beat func(string)) error {
 				}
 			}
 		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("the graph's pods were not all replaced and Ready within readiness.timeout (%s): %w", timeout, ctx.Err())
-		case <-time.After(2 * time.Second):
+		next := time.After(2 * time.Second)
+	wait:
+		for {
+			select {
+			case <-ctx.Done():
+				return fmt.Errorf("the graph's pods were not all replaced and Ready within readiness.timeout (%s): %w", timeout, ctx.Err())
+			case problem := <-watched:
+				if oldNames[problem.Pod] {
+					continue // an old pod, going (a replacement has a name of its own)
+				}
+				if problem.Terminal {
+					return fmt.Errorf("the graph's pods did not come back: %s (this does not clear without a change)", problem)
+				}
+				beat(problem.String())
+			case <-next:
+				break wait
+			}
 		}
 	}
 	return s.waitReady(ctx)
