@@ -1,0 +1,125 @@
+package unit
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/santhosh-tekuri/jsonschema/v6"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"gopkg.in/yaml.v3"
+
+	"minimax-m3/config"
+)
+
+// The stack files' JSON Schema is what the Go types say (regenerate it with `go run
+// ./cmd/configschema`), and it agrees with the program: the project's stack files and the example
+// sites' pass both it and the program's own parsing; a misspelled key or a value of the wrong type
+// fails both, at the same key.
+func TestTheStackFileSchemaIsTheConfigTypes(t *testing.T) {
+	root := filepath.Join("..", "..", "..")
+	want, err := config.StackFileSchema(filepath.Join(root, "config"))
+	require.NoError(t, err)
+	got, err := os.ReadFile(filepath.Join(root, config.SchemaFile))
+	require.NoError(t, err)
+	assert.True(t, bytes.Equal(want, got), "%s is not what the config types give: run go run ./cmd/configschema", config.SchemaFile)
+
+	schema := compileSchema(t, want)
+	files, err := filepath.Glob(filepath.Join(root, "examples", "sites", "Pulumi.*.yaml"))
+	require.NoError(t, err)
+	require.Len(t, files, 2, "two example sites")
+	for _, f := range append(files, filepath.Join(root, "Pulumi.agg.yaml"), filepath.Join(root, "Pulumi.disagg.yaml")) {
+		b, err := os.ReadFile(f)
+		require.NoError(t, err)
+		assert.NoError(t, schema.Validate(yamlValue(t, b)), f)
+	}
+	// The example sites are whole: the program takes them as they are, once the token a site
+	// keeps as a stack secret is set (the project's own stack files leave the site's namespace and
+	// token to the user).
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		require.NoError(t, err)
+		assert.NoError(t, parseStackFile(t, b, !strings.Contains(string(b), "existingSecret: true")), f)
+	}
+
+	// The forms Pulumi stores a number or a boolean in (`--type string`, a hand-edited file) pass
+	// both, as they do the program.
+	stored := "config:\n  minimax-m3:profile: agg\n  minimax-m3:namespace: {name: x, create: \"false\"}\n  minimax-m3:worker: {replicas: \"2\"}\n"
+	assert.NoError(t, schema.Validate(yamlValue(t, []byte(stored))))
+	assert.NoError(t, parseStackFile(t, []byte(stored), true))
+
+	for _, bad := range []struct{ file, key string }{
+		{"config:\n  minimax-m3:profile: agg\n  minimax-m3:namespace: {name: x}\n  minimax-m3:workers: {replicas: 2}\n", "workers"},
+		{"config:\n  minimax-m3:profile: agg\n  minimax-m3:namespace: {name: x}\n  minimax-m3:worker: {replicas: two}\n", "worker"},
+		{"config:\n  minimax-m3:profile: aggregated\n  minimax-m3:namespace: {name: x}\n", "profile"},
+		{"config:\n  minimax-m3:profile: agg\n  minimax-m3:namespace: {name: x, creat: true}\n", "namespace"},
+	} {
+		err := schema.Validate(yamlValue(t, []byte(bad.file)))
+		require.Error(t, err, bad.file)
+		assert.Contains(t, err.Error(), "minimax-m3:"+bad.key, "the schema names the key")
+		err = parseStackFile(t, []byte(bad.file), true)
+		require.Error(t, err, bad.file)
+		assert.Contains(t, err.Error(), "minimax-m3:"+bad.key, "as the program does")
+	}
+}
+
+func compileSchema(t *testing.T, b []byte) *jsonschema.Schema {
+	t.Helper()
+	doc, err := jsonschema.UnmarshalJSON(bytes.NewReader(b))
+	require.NoError(t, err)
+	c := jsonschema.NewCompiler()
+	require.NoError(t, c.AddResource("stack-config.schema.json", doc))
+	s, err := c.Compile("stack-config.schema.json")
+	require.NoError(t, err)
+	return s
+}
+
+// yamlValue is a YAML document as JSON Schema validators take it.
+func yamlValue(t *testing.T, b []byte) any {
+	t.Helper()
+	var v any
+	require.NoError(t, yaml.Unmarshal(b, &v))
+	return toJSONValue(v)
+}
+
+func toJSONValue(v any) any {
+	switch x := v.(type) {
+	case map[string]any:
+		for k, e := range x {
+			x[k] = toJSONValue(e)
+		}
+		return x
+	case []any:
+		for i, e := range x {
+			x[i] = toJSONValue(e)
+		}
+		return x
+	case int:
+		return float64(x)
+	}
+	return v
+}
+
+// parseStackFile parses a stack file's config as the program does (a secret counts as set; with
+// token, the Hugging Face token is set as one).
+func parseStackFile(t *testing.T, b []byte, token bool) error {
+	t.Helper()
+	plain, secure, err := config.StackFileValues(b)
+	require.NoError(t, err)
+	raw := config.Raw{Values: map[string]string{}, Secrets: map[string]bool{}}
+	for k, v := range plain {
+		raw.Values[strings.TrimPrefix(k, config.Namespace+":")] = v
+	}
+	for _, k := range secure {
+		k = strings.TrimPrefix(k, config.Namespace+":")
+		raw.Values[k], raw.Secrets[k] = "a-secret", true
+	}
+	if token {
+		raw.Values[config.HFTokenKey], raw.Secrets[config.HFTokenKey] = "hf_example", true
+	}
+	_, err = config.Parse(raw)
+	return err
+}
