@@ -2,10 +2,13 @@ package components
 
 import (
 	"encoding/json"
+	"maps"
 	"minimax-m3/internal/cluster"
 	"os"
 	"slices"
 	"strings"
+
+	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/pulumi/pulumi-kubernetes/sdk/v4/go/kubernetes"
 	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
@@ -62,10 +65,19 @@ func Deploy(ctx *pulumi.Context, o Options) (pulumi.Map, error) {
 		// readyBefore is the graph's generation an earlier up saw Ready.
 		readyBefore int64
 	)
+	kubeconfig := raw.Kubeconfig()
+	if kubeconfig != "" {
+		if ps := checkKubeconfig(kubeconfig, c.Kubernetes.Context); len(ps) > 0 {
+			return nil, ps
+		}
+	}
 	if o.RenderDirectory == "" {
 		reader = o.Cluster
 		if reader == nil {
 			r, err := cluster.New(o.Kubeconfig, c.Kubernetes.Context)
+			if kubeconfig != "" {
+				r, err = cluster.NewFromKubeconfig([]byte(kubeconfig), c.Kubernetes.Context)
+			}
 			switch {
 			case err != nil && c.Kubernetes.RequireRead:
 				return nil, unreadable(err)
@@ -105,6 +117,10 @@ func Deploy(ctx *pulumi.Context, o Options) (pulumi.Map, error) {
 		// through their checksum annotation instead.
 		EnableConfigMapMutable: pulumi.Bool(true),
 		EnableSecretMutable:    pulumi.Bool(true),
+	}
+	if kubeconfig != "" {
+		// The stack's own kubeconfig, a secret in the provider's state as in its config.
+		providerArgs.Kubeconfig = pulumi.ToSecret(pulumi.String(kubeconfig)).(pulumi.StringOutput)
 	}
 	if dir := o.RenderDirectory; dir != "" {
 		msg := "rendering manifests to " + dir + " instead of applying them"
@@ -200,6 +216,33 @@ func LoadConfig(ctx *pulumi.Context, keys []string) (config.Config, config.Raw, 
 		}
 	}
 	return c, raw, err
+}
+
+// checkKubeconfig refuses a kubeconfig (minimax-m3:kubeconfig) that is not one, or that lacks the
+// context kubernetes.context names, at its key, before anything is touched. Nothing of its content
+// is in the message.
+func checkKubeconfig(kubeconfig, kubeContext string) config.Problems {
+	var ps config.Problems
+	kc, err := clientcmd.Load([]byte(kubeconfig))
+	switch {
+	case err != nil:
+		ps.Add(config.KubeconfigKey, "is not a kubeconfig (YAML with clusters, users and contexts): %s", firstLine(err.Error()))
+	case len(kc.Contexts) == 0:
+		ps.Add(config.KubeconfigKey, "is not a kubeconfig: it has no contexts")
+	case kubeContext != "":
+		if _, ok := kc.Contexts[kubeContext]; !ok {
+			ps.Add("kubernetes.context", "%q is not a context of minimax-m3:kubeconfig (its contexts: %s)", kubeContext, strings.Join(slices.Sorted(maps.Keys(kc.Contexts)), ", "))
+		}
+	case kc.CurrentContext == "" || kc.Contexts[kc.CurrentContext] == nil:
+		ps.Add(config.KubeconfigKey, "has no current context: set kubernetes.context to one of its contexts (%s)", strings.Join(slices.Sorted(maps.Keys(kc.Contexts)), ", "))
+	}
+	return ps
+}
+
+// firstLine is an error's first line, which a YAML decoder's errors keep free of the document.
+func firstLine(s string) string {
+	line, _, _ := strings.Cut(s, "\n")
+	return line
 }
 
 // keysFromEnvironment lists the config keys the Pulumi CLI hands a program in PULUMI_CONFIG.

@@ -20,12 +20,20 @@ type Raw struct {
 	Secrets map[string]bool
 }
 
-// HFTokenKey is the one secret key. The token never enters Config: only the token Secret's
+// HFTokenKey is a secret key (KubeconfigKey the other). The token never enters Config: only the token Secret's
 // component receives it, as a Pulumi secret.
 const HFTokenKey = "hfToken"
 
 // HFToken is the Hugging Face token the stack holds, or "".
 func (r Raw) HFToken() string { return r.Values[HFTokenKey] }
+
+// KubeconfigKey is the other secret key: a kubeconfig's content (from ESC or another stack's
+// output) for the Kubernetes provider and the program's reads of the cluster, instead of the
+// KUBECONFIG file. kubernetes.context picks a context of it.
+const KubeconfigKey = "kubeconfig"
+
+// Kubeconfig is the kubeconfig the stack holds, or "" (the KUBECONFIG file is used).
+func (r Raw) Kubeconfig() string { return r.Values[KubeconfigKey] }
 
 // Parse builds a Config from a stack's config: the profile's recipe defaults, overlaid with what the
 // stack sets, then validated. The error lists every problem at once, each naming its key.
@@ -37,9 +45,10 @@ func Parse(raw Raw) (Config, error) {
 	v := reflect.ValueOf(&c).Elem()
 	fields := structFields(v.Type())
 	for _, k := range slices.Sorted(maps.Keys(raw.Values)) {
-		if k == HFTokenKey {
+		if IsSecretKey(k) {
 			if !raw.Secrets[k] {
-				ps.Add(k, "must be stored as a secret: pulumi config set --secret %s <token>", Key(k))
+				what := map[string]string{HFTokenKey: "<token>", KubeconfigKey: "< kubeconfig.yaml"}[k]
+				ps.Add(k, "must be stored as a secret: pulumi config set --secret %s %s", Key(k), what)
 			}
 			continue
 		}
@@ -92,10 +101,10 @@ func validateToken(c *Config, hasToken bool) Problems {
 	return ps
 }
 
-// Keys lists every top-level config key a stack may set (without the namespace), the secret
-// hfToken included.
+// Keys lists every top-level config key a stack may set (without the namespace), the secrets
+// hfToken and kubeconfig included.
 func Keys() []string {
-	keys := []string{HFTokenKey}
+	keys := []string{HFTokenKey, KubeconfigKey}
 	for k := range structFields(reflect.TypeFor[Config]()) {
 		keys = append(keys, k)
 	}
@@ -104,7 +113,7 @@ func Keys() []string {
 }
 
 // IsSecretKey reports whether a key must hold a Pulumi secret.
-func IsSecretKey(key string) bool { return key == HFTokenKey }
+func IsSecretKey(key string) bool { return key == HFTokenKey || key == KubeconfigKey }
 
 // Merge sets what a JSON object names over c, the way a stack value does: objects merge field by
 // field, lists replace, numbers and booleans may be written as strings. Every problem, an unknown

@@ -78,6 +78,8 @@ func StackFileSchema(commentsDir string) ([]byte, error) {
 	hfToken := &jsonschema.Schema{Description: "the Hugging Face token the model download uses (pulumi config set --secret minimax-m3:hfToken)",
 		AnyOf: []*jsonschema.Schema{secret, {Type: "string"}}}
 	keys.Set(Key(HFTokenKey), hfToken)
+	keys.Set(Key(KubeconfigKey), &jsonschema.Schema{Description: "a kubeconfig's content for the provider and the program's reads of the cluster, instead of the KUBECONFIG file " +
+		"(pulumi config set --secret minimax-m3:kubeconfig < kubeconfig.yaml; kubernetes.context picks a context of it)", AnyOf: []*jsonschema.Schema{secret}})
 	var known []any
 	for pair := keys.Oldest(); pair != nil; pair = pair.Next() {
 		known = append(known, pair.Key)

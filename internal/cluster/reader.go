@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/metadata"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 )
 
@@ -42,6 +43,28 @@ func New(kubeconfig, kubeContext string) (*Reader, error) {
 	if err != nil {
 		return nil, err
 	}
+	return newForConfig(cfg)
+}
+
+// NewFromKubeconfig reads the cluster of a kubeconfig's content and context (empty: its current
+// context), as the Kubernetes provider does with its kubeconfig argument.
+func NewFromKubeconfig(kubeconfig []byte, kubeContext string) (*Reader, error) {
+	cc, err := clientcmd.NewClientConfigFromBytes(kubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	raw, err := cc.RawConfig()
+	if err != nil {
+		return nil, err
+	}
+	cfg, err := clientcmd.NewNonInteractiveClientConfig(raw, kubeContext, &clientcmd.ConfigOverrides{}, nil).ClientConfig()
+	if err != nil {
+		return nil, err
+	}
+	return newForConfig(cfg)
+}
+
+func newForConfig(cfg *rest.Config) (*Reader, error) {
 	cfg.Timeout = 15 * time.Second
 	client, err := metadata.NewForConfig(cfg)
 	if err != nil {

@@ -210,11 +210,16 @@ func longestRun(s string, r rune) int {
 	return longest
 }
 
-// TokenKey is the stack config key of the Hugging Face token.
-const TokenKey = "minimax-m3:hfToken"
+// TokenKey is the stack config key of the Hugging Face token; KubeconfigKey the stack's own
+// kubeconfig.
+const (
+	TokenKey      = "minimax-m3:hfToken"
+	KubeconfigKey = "minimax-m3:kubeconfig"
+)
 
-// StackFileHoldsNoToken refuses a stack file that sets TokenKey in any YAML form (quoted, flow,
-// anchored): a PR-checked stack keeps its token in an existing Secret.
+// StackFileHoldsNoToken refuses a stack file that sets TokenKey or KubeconfigKey in any YAML form
+// (quoted, flow, anchored): a PR-checked stack keeps its token in an existing Secret, and its
+// preview reaches the cluster with the workflow's read-only identity, never one the branch brings.
 func StackFileHoldsNoToken(b []byte) error {
 	var f struct {
 		Config map[string]any `yaml:"config"`
@@ -224,6 +229,9 @@ func StackFileHoldsNoToken(b []byte) error {
 	}
 	if _, ok := f.Config[TokenKey]; ok {
 		return fmt.Errorf("the stack file sets %s: a PR-checked stack keeps its token in an existing Secret (huggingFace.existingSecret true, no %s)", TokenKey, TokenKey)
+	}
+	if _, ok := f.Config[KubeconfigKey]; ok {
+		return fmt.Errorf("the stack file sets %s: a PR-checked stack's preview reaches the cluster with the workflow's read-only identity (the KUBECONFIG_PREVIEW secret), never a kubeconfig of the branch's", KubeconfigKey)
 	}
 	return nil
 }

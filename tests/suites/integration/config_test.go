@@ -19,6 +19,7 @@ import (
 	"gopkg.in/yaml.v3"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 
+	"minimax-m3/automation"
 	"minimax-m3/config"
 )
 
@@ -256,4 +257,29 @@ func TestUnknownKeysAndBadValuesFailPreviewAtTheirOwnKey(t *testing.T) {
 	assert.NotContains(t, msg, "cannot read", "no error on the top-level key")
 	_, exists := get(t, namespaceGVK, "", ns)
 	assert.False(t, exists, "nothing reached the API server")
+}
+
+// A kubeconfig held as the stack's secret (from ESC or another stack's output) is what the
+// provider and the program's own reads use: with KUBECONFIG naming no file and the cluster's reads
+// required, the preview reaches the API server through it alone.
+func TestAKubeconfigFromConfigIsTheStacksWayToTheCluster(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	ns := "kubeconfig-from-config"
+	s := makeStack(t, filepath.Join(t.TempDir(), "no-such-kubeconfig"), "agg", ns, auto.ConfigMap{
+		"minimax-m3:kubernetes.requireRead": {Value: "true", Secret: false},
+	}, nil)
+	_, err := s.preview(ctx)
+	require.Error(t, err, "without a way to the cluster, a required read refuses")
+
+	kubeconfig, err := os.ReadFile(cluster.kubeconfig)
+	require.NoError(t, err)
+	require.NoError(t, automation.SetSecret(ctx, s.stack.Stack, "minimax-m3:kubeconfig", string(kubeconfig), false))
+	ops, err := s.preview(ctx)
+	require.NoError(t, err, s.log.String())
+	assert.Equal(t, "create", opsOf(ops)["kubernetes:nvidia.com/v1beta1:DynamoGraphDeployment graph"], "%v", opsOf(ops))
+	stored, err := os.ReadFile(filepath.Join(s.dir, "Pulumi.agg.yaml"))
+	require.NoError(t, err)
+	assert.Contains(t, string(kubeconfig), "server:")
+	assert.NotContains(t, string(stored), "server:", "the stack file holds the kubeconfig encrypted")
 }

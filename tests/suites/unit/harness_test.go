@@ -185,7 +185,7 @@ func runMocked(t testing.TB, m *mocks, opts components.Options, stack string, ov
 		return nil
 	}, pulumi.WithMocks("minimax-m3", stack, m), func(info *pulumi.RunInfo) {
 		info.Config = cfg
-		info.ConfigSecretKeys = []string{"minimax-m3:hfToken"}
+		info.ConfigSecretKeys = []string{"minimax-m3:hfToken", "minimax-m3:kubeconfig"}
 	})
 	res.resources = m.resources
 	return res, err

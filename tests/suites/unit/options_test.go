@@ -124,3 +124,47 @@ func TestRenderIgnoresTheKubeconfigOfTheEnvironment(t *testing.T) {
 	assert.Equal(t, "/tmp/out", p["renderYamlToDirectory"])
 	assert.Equal(t, "", p["kubeconfig"])
 }
+
+// A kubeconfig from config (ESC, another stack's output): the provider gets it as a secret, with
+// the context kubernetes.context names; one that is not a kubeconfig, or lacks that context, is
+// refused at its key before anything is registered, and nothing of its content is in the message.
+func TestAKubeconfigFromConfigReachesTheProviderAsASecret(t *testing.T) {
+	const kubeconfig = `apiVersion: v1
+kind: Config
+clusters:
+- name: gb200-eu
+  cluster: {server: "https://gb200-eu.example.com:6443"}
+users:
+- name: deployer
+  user: {token: do-not-print-me}
+contexts:
+- name: gb200-eu
+  context: {cluster: gb200-eu, user: deployer}
+- name: gb200-eu-admin
+  context: {cluster: gb200-eu, user: deployer}
+current-context: gb200-eu
+`
+	t.Setenv("KUBECONFIG", "/nonexistent/kubeconfig")
+	r, err := run(t, "agg", map[string]string{"minimax-m3:kubeconfig": kubeconfig, "minimax-m3:kubernetes": `{"context": "gb200-eu-admin"}`})
+	require.NoError(t, err)
+	provider := r.one(t, "pulumi:providers:kubernetes")
+	assert.True(t, provider.Inputs["kubeconfig"].IsSecret(), "the kubeconfig is a secret in the provider's inputs")
+	p := plain(t, provider.Inputs)
+	assert.Equal(t, kubeconfig, p["kubeconfig"])
+	assert.Equal(t, "gb200-eu-admin", p["context"])
+
+	for _, bad := range []struct {
+		overrides map[string]string
+		key, want string
+	}{
+		{map[string]string{"minimax-m3:kubeconfig": "token: do-not-print-me\n  - ["}, "minimax-m3:kubeconfig", "is not a kubeconfig"},
+		{map[string]string{"minimax-m3:kubeconfig": kubeconfig, "minimax-m3:kubernetes": `{"context": "gb200-us"}`}, "minimax-m3:kubernetes.context",
+			`"gb200-us" is not a context of minimax-m3:kubeconfig (its contexts: gb200-eu, gb200-eu-admin)`},
+		{map[string]string{"minimax-m3:kubeconfig": strings.Replace(kubeconfig, "current-context: gb200-eu\n", "", 1)}, "minimax-m3:kubeconfig", "has no current context"},
+	} {
+		_, err := run(t, "agg", bad.overrides)
+		require.Error(t, err)
+		assert.Contains(t, err.Error(), bad.key+": "+bad.want)
+		assert.NotContains(t, err.Error(), "do-not-print-me")
+	}
+}

@@ -162,6 +162,8 @@ func TestAStackFileWithTheTokenIsRefused(t *testing.T) {
 		assert.ErrorContains(t, pullrequest.StackFileHoldsNoToken([]byte(file)), "sets minimax-m3:hfToken", file)
 	}
 	assert.NoError(t, pullrequest.StackFileHoldsNoToken([]byte("config:\n  minimax-m3:profile: agg\n  minimax-m3:huggingFace:\n    existingSecret: true\n")))
+	// Nor a kubeconfig of the branch's: the preview reaches the cluster with the workflow's identity.
+	assert.ErrorContains(t, pullrequest.StackFileHoldsNoToken([]byte("config:\n  minimax-m3:kubeconfig:\n    secure: v1:abc\n")), "sets minimax-m3:kubeconfig")
 }
 
 // The PR check's workflow keeps what the branch's code can touch apart from what judges it: the
