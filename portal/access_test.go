@@ -165,10 +165,10 @@ func TestAPortalUserDeploysOnlyIntoTheirNamespaces(t *testing.T) {
 			assert.Contains(t, body, `user alice@team-a may not deploy into namespace \"`+ns+`\" (their namespaces: team-a)`)
 		}
 	}
-	// The base profile's own namespace is checked as well when the body names none.
+	// A body that names no namespace is validation's to refuse: the base profiles name none.
 	code, body := call(h, http.MethodPost, "/api/stacks/team-a-agg/up", aliceToken, map[string]any{"base": "agg"})
-	assert.Equal(t, http.StatusForbidden, code, body)
-	assert.Contains(t, body, `"key":"namespace.name"`)
+	assert.Equal(t, http.StatusBadRequest, code, body)
+	assert.Contains(t, body, `"key":"namespace.name","message":"is required`)
 	assert.Len(t, calls(), before, "nothing ran: %v", calls()[before:])
 
 	// Within their grants the request goes on to validation (a bad value is the next refusal).
@@ -411,4 +411,38 @@ func TestThePortalsCapsAnswerTooManyRequests(t *testing.T) {
 	code, resp = call(h, http.MethodPost, "/api/stacks/team-b-agg/refresh", testBearer, nil)
 	assert.Equal(t, http.StatusTooManyRequests, code, "another stack waits for no place: %s", resp)
 	assert.Contains(t, resp, "the portal is at its limit of 1 operations")
+}
+
+// Sign-ins cannot grow the server's sessions without bound: beyond MaxSessions the session that
+// would end first ends.
+func TestSessionsAreCapped(t *testing.T) {
+	portal.FakePulumiStacks(t, "team-a-agg")
+	users, err := httpapi.SingleUser("admin", testBearer)
+	require.NoError(t, err)
+	srv := httpapi.NewServerForUsers(t.Context(), portal.NewTestManager(t), users)
+	srv.MaxSessions = 2
+	h := srv.Handler()
+	login := func() *http.Cookie {
+		req := httptest.NewRequest(http.MethodPost, "/login", strings.NewReader(url.Values{"token": {testBearer}}.Encode()))
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		require.Equal(t, http.StatusSeeOther, rec.Code)
+		return rec.Result().Cookies()[0]
+	}
+	signedIn := func(c *http.Cookie) bool {
+		req := httptest.NewRequest(http.MethodGet, "/api/stacks", nil)
+		req.AddCookie(c)
+		rec := httptest.NewRecorder()
+		h.ServeHTTP(rec, req)
+		return rec.Code == http.StatusOK
+	}
+	first := login()
+	time.Sleep(2 * time.Millisecond) // the sessions' ends are apart
+	second := login()
+	time.Sleep(2 * time.Millisecond)
+	third := login()
+	assert.False(t, signedIn(first), "the oldest session ended")
+	assert.True(t, signedIn(second))
+	assert.True(t, signedIn(third))
 }

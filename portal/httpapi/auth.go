@@ -37,6 +37,17 @@ func (s *Server) newSession(u *User) (string, error) {
 			delete(s.sessions, k)
 		}
 	}
+	// At most MaxSessions at once: a sign-in beyond it ends the session that would end first,
+	// so repeated sign-ins cannot grow the server's memory without bound.
+	for len(s.sessions) >= max(1, s.MaxSessions) {
+		oldest := ""
+		for k, ss := range s.sessions {
+			if oldest == "" || ss.until.Before(s.sessions[oldest].until) {
+				oldest = k
+			}
+		}
+		delete(s.sessions, oldest)
+	}
 	s.sessions[id] = session{user: u, until: now.Add(sessionTTL)}
 	return id, nil
 }

@@ -53,6 +53,9 @@ type Server struct {
 	// oldest finished one goes first); MaxStreams how many event streams may be open at once (one
 	// more is refused, 429). NewServer sets defaults; change them before serving.
 	MaxEvents, MaxLogs, MaxStreams int
+	// MaxSessions is how many signed-in browsers are kept at once (a sign-in beyond it ends the
+	// oldest session).
+	MaxSessions int
 	// BasePath serves everything under a path prefix ("/portal": the page at /portal/, the API
 	// at /portal/api/…), for a reverse proxy that forwards that path unchanged; "" serves at /.
 	// Set it before Handler.
@@ -100,9 +103,10 @@ var basePath = regexp.MustCompile(`^(/[A-Za-z0-9._-]+)+$`)
 
 // The limits' defaults.
 const (
-	DefaultMaxEvents  = 10000
-	DefaultMaxLogs    = 500
-	DefaultMaxStreams = 64
+	DefaultMaxEvents   = 10000
+	DefaultMaxLogs     = 500
+	DefaultMaxStreams  = 64
+	DefaultMaxSessions = 10000
 )
 
 // NewServer serves m to one user, "admin", who holds token and may reach every stack.
@@ -117,7 +121,7 @@ func NewServer(ctx context.Context, m *portal.Manager, token string) (*Server, e
 // NewServerForUsers serves m to users, each with their own token and grants (LoadUsers).
 func NewServerForUsers(ctx context.Context, m *portal.Manager, users *Users) *Server {
 	return &Server{m: m, users: users, ops: map[string]*opLog{}, sessions: map[string]session{}, ctx: ctx,
-		MaxEvents: DefaultMaxEvents, MaxLogs: DefaultMaxLogs, MaxStreams: DefaultMaxStreams}
+		MaxEvents: DefaultMaxEvents, MaxLogs: DefaultMaxLogs, MaxStreams: DefaultMaxStreams, MaxSessions: DefaultMaxSessions}
 }
 
 // Handler is the server's routes. A state-changing request from another origin (a page on another
