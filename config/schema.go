@@ -19,7 +19,8 @@ const SchemaFile = "schema/stack-config.schema.json"
 // types of Config: every minimax-m3 key with its type and its Go doc comment as description, an
 // unknown minimax-m3 key refused (as the program refuses it), other namespaces' keys (kubernetes:,
 // pulumi:) left to their owners. A key's value is its object, or that object as a JSON string
-// (as `pulumi config set` without --path writes it), or a secret ({secure: …}). commentsDir is the
+// (as `pulumi config set` without --path writes it), in every form the program takes (loosen);
+// hfToken and kubeconfig only as secrets ({secure: …}). commentsDir is the
 // config package's source directory, for the descriptions ("" leaves them out).
 func StackFileSchema(commentsDir string) ([]byte, error) {
 	r := &jsonschema.Reflector{
@@ -46,15 +47,10 @@ func StackFileSchema(commentsDir string) ([]byte, error) {
 		}
 	}
 	root := r.Reflect(&Config{})
-	for _, d := range root.Definitions {
-		acceptStoredForms(d)
-	}
-	for pair := root.Properties.Oldest(); pair != nil; pair = pair.Next() {
-		acceptStoredForms(pair.Value)
-	}
+	// Never stricter than the program (decodeValue): every form it takes, the schema takes.
+	loosen(reflect.TypeFor[Config](), root, root.Definitions, map[string]bool{})
 	secret := &jsonschema.Schema{Type: "object", Required: []string{"secure"},
-		Properties: jsonschema.NewProperties(), AdditionalProperties: jsonschema.FalseSchema,
-		Description: "a secret: pulumi config set --secret"}
+		Properties: jsonschema.NewProperties(), AdditionalProperties: jsonschema.FalseSchema}
 	secret.Properties.Set("secure", &jsonschema.Schema{Type: "string"})
 	keys := jsonschema.NewProperties()
 	for pair := root.Properties.Oldest(); pair != nil; pair = pair.Next() {
@@ -73,13 +69,21 @@ func StackFileSchema(commentsDir string) ([]byte, error) {
 		default:
 			alternatives = []*jsonschema.Schema{value}
 		}
-		keys.Set(Namespace+":"+pair.Key, &jsonschema.Schema{Description: description, AnyOf: append(alternatives, secret)})
+		if len(alternatives) == 1 {
+			keys.Set(Namespace+":"+pair.Key, value)
+			continue
+		}
+		keys.Set(Namespace+":"+pair.Key, &jsonschema.Schema{Description: description, AnyOf: alternatives})
 	}
-	hfToken := &jsonschema.Schema{Description: "the Hugging Face token the model download uses (pulumi config set --secret minimax-m3:hfToken)",
-		AnyOf: []*jsonschema.Schema{secret, {Type: "string"}}}
-	keys.Set(Key(HFTokenKey), hfToken)
-	keys.Set(Key(KubeconfigKey), &jsonschema.Schema{Description: "a kubeconfig's content for the provider and the program's reads of the cluster, instead of the KUBECONFIG file " +
-		"(pulumi config set --secret minimax-m3:kubeconfig < kubeconfig.yaml; kubernetes.context picks a context of it)", AnyOf: []*jsonschema.Schema{secret}})
+	// The two secrets, and only they, are secrets ({secure: …}), as the program requires.
+	withDescription := func(d string) *jsonschema.Schema {
+		c := *secret
+		c.Description = d
+		return &c
+	}
+	keys.Set(Key(HFTokenKey), withDescription("the Hugging Face token the model download uses (pulumi config set --secret minimax-m3:hfToken)"))
+	keys.Set(Key(KubeconfigKey), withDescription("a kubeconfig's content for the provider and the program's reads of the cluster, instead of the KUBECONFIG file "+
+		"(pulumi config set --secret minimax-m3:kubeconfig < kubeconfig.yaml; kubernetes.context picks a context of it)"))
 	var known []any
 	for pair := keys.Oldest(); pair != nil; pair = pair.Next() {
 		known = append(known, pair.Key)
@@ -109,27 +113,79 @@ func StackFileSchema(commentsDir string) ([]byte, error) {
 	return append(b, '\n'), nil
 }
 
-// acceptStoredForms lets a number or boolean field take the forms Pulumi stores as the program
-// takes them: `--type string` or a hand-edited file gives "3", "0.85" or "true" as strings.
-func acceptStoredForms(s *jsonschema.Schema) {
-	if s == nil {
+// loosen makes the schema of struct type t (s, its properties; defs, the shared definitions) take
+// every form decodeValue takes: `pulumi config set --path` stores a digit-only value as a number
+// and true/false as booleans, `--type` and hand-edited files any JSON type, `--path key null`
+// the text "null" and `--path key '[]'` a list as JSON text. So a string field takes a number or a
+// boolean; a number field a number or a string holding one; a boolean field a boolean or its text;
+// a pointer field null or "null" as well; a list its JSON text; a map value null (which removes a
+// default entry).
+func loosen(t reflect.Type, s *jsonschema.Schema, defs jsonschema.Definitions, done map[string]bool) {
+	if s.Ref != "" {
+		name := strings.TrimPrefix(s.Ref, "#/$defs/")
+		if done[name] || defs[name] == nil {
+			return
+		}
+		done[name] = true
+		s = defs[name]
+	}
+	if s.Properties == nil {
 		return
 	}
-	switch s.Type {
-	case "integer":
-		s.Type, s.AnyOf = "", []*jsonschema.Schema{{Type: "integer"}, {Type: "string", Pattern: `^-?[0-9]+$`}}
-	case "number":
-		s.Type, s.AnyOf = "", []*jsonschema.Schema{{Type: "number"}, {Type: "string", Pattern: `^-?[0-9]+(\.[0-9]+)?([eE][-+]?[0-9]+)?$`}}
-	case "boolean":
-		s.Type, s.AnyOf = "", []*jsonschema.Schema{{Type: "boolean"}, {Type: "string", Enum: []any{"true", "false"}}}
+	fields := structFields(t)
+	for pair := s.Properties.Oldest(); pair != nil; pair = pair.Next() {
+		i, ok := fields[pair.Key]
+		if !ok {
+			continue
+		}
+		pair.Value = loosenField(t.Field(i).Type, pair.Value, defs, done)
+		s.Properties.Set(pair.Key, pair.Value)
 	}
-	if s.Properties != nil {
-		for pair := s.Properties.Oldest(); pair != nil; pair = pair.Next() {
-			acceptStoredForms(pair.Value)
+}
+
+// loosenField is a field's schema, of Go type t, taking every form decodeValue takes.
+func loosenField(t reflect.Type, s *jsonschema.Schema, defs jsonschema.Definitions, done map[string]bool) *jsonschema.Schema {
+	nullable := t.Kind() == reflect.Pointer
+	if nullable {
+		t = t.Elem()
+	}
+	var forms []*jsonschema.Schema
+	switch t.Kind() {
+	case reflect.String:
+		forms = []*jsonschema.Schema{{Type: "string"}, {Type: "number"}, {Type: "boolean"}}
+	case reflect.Int, reflect.Int64:
+		forms = []*jsonschema.Schema{{Type: "integer"}, {Type: "string", Pattern: `^\s*[-+]?[0-9]+\s*$`}}
+	case reflect.Float64:
+		forms = []*jsonschema.Schema{{Type: "number"}, {Type: "string", Pattern: `^\s*[-+]?([0-9]+\.?[0-9]*|\.[0-9]+)([eE][-+]?[0-9]+)?\s*$`}}
+	case reflect.Bool:
+		forms = []*jsonschema.Schema{{Type: "boolean"}, {Type: "string", Pattern: `^\s*([Tt][Rr][Uu][Ee]|[Ff][Aa][Ll][Ss][Ee])\s*$`}}
+	case reflect.Slice:
+		if s.Items != nil {
+			s.Items = loosenField(t.Elem(), s.Items, defs, done)
+		}
+		forms = []*jsonschema.Schema{s, {Type: "string", Pattern: `^\s*\[`, Description: "the list as JSON text"}}
+	case reflect.Map:
+		if s.AdditionalProperties != nil {
+			s.AdditionalProperties = &jsonschema.Schema{AnyOf: []*jsonschema.Schema{loosenField(t.Elem(), s.AdditionalProperties, defs, done), {Type: "null"}}}
+		}
+		forms = []*jsonschema.Schema{s}
+	case reflect.Struct:
+		loosen(t, s, defs, done)
+		forms = []*jsonschema.Schema{s}
+	default:
+		forms = []*jsonschema.Schema{s}
+	}
+	if nullable {
+		forms = append(forms, &jsonschema.Schema{Type: "null"}, &jsonschema.Schema{Type: "string", Pattern: `^\s*null\s*$`})
+	}
+	if len(forms) == 1 {
+		return forms[0]
+	}
+	out := &jsonschema.Schema{AnyOf: forms, Description: s.Description, Enum: s.Enum}
+	for _, f := range forms {
+		if f == s {
+			f.Description = ""
 		}
 	}
-	acceptStoredForms(s.Items)
-	if s.AdditionalProperties != nil && s.AdditionalProperties != jsonschema.FalseSchema && s.AdditionalProperties != jsonschema.TrueSchema {
-		acceptStoredForms(s.AdditionalProperties)
-	}
+	return out
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -36,6 +37,14 @@ func TestTheStackFileSchemaIsTheConfigTypes(t *testing.T) {
 		require.NoError(t, err)
 		assert.NoError(t, schema.Validate(yamlValue(t, b)), f)
 	}
+	// The example sites deploy the recipe's images (through a mirror, the same repository and tag).
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		require.NoError(t, err)
+		if img := regexp.MustCompile(`minimax-m3:image: (\S+)`).FindSubmatch(b); img != nil {
+			assert.True(t, strings.HasSuffix(config.Defaults(config.Aggregated).Image, strings.TrimPrefix(string(img[1]), "registry.eu.example.com/nvcr-mirror/")), "%s: %s", f, img[1])
+		}
+	}
 	// The example sites are whole: the program takes them as they are, once the token a site
 	// keeps as a stack secret is set (the project's own stack files leave the site's namespace and
 	// token to the user).
@@ -47,20 +56,32 @@ func TestTheStackFileSchemaIsTheConfigTypes(t *testing.T) {
 
 	// The forms Pulumi stores a number or a boolean in (`--type string`, a hand-edited file) pass
 	// both, as they do the program.
-	stored := "config:\n  minimax-m3:profile: agg\n  minimax-m3:namespace: {name: x, create: \"false\"}\n  minimax-m3:worker: {replicas: \"2\"}\n"
-	assert.NoError(t, schema.Validate(yamlValue(t, []byte(stored))))
-	assert.NoError(t, parseStackFile(t, []byte(stored), true))
+	// So do what the docs tell users to write: a probe removed with null (or its text, as
+	// `--path … null` stores it), a list as JSON text (`--path … '[]'`), a map entry removed with
+	// null, a quantity YAML reads as a number.
+	for _, stored := range []string{
+		"config:\n  minimax-m3:profile: agg\n  minimax-m3:namespace: {name: x, create: \"false\"}\n  minimax-m3:worker: {replicas: \"2\"}\n",
+		"config:\n  minimax-m3:profile: agg\n  minimax-m3:namespace: {name: x}\n  minimax-m3:worker: {probes: {startup: null, liveness: \"null\"}}\n",
+		"config:\n  minimax-m3:profile: agg\n  minimax-m3:namespace: {name: x}\n  minimax-m3:worker: {scheduling: {tolerations: \"[]\"}}\n",
+		"config:\n  minimax-m3:profile: agg\n  minimax-m3:namespace: {name: x}\n  minimax-m3:worker: {resources: {limits: {cpu: 72, memory: null}}}\n",
+		"config:\n  minimax-m3:profile: agg\n  minimax-m3:namespace: \"{\\\"name\\\": \\\"x\\\"}\"\n  minimax-m3:gpusPerNode: \" +4 \"\n  minimax-m3:adopt: \" True \"\n",
+	} {
+		assert.NoError(t, schema.Validate(yamlValue(t, []byte(stored))), stored)
+		assert.NoError(t, parseStackFile(t, []byte(stored), true), stored)
+	}
 
 	for _, bad := range []struct{ file, key string }{
 		{"config:\n  minimax-m3:profile: agg\n  minimax-m3:namespace: {name: x}\n  minimax-m3:workers: {replicas: 2}\n", "workers"},
 		{"config:\n  minimax-m3:profile: agg\n  minimax-m3:namespace: {name: x}\n  minimax-m3:worker: {replicas: two}\n", "worker"},
 		{"config:\n  minimax-m3:profile: aggregated\n  minimax-m3:namespace: {name: x}\n", "profile"},
 		{"config:\n  minimax-m3:profile: agg\n  minimax-m3:namespace: {name: x, creat: true}\n", "namespace"},
+		{"config:\n  minimax-m3:profile: agg\n  minimax-m3:namespace: {name: x}\n  minimax-m3:hfToken: hf_in_plain_text\n", "hfToken"},
+		{"config:\n  minimax-m3:profile: agg\n  minimax-m3:namespace: {name: x}\n  minimax-m3:graphName: {secure: v1:abc}\n", "graphName"},
 	} {
 		err := schema.Validate(yamlValue(t, []byte(bad.file)))
 		require.Error(t, err, bad.file)
 		assert.Contains(t, err.Error(), "minimax-m3:"+bad.key, "the schema names the key")
-		err = parseStackFile(t, []byte(bad.file), true)
+		err = parseStackFile(t, []byte(bad.file), false)
 		require.Error(t, err, bad.file)
 		assert.Contains(t, err.Error(), "minimax-m3:"+bad.key, "as the program does")
 	}
