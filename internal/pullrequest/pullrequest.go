@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -218,14 +219,18 @@ const (
 )
 
 // StackFileHoldsNoToken refuses a stack file that sets TokenKey or KubeconfigKey in any YAML form
-// (quoted, flow, anchored): a PR-checked stack keeps its token in an existing Secret, and its
+// (quoted, flow, anchored), or imports an ESC environment: a PR-checked stack keeps its token in an existing Secret, and its
 // preview reaches the cluster with the workflow's read-only identity, never one the branch brings.
 func StackFileHoldsNoToken(b []byte) error {
 	var f struct {
-		Config map[string]any `yaml:"config"`
+		Config      map[string]any `yaml:"config"`
+		Environment any            `yaml:"environment"`
 	}
 	if err := yaml.Unmarshal(b, &f); err != nil {
 		return fmt.Errorf("the stack file: %w", err)
+	}
+	if f.Environment != nil {
+		return errors.New("the stack file imports an ESC environment: a PR-checked stack's config is all in its file, where this check reads it (an environment could bring a token or a kubeconfig)")
 	}
 	if _, ok := f.Config[TokenKey]; ok {
 		return fmt.Errorf("the stack file sets %s: a PR-checked stack keeps its token in an existing Secret (huggingFace.existingSecret true, no %s)", TokenKey, TokenKey)

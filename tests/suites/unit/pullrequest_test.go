@@ -164,6 +164,7 @@ func TestAStackFileWithTheTokenIsRefused(t *testing.T) {
 	assert.NoError(t, pullrequest.StackFileHoldsNoToken([]byte("config:\n  minimax-m3:profile: agg\n  minimax-m3:huggingFace:\n    existingSecret: true\n")))
 	// Nor a kubeconfig of the branch's: the preview reaches the cluster with the workflow's identity.
 	assert.ErrorContains(t, pullrequest.StackFileHoldsNoToken([]byte("config:\n  minimax-m3:kubeconfig:\n    secure: v1:abc\n")), "sets minimax-m3:kubeconfig")
+	assert.ErrorContains(t, pullrequest.StackFileHoldsNoToken([]byte("environment:\n  - team-a/gb200\nconfig:\n  minimax-m3:profile: agg\n")), "imports an ESC environment")
 }
 
 // The PR check's workflow keeps what the branch's code can touch apart from what judges it: the
@@ -232,6 +233,18 @@ func TestThePRCheckKeepsSecretsFromTheBranchsCode(t *testing.T) {
 		}
 	}
 	assert.NotContains(t, preview.Permissions, "pull-requests", "the branch's job may not write to the pull request")
+
+	// The branch's stack file is judged before any preview decrypts it, by the base's tool.
+	assert.Equal(t, []any{"checks", "stack-file"}, preview.Needs, "the preview waits for the stack file's check")
+	stackFile := wf.Jobs["stack-file"]
+	var judged bool
+	for _, s := range stackFile.Steps {
+		if strings.HasPrefix(s.Uses, "actions/checkout") {
+			assert.Equal(t, "${{ github.event.pull_request.base.sha }}", s.With["ref"], "only the base is checked out")
+		}
+		judged = judged || strings.Contains(s.Run, `"$RUNNER_TEMP/pullrequest" stack-file`)
+	}
+	assert.True(t, judged)
 
 	verdict := wf.Jobs["verdict"]
 	assert.Equal(t, "preview", verdict.Needs)
