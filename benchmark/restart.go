@@ -54,13 +54,15 @@ func (s *Sweep) RestartPods(ctx context.Context, beat func(string)) error {
 	}
 	// What keeps a replacement from running, nodes included (a tray NotReady or cordoned under it,
 	// or out of service where it could go), as `up` follows it.
+	// The pods' own status is read on every round as well: a terminal problem ends the wait even
+	// where the credential may not watch. A line is shown once, from whichever saw it first.
 	watched := make(chan cluster.PodProblem, 64)
 	if s.Dynamic != nil {
 		go func() {
 			_ = cluster.NewFromClients(nil, s.Dynamic).WatchPodProblems(ctx, s.Namespace, s.Config.GraphName, func(p cluster.PodProblem) {
 				select {
 				case watched <- p:
-				case <-ctx.Done():
+				default: // not read (the wait for the graph, after the pods): dropped, never blocking the watch
 				}
 			})
 		}()
@@ -69,27 +71,32 @@ func (s *Sweep) RestartPods(ctx context.Context, beat func(string)) error {
 		return fmt.Errorf("deleting the pods of graph %s: %w", s.Config.GraphName, err)
 	}
 	beat(fmt.Sprintf("deleted the graph's %d pods; waiting for their replacements to be Ready", len(old)))
-	seen := map[cluster.PodProblem]bool{}
+	shown := map[string]bool{}
+	show := func(problem cluster.PodProblem) error {
+		if problem.Terminal {
+			return fmt.Errorf("the graph's pods did not come back: %s (this does not clear without a change)", problem)
+		}
+		if line := problem.String(); !shown[line] {
+			shown[line] = true
+			beat(line)
+		}
+		return nil
+	}
 	for {
 		list, err := pods.List(ctx, selector)
 		if err == nil && restarted(list.Items, old) {
 			break
 		}
-		if err == nil && s.Dynamic == nil {
-			// Without the watch: what keeps a replacement from running, from its status. A
-			// terminal problem ends the wait (cluster.PodProblem's Terminal: it does not clear
-			// without a change).
+		if err == nil {
+			// What keeps a replacement from running, from its status. A terminal problem ends the
+			// wait (cluster.PodProblem's Terminal: it does not clear without a change).
 			for _, p := range list.Items {
 				if old[p.UID] {
 					continue
 				}
 				for _, problem := range cluster.ProblemsOf(&p) {
-					if problem.Terminal {
-						return fmt.Errorf("the graph's pods did not come back: %s (this does not clear without a change)", problem)
-					}
-					if !seen[problem] {
-						seen[problem] = true
-						beat(problem.String())
+					if err := show(problem); err != nil {
+						return err
 					}
 				}
 			}
@@ -104,10 +111,9 @@ func (s *Sweep) RestartPods(ctx context.Context, beat func(string)) error {
 				if oldNames[problem.Pod] {
 					continue // an old pod, going (a replacement has a name of its own)
 				}
-				if problem.Terminal {
-					return fmt.Errorf("the graph's pods did not come back: %s (this does not clear without a change)", problem)
+				if err := show(problem); err != nil {
+					return err
 				}
-				beat(problem.String())
 			case <-next:
 				break wait
 			}

@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/pulumi/pulumi/sdk/v3/go/auto"
 	"github.com/pulumi/pulumi/sdk/v3/go/auto/optup"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
@@ -23,6 +24,7 @@ import (
 
 	"minimax-m3/automation"
 	"minimax-m3/benchmark"
+	"minimax-m3/config"
 )
 
 func main() {
@@ -120,7 +122,7 @@ func run() error {
 		return fmt.Errorf("stack %s deployed graph %q but its config names %q: run `pulumi up` first", stack, g, c.GraphName)
 	}
 
-	restConfig, err := restConfig(kubeconfig, c.Kubernetes.Context)
+	restConfig, err := stackRestConfig(ctx, s.Stack, kubeconfig, c.Kubernetes.Context)
 	if err != nil {
 		return err
 	}
@@ -195,6 +197,31 @@ func parsePoints(s string) ([]int, error) {
 		points = append(points, n)
 	}
 	return points, nil
+}
+
+// stackRestConfig is the client config the stack's own updates use: its minimax-m3:kubeconfig
+// when it holds one (and -kubeconfig does not name a file), else the kubeconfig file; with the
+// stack's context either way. A stack kubeconfig that cannot be read is an error, never a fall
+// back to a local file whose context of the same name may be another cluster.
+func stackRestConfig(ctx context.Context, s auto.Stack, kubeconfigFile, kubeContext string) (*rest.Config, error) {
+	if kubeconfigFile == "" {
+		v, err := s.GetConfig(ctx, config.Key(config.KubeconfigKey))
+		switch {
+		case err == nil && v.Value != "":
+			cc, err := clientcmd.NewClientConfigFromBytes([]byte(v.Value))
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", config.Key(config.KubeconfigKey), err)
+			}
+			raw, err := cc.RawConfig()
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", config.Key(config.KubeconfigKey), err)
+			}
+			return clientcmd.NewNonInteractiveClientConfig(raw, kubeContext, &clientcmd.ConfigOverrides{}, nil).ClientConfig()
+		case err != nil && !strings.Contains(err.Error(), "not found"):
+			return nil, fmt.Errorf("reading the stack's %s: %w", config.Key(config.KubeconfigKey), err)
+		}
+	}
+	return restConfig(kubeconfigFile, kubeContext)
 }
 
 // restConfig is the client config of a kubeconfig file and context, as the Kubernetes provider
