@@ -14,7 +14,9 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
+	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
 	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
+	"k8s.io/klog/v2"
 
 	"minimax-m3/internal/objwatch"
 )
@@ -176,6 +178,13 @@ func NodeProblemOf(n *corev1.Node) (reason, message string, ok bool) {
 	return "", "", false
 }
 
+// outOfServiceTaints are the taints Kubernetes puts on a node out of service (cordoned, NotReady,
+// unreachable): the condition itself, not a reason the pod could never go there.
+var outOfServiceTaints = []string{corev1.TaintNodeUnschedulable, corev1.TaintNodeNotReady, corev1.TaintNodeUnreachable}
+
+// outOfServiceShown is how many out-of-service nodes an unschedulable pod's account names.
+const outOfServiceShown = 5
+
 // ComponentLabel is the label the Dynamo operator puts on every pod with its component's name.
 const ComponentLabel = "nvidia.com/dynamo-component"
 
@@ -202,14 +211,27 @@ func (r *Reader) WatchPodProblems(ctx context.Context, namespace, graph string, 
 	keyOf := func(p PodProblem) key {
 		return key{p.Pod, p.Container, p.Node, p.Reason, p.OutOfService, p.Terminal}
 	}
-	// outOfService names the bad nodes an unschedulable pod could run on.
+	// outOfService names the bad nodes an unschedulable pod could run on: its node selector and
+	// required affinity match them, and it tolerates their taints (but those that say the node is
+	// out of service). Another team's cordoned nodes, which the pod could never use, are not its
+	// account; at most outOfServiceShown are named.
 	outOfService := func(pod *corev1.Pod) string {
 		var out []string
 		affinity := nodeaffinity.GetRequiredNodeAffinity(pod)
 		for _, name := range slices.Sorted(maps.Keys(badNode)) {
-			if ok, err := affinity.Match(badNode[name]); err == nil && ok {
-				out = append(out, fmt.Sprintf("%s (%s)", name, bad[name][0]))
+			n := badNode[name]
+			if ok, err := affinity.Match(n); err != nil || !ok {
+				continue
 			}
+			if _, untolerated := corev1helpers.FindMatchingUntoleratedTaint(klog.Background(), n.Spec.Taints, pod.Spec.Tolerations, func(t *corev1.Taint) bool {
+				return (t.Effect == corev1.TaintEffectNoSchedule || t.Effect == corev1.TaintEffectNoExecute) && !slices.Contains(outOfServiceTaints, t.Key)
+			}, false); untolerated {
+				continue
+			}
+			out = append(out, fmt.Sprintf("%s (%s)", name, bad[name][0]))
+		}
+		if len(out) > outOfServiceShown {
+			out = append(out[:outOfServiceShown], fmt.Sprintf("and %d more", len(out)-outOfServiceShown))
 		}
 		return strings.Join(out, ", ")
 	}

@@ -112,14 +112,19 @@ func TestWatchPodProblemsReportsEachOnceWhileItLasts(t *testing.T) {
 }
 
 // A replacement the scheduler cannot place names the nodes it could run on that are out of
-// service: a tray of its rack cordoned for maintenance (not one of another rack), and again when
-// that changes (the tray back, another NotReady).
+// service: a tray of its rack cordoned for maintenance (not one of another rack, nor one of its
+// rack kept for another team by a taint it does not tolerate), and again when that changes (the
+// tray back, another NotReady).
 func TestAnUnschedulablePodNamesTheTraysOutOfService(t *testing.T) {
 	pods := schema.GroupVersionResource{Version: "v1", Resource: "pods"}
 	nodes := schema.GroupVersionResource{Version: "v1", Resource: "nodes"}
-	node := func(name, rack string, cordoned bool, ready corev1.ConditionStatus) *unstructured.Unstructured {
+	node := func(name, rack string, cordoned bool, ready corev1.ConditionStatus, taints ...corev1.Taint) *unstructured.Unstructured {
 		n := &corev1.Node{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Node"}, ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"rack": rack}},
-			Spec: corev1.NodeSpec{Unschedulable: cordoned}}
+			Spec: corev1.NodeSpec{Unschedulable: cordoned, Taints: taints}}
+		if cordoned {
+			// The node lifecycle controller's taint of a cordoned node.
+			n.Spec.Taints = append(n.Spec.Taints, corev1.Taint{Key: corev1.TaintNodeUnschedulable, Effect: corev1.TaintEffectNoSchedule})
+		}
 		n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: ready, Reason: "KubeletReady"}}
 		return toUnstructured(t, n)
 	}
@@ -130,6 +135,8 @@ func TestAnUnschedulablePodNamesTheTraysOutOfService(t *testing.T) {
 			Message: "0/3 nodes are available: 1 node(s) were unschedulable, 2 Insufficient nvidia.com/gpu."}}}}
 	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{pods: "PodList", nodes: "NodeList"},
 		node("tray-a1", "a", true, corev1.ConditionTrue), node("tray-a2", "a", false, corev1.ConditionTrue), node("tray-b1", "b", true, corev1.ConditionTrue),
+		// Another team's tray of the same rack, kept for them by a taint this pod does not tolerate.
+		node("tray-a3", "a", true, corev1.ConditionTrue, corev1.Taint{Key: "example.com/team-b", Value: "only", Effect: corev1.TaintEffectNoSchedule}),
 		toUnstructured(t, pending))
 	r := cluster.NewFromClients(nil, dyn)
 	ctx, cancel := context.WithCancel(context.Background())
