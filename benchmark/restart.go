@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"minimax-m3/internal/cluster"
+	"slices"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -72,9 +73,15 @@ func (s *Sweep) RestartPods(ctx context.Context, beat func(string)) error {
 	}
 	beat(fmt.Sprintf("deleted the graph's %d pods; waiting for their replacements to be Ready", len(old)))
 	shown := map[string]bool{}
+	// oldGone: no old pod is left. Until then the replacements' want of room is the restart's own
+	// (the old pods still hold their GPUs while they terminate), not worth a line.
+	oldGone := false
 	show := func(problem cluster.PodProblem) error {
 		if problem.Terminal {
 			return fmt.Errorf("the graph's pods did not come back: %s (this does not clear without a change)", problem)
+		}
+		if problem.Reason == corev1.PodReasonUnschedulable && !oldGone {
+			return nil
 		}
 		if line := problem.String(); !shown[line] {
 			shown[line] = true
@@ -88,6 +95,7 @@ func (s *Sweep) RestartPods(ctx context.Context, beat func(string)) error {
 			break
 		}
 		if err == nil {
+			oldGone = !slices.ContainsFunc(list.Items, func(p corev1.Pod) bool { return old[p.UID] })
 			// What keeps a replacement from running, from its status. A terminal problem ends the
 			// wait (cluster.PodProblem's Terminal: it does not clear without a change).
 			for _, p := range list.Items {

@@ -27,6 +27,7 @@ import (
 
 	"minimax-m3/components"
 	kcluster "minimax-m3/internal/cluster"
+	"minimax-m3/tests/framework/poll"
 	"minimax-m3/tests/framework/rackbox"
 )
 
@@ -325,7 +326,7 @@ func assertChannelAllocated(t *testing.T, p *corev1.Pod) {
 // worker.rollout.strategy OperatorDefault): a vLLM flag change makes the operator start a new
 // worker before it stops an old one (25% surge of 3 is 1), and the real scheduler leaves that pod
 // Pending for lack of GPUs, with its reason, which `up` shows while it waits; the old workers keep
-// serving, and `up` ends at readiness.timeout.
+// serving, and `up` ends at readiness.timeout. A tray drained mid-rollout is named with it.
 func TestBoxFullRackRecipeRolloutWaitsForAGPU(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -336,21 +337,57 @@ func TestBoxFullRackRecipeRolloutWaitsForAGPU(t *testing.T) {
 	require.Len(t, podsOf(t, ns, workers), 3)
 
 	s.set(ctx, "minimax-m3:worker.vllm.maxNumSeqs", "48")
-	s.set(ctx, "minimax-m3:readiness.timeout", "40s")
-	_, _, err = s.up(ctx)
-	require.Error(t, err, "the rollout cannot finish on a full rack")
+	s.set(ctx, "minimax-m3:readiness.timeout", "60s")
+	type upResult struct{ err error }
+	done := make(chan upResult, 1)
+	go func() {
+		_, _, err := s.up(ctx)
+		done <- upResult{err}
+	}()
 
-	var pending *corev1.Pod
+	// Mid-rollout, once the operator's surge pod waits for a GPU, a tray is drained (cordoned, its
+	// worker deleted: kubectl drain --disable-eviction): that worker's replacement finds no room
+	// either, and up names the drained tray beside the scheduler's reason.
+	require.NoError(t, poll.Until(ctx, 2*time.Minute, 500*time.Millisecond, "the operator's surge pod waits for a GPU", func(ctx context.Context) (bool, error) {
+		pods, err := listPods(ctx, ns, workers)
+		return err == nil && slices.ContainsFunc(pods, func(p corev1.Pod) bool { return p.Spec.NodeName == "" }), err
+	}))
+	var drained corev1.Pod
 	for _, p := range podsOf(t, ns, workers) {
-		if p.Spec.NodeName == "" {
-			pending = &p
+		if p.Status.Phase == corev1.PodRunning {
+			drained = p
+			break
 		}
 	}
-	require.NotNil(t, pending, "the operator's surge pod exists")
-	scheduled := podCondition(pending, corev1.PodScheduled)
-	require.NotNil(t, scheduled)
-	assert.Equal(t, corev1.PodReasonUnschedulable, scheduled.Reason)
-	assert.Contains(t, scheduled.Message, "Insufficient nvidia.com/gpu", "the scheduler's own reason")
+	require.NotEmpty(t, drained.Name, "an old worker serves")
+	node := &corev1.Node{}
+	require.NoError(t, box.Client.Get(ctx, client.ObjectKey{Name: drained.Spec.NodeName}, node))
+	cordon := client.MergeFrom(node.DeepCopy())
+	node.Spec.Unschedulable = true
+	require.NoError(t, box.Client.Patch(ctx, node, cordon))
+	require.NoError(t, box.Client.Delete(ctx, &drained))
+
+	var up upResult
+	select {
+	case up = <-done:
+	case <-time.After(5 * time.Minute):
+		t.Fatal("up did not end at readiness.timeout")
+	}
+	err = up.err
+	require.Error(t, err, "the rollout cannot finish on a full rack")
+	var pending []corev1.Pod
+	for _, p := range podsOf(t, ns, workers) {
+		if p.Spec.NodeName == "" {
+			pending = append(pending, p)
+		}
+	}
+	require.Len(t, pending, 2, "the operator's surge pod and the drained worker's replacement")
+	for _, p := range pending {
+		scheduled := podCondition(&p, corev1.PodScheduled)
+		require.NotNil(t, scheduled)
+		assert.Equal(t, corev1.PodReasonUnschedulable, scheduled.Reason)
+		assert.Contains(t, scheduled.Message, "Insufficient nvidia.com/gpu", "the scheduler's own reason")
+	}
 	assert.Contains(t, s.log.String(), "cannot be scheduled: Unschedulable: 0/", "up shows the scheduler's reason while it waits")
 	assert.Contains(t, s.log.String(), "Insufficient nvidia.com/gpu")
 	assert.Contains(t, s.log.String(), "minimax-m3:worker.rollout: this update replaces Worker's pods, and its rollout starts 1 pod(s) (4 GPUs) beside its 3",
@@ -361,26 +398,7 @@ func TestBoxFullRackRecipeRolloutWaitsForAGPU(t *testing.T) {
 			running++
 		}
 	}
-	assert.Equal(t, 3, running, "the old workers keep serving: the default rollout takes none down first")
-
-	// A tray drained during that rollout (cordoned, its worker deleted: kubectl drain
-	// --disable-eviction): its replacement finds no room either, and the next up names the
-	// drained tray beside the scheduler's reason, as it waits and when it gives up.
-	var drained corev1.Pod
-	for _, p := range podsOf(t, ns, workers) {
-		if p.Status.Phase == corev1.PodRunning {
-			drained = p
-			break
-		}
-	}
-	node := &corev1.Node{}
-	require.NoError(t, box.Client.Get(ctx, client.ObjectKey{Name: drained.Spec.NodeName}, node))
-	cordon := client.MergeFrom(node.DeepCopy())
-	node.Spec.Unschedulable = true
-	require.NoError(t, box.Client.Patch(ctx, node, cordon))
-	require.NoError(t, box.Client.Delete(ctx, &drained))
-	_, _, err = s.up(ctx)
-	require.Error(t, err, "the rollout still cannot finish")
+	assert.Equal(t, 2, running, "the old workers but the drained one keep serving: the default rollout takes none down first")
 	line := "out of service among the nodes it could run on: " + node.Name + " (NodeCordoned)"
 	assert.Contains(t, s.log.String(), line, "up names the drained tray while it waits")
 	assert.Contains(t, err.Error(), line, "and when it gives up")

@@ -271,6 +271,7 @@ func TestAKubeconfigFromConfigIsTheStacksWayToTheCluster(t *testing.T) {
 	}, nil)
 	_, err := s.preview(ctx)
 	require.Error(t, err, "without a way to the cluster, a required read refuses")
+	assert.Contains(t, err.Error()+s.log.String(), "minimax-m3:kubernetes.requireRead: the cluster cannot be read")
 
 	kubeconfig, err := os.ReadFile(cluster.kubeconfig)
 	require.NoError(t, err)
