@@ -337,7 +337,7 @@ func TestBoxFullRackRecipeRolloutWaitsForAGPU(t *testing.T) {
 	require.Len(t, podsOf(t, ns, workers), 3)
 
 	s.set(ctx, "minimax-m3:worker.vllm.maxNumSeqs", "48")
-	s.set(ctx, "minimax-m3:readiness.timeout", "60s")
+	s.set(ctx, "minimax-m3:readiness.timeout", "45s")
 	type upResult struct{ err error }
 	done := make(chan upResult, 1)
 	go func() {
