@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
@@ -13,9 +12,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	"sigs.k8s.io/controller-runtime/pkg/client"
-
-	"minimax-m3/portal"
-	"minimax-m3/portal/httpapi"
 
 	"minimax-m3/tests/framework/poll"
 	"minimax-m3/tests/framework/rackbox"
@@ -98,20 +94,9 @@ func TestBoxUpNamesWhatKeepsPodsFromRunning(t *testing.T) {
 // operation's error. The graph is left as it is, for the user to look at.
 func TestBoxUpStopsOnAFailureThatDoesNotClear(t *testing.T) {
 	t.Parallel()
-	ctx := context.Background()
 	const ns, stack = "box-crash", "agg-crash"
 	r := addRack(t, rackbox.NVL72("crash").WithGPUs(12))
-	m := newPortalOn(t, box.Kubeconfig, t.TempDir(), "portal-tests")
-	srv, err := httpapi.NewServer(ctx, m, portalBearer)
-	require.NoError(t, err)
-	ts := httptest.NewServer(srv.Handler())
-	t.Cleanup(ts.Close)
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-		defer cancel()
-		_ = m.Destroy(ctx, stack, true, portal.RunOptions{Wait: true})
-	})
-	c := &httpClient{t: t, base: ts.URL}
+	_, c := boxPortal(t, stack)
 	code, body := c.do(http.MethodPost, "/api/stacks/"+stack+"/up", map[string]any{"base": "agg", "hfToken": portalToken, "config": map[string]any{
 		"namespace": map[string]any{"name": ns}, "readiness": map[string]any{"timeout": "30m"}, "placement": map[string]any{"topologyKey": rackbox.CliqueLabel},
 		"worker": map[string]any{"scheduling": map[string]any{"nodeSelector": map[string]any{rackbox.RackLabel: r.Name}},

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -31,6 +32,8 @@ import (
 	"minimax-m3/benchmark"
 	"minimax-m3/config"
 	kcluster "minimax-m3/internal/cluster"
+	"minimax-m3/portal"
+	"minimax-m3/portal/httpapi"
 	"minimax-m3/tests/framework/aiperfexport"
 	"minimax-m3/tests/framework/dynamooperator"
 	"minimax-m3/tests/framework/poll"
@@ -460,4 +463,23 @@ func boxBenchLeftovers(t *testing.T, kube kubernetes.Interface, ns, graph string
 func sha256Hex(s string) string {
 	sum := sha256.Sum256([]byte(s))
 	return hex.EncodeToString(sum[:])
+}
+
+// boxPortal serves a portal on the rack box over HTTP until the test ends, and destroys stack
+// then: a failed test may leave its up running (its download held), so it is cancelled first and
+// the wait bounded, and a failure ends the test instead of holding the suite until its timeout.
+func boxPortal(t *testing.T, stack string) (*httptest.Server, *httpClient) {
+	t.Helper()
+	m := newPortalOn(t, box.Kubeconfig, t.TempDir(), "portal-tests")
+	srv, err := httpapi.NewServer(context.Background(), m, portalBearer)
+	require.NoError(t, err)
+	ts := httptest.NewServer(srv.Handler())
+	t.Cleanup(ts.Close)
+	t.Cleanup(func() {
+		_ = m.Cancel(stack)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+		defer cancel()
+		_ = m.Destroy(ctx, stack, true, portal.RunOptions{Wait: true})
+	})
+	return ts, &httpClient{t: t, base: ts.URL}
 }

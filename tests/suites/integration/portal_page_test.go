@@ -14,7 +14,6 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 
-	"minimax-m3/portal"
 	"minimax-m3/portal/httpapi"
 	"minimax-m3/tests/framework/poll"
 	"minimax-m3/tests/framework/rackbox"
@@ -32,20 +31,7 @@ func TestBoxPortalPageShowsAnUpLive(t *testing.T) {
 	ctx := context.Background()
 	ns := "box-portal-page"
 	r := addRack(t, rackbox.NVL72("portal-page").WithGPUs(12))
-	m := newPortalOn(t, box.Kubeconfig, t.TempDir(), "portal-tests")
-	srv, err := httpapi.NewServer(ctx, m, portalBearer)
-	require.NoError(t, err)
-	ts := httptest.NewServer(srv.Handler())
-	t.Cleanup(ts.Close)
-	t.Cleanup(func() {
-		// A failed test may leave its up running (its download held): stop it, and bound the wait,
-		// so a failure ends the test instead of holding the suite until its timeout.
-		_ = m.Cancel("agg-page")
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-		defer cancel()
-		_ = m.Destroy(ctx, "agg-page", true, portal.RunOptions{Wait: true})
-	})
-	c := &httpClient{t: t, base: ts.URL}
+	ts, c := boxPortal(t, "agg-page")
 
 	worker := map[string]any{"scheduling": map[string]any{"nodeSelector": map[string]any{rackbox.RackLabel: r.Name}}}
 	code, body := c.do(http.MethodPost, "/api/stacks/agg-page/up", map[string]any{"base": "agg", "hfToken": portalToken, "config": map[string]any{

@@ -2,6 +2,7 @@ package unit
 
 import (
 	"bytes"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -98,30 +99,16 @@ func compileSchema(t *testing.T, b []byte) *jsonschema.Schema {
 	return s
 }
 
-// yamlValue is a YAML document as JSON Schema validators take it.
+// yamlValue is a YAML document as JSON Schema validators take it (JSON's types).
 func yamlValue(t *testing.T, b []byte) any {
 	t.Helper()
 	var v any
 	require.NoError(t, yaml.Unmarshal(b, &v))
-	return toJSONValue(v)
-}
-
-func toJSONValue(v any) any {
-	switch x := v.(type) {
-	case map[string]any:
-		for k, e := range x {
-			x[k] = toJSONValue(e)
-		}
-		return x
-	case []any:
-		for i, e := range x {
-			x[i] = toJSONValue(e)
-		}
-		return x
-	case int:
-		return float64(x)
-	}
-	return v
+	j, err := json.Marshal(v)
+	require.NoError(t, err)
+	var out any
+	require.NoError(t, json.Unmarshal(j, &out))
+	return out
 }
 
 // parseStackFile parses a stack file's config as the program does (a secret counts as set; with
