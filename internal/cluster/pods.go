@@ -284,14 +284,36 @@ func (r *Reader) WatchPodProblems(ctx context.Context, namespace, graph string, 
 
 	var wg sync.WaitGroup
 	defer wg.Wait()
+	// The pods are followed once the nodes' first listing is known, so that an unschedulable pod's
+	// first line already names the trays out of service (not one line without them, then more).
+	nodesKnown := make(chan struct{})
+	var known sync.Once
+	markKnown := func() { known.Do(func() { close(nodesKnown) }) }
 	nodes := r.dynamic.Resource(nodesResource)
 	if _, err := nodes.List(ctx, metav1.ListOptions{Limit: 1}); err != nil {
 		report(PodProblem{Reason: "NodesUnread", Message: "the nodes under the graph's pods are not followed: " + err.Error()})
+		markKnown()
 	} else {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			_, _ = objwatch.Until(ctx, objwatch.All(nodes.List, nodes.Watch), &unstructured.Unstructured{}, nil, func(e watch.Event) (bool, error) {
+			defer markKnown() // the watch failed before its listing: the pods go on without it
+			listed := func(store cache.Store) (bool, error) {
+				mu.Lock()
+				defer mu.Unlock()
+				for _, o := range store.List() {
+					var n corev1.Node
+					if u, ok := o.(*unstructured.Unstructured); ok && runtime.DefaultUnstructuredConverter.FromUnstructured(u.Object, &n) == nil {
+						if reason, msg, isBad := NodeProblemOf(&n); isBad {
+							bad[n.Name] = [2]string{reason, msg}
+							badNode[n.Name] = &n
+						}
+					}
+				}
+				markKnown()
+				return false, nil
+			}
+			_, _ = objwatch.Until(ctx, objwatch.All(nodes.List, nodes.Watch), &unstructured.Unstructured{}, listed, func(e watch.Event) (bool, error) {
 				var n corev1.Node
 				if !typed(e, &n) {
 					return false, nil
@@ -313,6 +335,11 @@ func (r *Reader) WatchPodProblems(ctx context.Context, namespace, graph string, 
 				return false, nil
 			})
 		}()
+	}
+	select {
+	case <-nodesKnown:
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 	pods := r.dynamic.Resource(podsResource).Namespace(namespace)
 	// The first listing, before any event is handled: the pods there at the start.

@@ -157,7 +157,14 @@ func TestAnUnschedulablePodNamesTheTraysOutOfService(t *testing.T) {
 			}
 		}
 	}
-	p := until("tray-a1 (NodeCordoned)")
+	// The first line already names the tray: the pods are followed once the nodes are known.
+	var p cluster.PodProblem
+	select {
+	case p = <-reports:
+	case <-time.After(20 * time.Second):
+		t.Fatal("no report of the unschedulable pod")
+	}
+	assert.Equal(t, "tray-a1 (NodeCordoned)", p.OutOfService)
 	assert.Equal(t, "pod g-worker-new (component Worker) cannot be scheduled: Unschedulable: 0/3 nodes are available: 1 node(s) were unschedulable, "+
 		"2 Insufficient nvidia.com/gpu.; out of service among the nodes it could run on: tray-a1 (NodeCordoned)", p.String())
 	_, err := dyn.Resource(nodes).Update(ctx, node("tray-a1", "a", false, corev1.ConditionTrue), metav1.UpdateOptions{})
