@@ -130,6 +130,12 @@ func TestAPortalUserReachesOnlyTheirStacks(t *testing.T) {
 		assert.Equal(t, http.StatusForbidden, code, "%s %s: %s", r.method, r.path, body)
 		assert.Contains(t, body, "user alice@team-a may not reach stack team-b-", r.path)
 	}
+	// Nor does a path that escapes its stack name reach another team's: refused as no stack name
+	// before any grant is looked at (400), or not routed at all (404).
+	for _, escaped := range []string{"/api/stacks/team-a-..%2Fteam-b-agg/history", "/api/stacks/team-a-agg%2F..%2Fteam-b-agg", "/api/stacks/team-a-%2A/destroy"} {
+		code, body := call(h, http.MethodPost, escaped, aliceToken, nil)
+		assert.Contains(t, []int{http.StatusBadRequest, http.StatusNotFound, http.StatusMethodNotAllowed}, code, "%s: %s", escaped, body)
+	}
 	assert.Len(t, calls(), before, "a refused request runs no CLI: %v", calls()[before:])
 
 	// The page lists only the user's stacks.

@@ -34,9 +34,7 @@ func fakePulumi(t *testing.T, list fakecli.Reply) *fakecli.CLI {
 // NewTestManager is a Manager of this project with a state directory of the test's own.
 func NewTestManager(t *testing.T) *Manager {
 	t.Helper()
-	m, err := New(Options{ProjectDir: "..", StateDir: t.TempDir()})
-	require.NoError(t, err)
-	return m
+	return NewTestManagerWith(t, func(*Options) {})
 }
 
 // Hold holds stack for op, as an operation does before it creates the stack; release lets go.

@@ -25,6 +25,7 @@ import (
 	"minimax-m3/automation"
 	"minimax-m3/benchmark"
 	"minimax-m3/config"
+	"minimax-m3/internal/cluster"
 )
 
 func main() {
@@ -208,15 +209,11 @@ func stackRestConfig(ctx context.Context, s auto.Stack, kubeconfigFile, kubeCont
 		v, err := s.GetConfig(ctx, config.Key(config.KubeconfigKey))
 		switch {
 		case err == nil && v.Value != "":
-			cc, err := clientcmd.NewClientConfigFromBytes([]byte(v.Value))
+			cfg, err := cluster.RESTConfigFromKubeconfig([]byte(v.Value), kubeContext)
 			if err != nil {
 				return nil, fmt.Errorf("%s: %w", config.Key(config.KubeconfigKey), err)
 			}
-			raw, err := cc.RawConfig()
-			if err != nil {
-				return nil, fmt.Errorf("%s: %w", config.Key(config.KubeconfigKey), err)
-			}
-			return clientcmd.NewNonInteractiveClientConfig(raw, kubeContext, &clientcmd.ConfigOverrides{}, nil).ClientConfig()
+			return cfg, nil
 		case err != nil && !strings.Contains(err.Error(), "not found"):
 			return nil, fmt.Errorf("reading the stack's %s: %w", config.Key(config.KubeconfigKey), err)
 		}

@@ -49,19 +49,21 @@ func New(kubeconfig, kubeContext string) (*Reader, error) {
 // NewFromKubeconfig reads the cluster of a kubeconfig's content and context (empty: its current
 // context), as the Kubernetes provider does with its kubeconfig argument.
 func NewFromKubeconfig(kubeconfig []byte, kubeContext string) (*Reader, error) {
-	cc, err := clientcmd.NewClientConfigFromBytes(kubeconfig)
-	if err != nil {
-		return nil, err
-	}
-	raw, err := cc.RawConfig()
-	if err != nil {
-		return nil, err
-	}
-	cfg, err := clientcmd.NewNonInteractiveClientConfig(raw, kubeContext, &clientcmd.ConfigOverrides{}, nil).ClientConfig()
+	cfg, err := RESTConfigFromKubeconfig(kubeconfig, kubeContext)
 	if err != nil {
 		return nil, err
 	}
 	return newForConfig(cfg)
+}
+
+// RESTConfigFromKubeconfig is the client config of a kubeconfig's content and context (empty: its
+// current context).
+func RESTConfigFromKubeconfig(kubeconfig []byte, kubeContext string) (*rest.Config, error) {
+	raw, err := clientcmd.Load(kubeconfig)
+	if err != nil {
+		return nil, err
+	}
+	return clientcmd.NewNonInteractiveClientConfig(*raw, kubeContext, &clientcmd.ConfigOverrides{}, nil).ClientConfig()
 }
 
 func newForConfig(cfg *rest.Config) (*Reader, error) {
