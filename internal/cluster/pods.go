@@ -12,6 +12,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
 	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
@@ -31,8 +32,9 @@ type PodProblem struct {
 	Node, Container string
 	// Reason is Kubernetes' own: Unschedulable, ErrImagePull, ImagePullBackOff, InvalidImageName,
 	// ErrImageNeverPull, CreateContainerConfigError, CreateContainerError, RunContainerError,
-	// CrashLoopBackOff, OOMKilled, NodeNotReady or NodeCordoned; NodesUnread (no pod) when the
-	// credential may not list nodes.
+	// CrashLoopBackOff, OOMKilled, NodeNotReady or NodeCordoned; one of the kubelet's events on a
+	// pod that has not started (FailedPrepareDynamicResources, FailedMount, FailedAttachVolume,
+	// FailedCreatePodSandBox); NodesUnread (no pod) when the credential may not list nodes.
 	Reason, Message string
 	// Restarts is the container's restart count; LastReason and LastExitCode how its previous run
 	// ended (Error, OOMKilled).
@@ -195,8 +197,8 @@ const ComponentLabel = "nvidia.com/dynamo-component"
 // them; if not, report gets one problem saying so (Reason NodesUnread), and pods are still watched.
 func (r *Reader) WatchPodProblems(ctx context.Context, namespace, graph string, report func(PodProblem)) error {
 	type key struct {
-		pod, container, node, reason, outOfService string
-		terminal                                   bool
+		pod, container, node, reason, outOfService, event string
+		terminal                                          bool
 	}
 	var (
 		mu       sync.Mutex
@@ -207,9 +209,15 @@ func (r *Reader) WatchPodProblems(ctx context.Context, namespace, graph string, 
 		bad      = map[string][2]string{}         // node → reason, message
 		badNode  = map[string]*corev1.Node{}      // node → the node, while it is bad
 		waiting  = map[string]*corev1.Pod{}       // unschedulable pods
+		starting = map[string]*corev1.Pod{}       // placed pods not yet running
+		events   = map[types.UID]PodProblem{}     // pod → what the kubelet's last start event says
 	)
 	keyOf := func(p PodProblem) key {
-		return key{p.Pod, p.Container, p.Node, p.Reason, p.OutOfService, p.Terminal}
+		k := key{p.Pod, p.Container, p.Node, p.Reason, p.OutOfService, "", p.Terminal}
+		if slices.Contains(startEvents, p.Reason) {
+			k.event = p.Message // the same event again is not news; another cause, or the IMEX daemon's new state, is
+		}
+		return k
 	}
 	// outOfService names the bad nodes an unschedulable pod could run on: its node selector and
 	// required affinity match them, and it tolerates their taints (but those that say the node is
@@ -241,6 +249,16 @@ func (r *Reader) WatchPodProblems(ctx context.Context, namespace, graph string, 
 			if ps[i].Reason == corev1.PodReasonUnschedulable {
 				ps[i].OutOfService = outOfService(pod)
 			}
+		}
+		return ps
+	}
+	// problemsOf is what a pod's status says, and, while it is placed and not yet running, what the
+	// kubelet's last event on it says.
+	problemsOf := func(pod *corev1.Pod) []PodProblem {
+		ps := withNodes(pod, ProblemsOf(pod))
+		if e, ok := events[pod.UID]; ok && starting[pod.Name] != nil {
+			e.Component, e.Node = pod.Labels[ComponentLabel], pod.Spec.NodeName
+			ps = append(ps, e)
 		}
 		return ps
 	}
@@ -330,7 +348,7 @@ func (r *Reader) WatchPodProblems(ctx context.Context, namespace, graph string, 
 				nodeProblems(n.Name)
 				// An unschedulable pod's account names the nodes out of service it could use.
 				for _, name := range slices.Sorted(maps.Keys(waiting)) {
-					podProblems(name, withNodes(waiting[name], ProblemsOf(waiting[name])))
+					podProblems(name, problemsOf(waiting[name]))
 				}
 				return false, nil
 			})
@@ -341,6 +359,37 @@ func (r *Reader) WatchPodProblems(ctx context.Context, namespace, graph string, 
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+	// The kubelet's events on the pods: what keeps a placed pod from starting before its containers
+	// have a status (startEvents). A credential that may not read events leaves this out.
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		evs := r.dynamic.Resource(eventsResource).Namespace(namespace)
+		_, _ = objwatch.Until(ctx, objwatch.ByFields(startEventSelector, evs.List, evs.Watch), &unstructured.Unstructured{}, nil, func(e watch.Event) (bool, error) {
+			var ev corev1.Event
+			if e.Type == watch.Deleted || !typed(e, &ev) {
+				return false, nil
+			}
+			p, ok := eventProblem(&ev)
+			if !ok {
+				return false, nil
+			}
+			mu.Lock()
+			pod := starting[ev.InvolvedObject.Name]
+			mu.Unlock()
+			if pod == nil || pod.UID != ev.InvolvedObject.UID {
+				return false, nil // not a pod of the graph, or not one waiting to start
+			}
+			p = r.withIMEXState(ctx, namespace, PodProblem{Reason: p.Reason, Message: p.Message, Pod: p.Pod, Node: pod.Spec.NodeName})
+			mu.Lock()
+			defer mu.Unlock()
+			if cur := starting[pod.Name]; cur != nil && cur.UID == ev.InvolvedObject.UID {
+				events[cur.UID] = p
+				podProblems(cur.Name, problemsOf(cur))
+			}
+			return false, nil
+		})
+	}()
 	pods := r.dynamic.Resource(podsResource).Namespace(namespace)
 	// The first listing, before any event is handled: the pods there at the start.
 	start := func(store cache.Store) (bool, error) {
@@ -365,11 +414,18 @@ func (r *Reader) WatchPodProblems(ctx context.Context, namespace, graph string, 
 		}
 		delete(nodeOf, p.Name)
 		delete(waiting, p.Name)
+		delete(starting, p.Name)
 		if e.Type == watch.Deleted || p.DeletionTimestamp != nil {
+			delete(events, p.UID)
 			podProblems(p.Name, nil)
 			return false, nil
 		}
-		ps := withNodes(&p, ProblemsOf(&p))
+		if p.Spec.NodeName != "" && p.Status.Phase == corev1.PodPending {
+			starting[p.Name] = &p
+		} else {
+			delete(events, p.UID)
+		}
+		ps := problemsOf(&p)
 		if len(ps) == 1 && ps[0].Reason == corev1.PodReasonUnschedulable {
 			waiting[p.Name] = &p
 		}

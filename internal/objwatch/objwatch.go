@@ -23,6 +23,12 @@ func ByLabel[L runtime.Object](selector string, list func(context.Context, metav
 	return selecting(metav1.ListOptions{LabelSelector: selector}, list, watchFn)
 }
 
+// ByFields lists and watches the objects a field selector matches.
+func ByFields[L runtime.Object](selector fields.Selector, list func(context.Context, metav1.ListOptions) (L, error),
+	watchFn func(context.Context, metav1.ListOptions) (watch.Interface, error)) cache.ListerWatcher {
+	return selecting(metav1.ListOptions{FieldSelector: selector.String()}, list, watchFn)
+}
+
 // All lists and watches every object of a resource.
 func All[L runtime.Object](list func(context.Context, metav1.ListOptions) (L, error),
 	watchFn func(context.Context, metav1.ListOptions) (watch.Interface, error)) cache.ListerWatcher {

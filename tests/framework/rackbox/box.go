@@ -43,6 +43,7 @@ type Box struct {
 	stopPlay context.CancelFunc
 	played   chan struct{}
 	kubelet  *kubelet
+	players  *tailBuffer
 	stopOnce sync.Once
 	stopErr  error
 }
@@ -143,7 +144,7 @@ func (b *Box) start(ctx context.Context, o Options, pki *kubeletPKI) error {
 			return err
 		}
 	}
-	if err := b.startProvisioner(); err != nil {
+	if err := b.startPlayers(); err != nil {
 		return err
 	}
 	return b.waitNodes(ctx, client.MatchingLabels{PoolLabel: "cpu"}, o.CPUNodes)
@@ -152,10 +153,14 @@ func (b *Box) start(ctx context.Context, o Options, pki *kubeletPKI) error {
 // DriverNamespace is the NVIDIA DRA driver's namespace (its Helm chart's default).
 const DriverNamespace = "nvidia-dra-driver-gpu"
 
-// install creates what a GB200 cluster's operators install: the DRA driver's namespace and its
-// compute-domain DeviceClasses (the driver's chart) and the default RWX storage class.
+// install creates what a GB200 cluster's operators install: the DRA driver's namespace, its IMEX
+// daemons' service account and its compute-domain DeviceClasses (the driver's chart) and the
+// default RWX storage class.
 func (b *Box) install(ctx context.Context) error {
 	if err := b.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: DriverNamespace}}); err != nil {
+		return err
+	}
+	if err := b.Client.Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: DaemonServiceAccount, Namespace: DriverNamespace}}); err != nil {
 		return err
 	}
 	for _, dc := range DeviceClasses() {
@@ -256,6 +261,9 @@ func (b *Box) Logs() string {
 	s := ""
 	for _, p := range b.procs {
 		s += fmt.Sprintf("--- %s (last output)\n%s\n", p.name, tailString(p.out.String(), 4<<10))
+	}
+	if b.players != nil {
+		s += fmt.Sprintf("--- the box's players (last output)\n%s\n", tailString(b.players.String(), 4<<10))
 	}
 	return s
 }

@@ -244,14 +244,16 @@ func TestBox(t *testing.T) {
 		assert.Equal(t, map[string]string{"resource.nvidia.com/computeDomain": string(cd.GetUID()), "resource.nvidia.com/computeDomainTarget": "Workload"}, rct.Labels)
 		assert.Equal(t, rackbox.ChannelDeviceClass, rct.Spec.Spec.Devices.Requests[0].Exactly.DeviceClassName)
 		// Its IMEX DaemonSet, in the driver's namespace, selects the trays the kubelet plugin labels
-		// for the domain: the plugin is played (it needs NVML), so none is, and no daemon runs.
+		// for the domain.
 		ds := &appsv1.DaemonSet{}
 		require.NoError(t, poll.Until(ctx, 30*time.Second, 200*time.Millisecond, "the compute-domain-controller creates the IMEX DaemonSet", func(ctx context.Context) (bool, error) {
 			err := c.Get(ctx, client.ObjectKey{Namespace: rackbox.DriverNamespace, Name: "computedomain-daemon-" + string(cd.GetUID())}, ds)
 			return err == nil, err
 		}))
-		assert.Equal(t, map[string]string{"resource.nvidia.com/computeDomain": string(cd.GetUID())}, ds.Spec.Template.Spec.NodeSelector)
+		assert.Equal(t, map[string]string{rackbox.ComputeDomainLabel: string(cd.GetUID())}, ds.Spec.Template.Spec.NodeSelector)
 
+		// The second tray's IMEX daemon never gets Ready (the box plays it so).
+		setTrayAnnotation(ctx, t, c, "small-tray-02", rackbox.IMEXTroubleAnnotation, rackbox.TroubleNeverReady)
 		labels := map[string]string{"app": "worker"}
 		d := &appsv1.Deployment{
 			ObjectMeta: metav1.ObjectMeta{Namespace: "box", Name: "worker"},
@@ -273,22 +275,103 @@ func TestBox(t *testing.T) {
 		}
 		require.NoError(t, c.Create(ctx, d))
 		var pods corev1.PodList
-		err := poll.Until(ctx, time.Minute, 200*time.Millisecond, "two 4-GPU pods run on the two trays, the third waits for GPUs", func(ctx context.Context) (bool, error) {
-			running, unschedulable := 0, 0
+		// phases counts the workers by tray and phase, and those the scheduler cannot place.
+		phases := func(ctx context.Context) (map[string]corev1.PodPhase, int, error) {
 			if err := c.List(ctx, &pods, client.InNamespace("box"), client.MatchingLabels(labels)); err != nil {
+				return nil, 0, err
+			}
+			on, unschedulable := map[string]corev1.PodPhase{}, 0
+			for _, p := range pods.Items {
+				if p.Spec.NodeName != "" {
+					on[p.Spec.NodeName] = p.Status.Phase
+				}
+				if cond := podCondition(&p, corev1.PodScheduled); cond != nil && cond.Reason == corev1.PodReasonUnschedulable && strings.Contains(cond.Message, "Insufficient nvidia.com/gpu") {
+					unschedulable++
+				}
+			}
+			return on, unschedulable, nil
+		}
+		waiting := map[string]corev1.PodPhase{"small-tray-01": corev1.PodRunning, "small-tray-02": corev1.PodPending}
+		err := poll.Until(ctx, time.Minute, 200*time.Millisecond, "a worker runs on the first tray; the second's waits for its IMEX daemon; the third waits for GPUs", func(ctx context.Context) (bool, error) {
+			on, unschedulable, err := phases(ctx)
+			return err == nil && assert.ObjectsAreEqual(waiting, on) && unschedulable == 1, err
+		})
+		require.NoError(t, err, "%v", &pods)
+		uid := string(cd.GetUID())
+		var waiter corev1.Pod
+		for _, p := range pods.Items {
+			if p.Spec.NodeName == "small-tray-02" {
+				waiter = p
+			}
+		}
+		require.NoError(t, poll.Until(ctx, 30*time.Second, 200*time.Millisecond, "the kubelet records why the second tray's worker does not start", func(ctx context.Context) (bool, error) {
+			var events corev1.EventList
+			if err := c.List(ctx, &events, client.InNamespace("box")); err != nil {
 				return false, err
 			}
-			for _, p := range pods.Items {
-				if p.Status.Phase == corev1.PodRunning && strings.HasPrefix(p.Spec.NodeName, "small-tray-") {
-					running++
-				}
-				for _, cond := range p.Status.Conditions {
-					if cond.Type == corev1.PodScheduled && cond.Reason == corev1.PodReasonUnschedulable && strings.Contains(cond.Message, "Insufficient nvidia.com/gpu") {
-						unschedulable++
-					}
+			for _, e := range events.Items {
+				if e.InvolvedObject.UID == waiter.UID && e.Reason == "FailedPrepareDynamicResources" && e.Source == (corev1.EventSource{Component: "kubelet", Host: "small-tray-02"}) &&
+					strings.HasPrefix(e.Message, "Failed to prepare dynamic resources: NodePrepareResources failed for ResourceClaim ") &&
+					strings.HasSuffix(e.Message, ": error asserting ComputeDomain Ready: current node not ready in ComputeDomain") {
+					return true, nil
 				}
 			}
-			return running == 2 && unschedulable == 1, nil
+			return false, nil
+		}))
+		trays := func(want map[string]string) func(ctx context.Context) (bool, error) {
+			return func(ctx context.Context) (bool, error) {
+				var cliques unstructured.UnstructuredList
+				cliques.SetAPIVersion("resource.nvidia.com/v1beta1")
+				cliques.SetKind("ComputeDomainCliqueList")
+				if err := c.List(ctx, &cliques, client.InNamespace(rackbox.DriverNamespace), client.MatchingLabels{rackbox.ComputeDomainLabel: uid}); err != nil || len(cliques.Items) != 1 {
+					return false, err
+				}
+				if err := c.Get(ctx, client.ObjectKeyFromObject(cd), cd); err != nil {
+					return false, err
+				}
+				inClique, inStatus := map[string]string{}, map[string]string{}
+				daemons, _, _ := unstructured.NestedSlice(cliques.Items[0].Object, "daemons")
+				for _, d := range daemons {
+					m := d.(map[string]any)
+					inClique[m["nodeName"].(string)] = m["status"].(string)
+				}
+				nodes, _, _ := unstructured.NestedSlice(cd.Object, "status", "nodes")
+				for _, n := range nodes {
+					m := n.(map[string]any)
+					inStatus[m["name"].(string)] = m["status"].(string)
+				}
+				return assert.ObjectsAreEqual(want, inClique) && assert.ObjectsAreEqual(want, inStatus), nil
+			}
+		}
+		// The chain as on a real tray: the plugin labels both trays for the domain, the real
+		// DaemonSet places a daemon on each, each daemon enters its tray in the clique, and the
+		// real controller copies the clique into the domain's status.
+		require.NoError(t, poll.Until(ctx, 30*time.Second, 200*time.Millisecond, "both trays in the clique and the domain's status, the second NotReady", trays(map[string]string{
+			"small-tray-01": "Ready", "small-tray-02": "NotReady",
+		})), "%v", cd.Object["status"])
+		for _, tray := range []string{"small-tray-01", "small-tray-02"} {
+			var n corev1.Node
+			require.NoError(t, c.Get(ctx, client.ObjectKey{Name: tray}, &n))
+			assert.Equal(t, uid, n.Labels[rackbox.ComputeDomainLabel], "%s is labelled for the domain", tray)
+		}
+
+		// The daemon replaced by a healthy one: the worker it held starts.
+		setTrayAnnotation(ctx, t, c, "small-tray-02", rackbox.IMEXTroubleAnnotation, "")
+		var daemons corev1.PodList
+		require.NoError(t, c.List(ctx, &daemons, client.InNamespace(rackbox.DriverNamespace), client.MatchingLabels{rackbox.ComputeDomainLabel: uid}))
+		require.Len(t, daemons.Items, 2)
+		for _, p := range daemons.Items {
+			if p.Spec.NodeName == "small-tray-02" {
+				require.NoError(t, c.Delete(ctx, &p))
+			}
+		}
+		require.NoError(t, poll.Until(ctx, time.Minute, 200*time.Millisecond, "both trays Ready in the domain", trays(map[string]string{
+			"small-tray-01": "Ready", "small-tray-02": "Ready",
+		})), "%v", cd.Object["status"])
+		running := map[string]corev1.PodPhase{"small-tray-01": corev1.PodRunning, "small-tray-02": corev1.PodRunning}
+		err = poll.Until(ctx, time.Minute, 200*time.Millisecond, "both workers run; the third waits for GPUs", func(ctx context.Context) (bool, error) {
+			on, unschedulable, err := phases(ctx)
+			return err == nil && assert.ObjectsAreEqual(running, on) && unschedulable == 1, err
 		})
 		require.NoError(t, err, "%v", &pods)
 
@@ -306,9 +389,14 @@ func TestBox(t *testing.T) {
 
 		require.NoError(t, c.Delete(ctx, d))
 		require.NoError(t, c.Delete(ctx, cd))
-		require.NoError(t, poll.Until(ctx, time.Minute, 200*time.Millisecond, "the garbage collector deletes the pods; the controller deletes the templates and the DaemonSet, then removes its finalizer", func(ctx context.Context) (bool, error) {
+		require.NoError(t, poll.Until(ctx, time.Minute, 200*time.Millisecond, "the garbage collector deletes the pods; the plugin unlabels the trays; the controller deletes the templates and the DaemonSet, then removes its finalizer", func(ctx context.Context) (bool, error) {
 			var left corev1.PodList
 			if err := c.List(ctx, &left, client.InNamespace("box"), client.MatchingLabels(labels)); err != nil || len(left.Items) > 0 {
+				return false, err
+			}
+			// The plugin takes its label off the trays once no worker holds the channel.
+			var nodes corev1.NodeList
+			if err := c.List(ctx, &nodes, client.HasLabels{rackbox.ComputeDomainLabel}); err != nil || len(nodes.Items) > 0 {
 				return false, err
 			}
 			// Gone is NotFound: any other error is kept as the wait's last.
@@ -399,4 +487,31 @@ func jobReaches(ctx context.Context, c client.Client, job *batchv1.Job, want bat
 		}
 		return false, nil
 	})
+}
+
+// setTrayAnnotation sets (or, with "", removes) an annotation of a tray.
+func setTrayAnnotation(ctx context.Context, t *testing.T, c client.Client, tray, key, value string) {
+	t.Helper()
+	var n corev1.Node
+	require.NoError(t, c.Get(ctx, client.ObjectKey{Name: tray}, &n))
+	patch := client.MergeFrom(n.DeepCopy())
+	if value == "" {
+		delete(n.Annotations, key)
+	} else {
+		if n.Annotations == nil {
+			n.Annotations = map[string]string{}
+		}
+		n.Annotations[key] = value
+	}
+	require.NoError(t, c.Patch(ctx, &n, patch))
+}
+
+// podCondition is a pod's condition of that type, or nil.
+func podCondition(p *corev1.Pod, typ corev1.PodConditionType) *corev1.PodCondition {
+	for i := range p.Status.Conditions {
+		if p.Status.Conditions[i].Type == typ {
+			return &p.Status.Conditions[i]
+		}
+	}
+	return nil
 }

@@ -17,9 +17,15 @@
 //     wrong on a real tray is played on demand (troubles.go): a pod annotated with a trouble gets
 //     the status a kubelet writes for an image it cannot pull, a crash loop, an OOM kill or a
 //     readiness probe that never passes, and a node made NotReady stops being heartbeated;
-//   - the NVIDIA DRA driver's kubelet plugin (it needs NVML): the ResourceSlice of each tray
-//     (ResourceSlice in rack.go). Without it no tray is labelled for a ComputeDomain, so the
-//     controller's IMEX DaemonSet schedules no daemon (those need GPUs);
+//   - the NVIDIA DRA driver's kubelet plugin (it needs NVML) and its IMEX daemon (it needs an
+//     NVLink fabric): the ResourceSlice of each tray (ResourceSlice in rack.go), and the chain a
+//     worker waits on before it starts (imex.go): the plugin labels the tray for the
+//     ComputeDomain, the controller's real DaemonSet places a daemon there, the played daemon
+//     enters the tray in its ComputeDomainClique once its pod is Ready, the controller copies that
+//     into the ComputeDomain's status, and only then is the worker's claim prepared and the worker
+//     started; until then the tray's kubelet records the plugin's error on the worker. A tray can
+//     be given a daemon that never gets Ready or whose image cannot be pulled
+//     (IMEXTroubleAnnotation);
 //   - the NVIDIA device plugin: each tray registers nvidia.com/gpu capacity;
 //   - a storage provisioner for the RWX class (provisioner.go), the way an external provisioner
 //     answers the PV controller; the binding itself is the PV controller's.

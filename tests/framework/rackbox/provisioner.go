@@ -2,12 +2,18 @@ package rackbox
 
 import (
 	"context"
+	"fmt"
+
+	"github.com/go-logr/logr/funcr"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/kubernetes"
 	clientgoscheme "k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/tools/record"
 	"k8s.io/utils/ptr"
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -17,16 +23,20 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 )
 
-// startProvisioner runs, until Stop, what the box plays in place of a storage system: the
-// provisioner of its storage class.
-func (b *Box) startProvisioner() error {
+// startPlayers runs, until Stop, what the box plays in place of a storage system and of the GPU
+// trays' hardware: the provisioner of its storage class, and each tray's DRA kubelet plugin and
+// IMEX daemon (imex.go).
+func (b *Box) startPlayers() error {
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
 		return err
 	}
 	// Several boxes may run in one process (a test with a cluster of its own): each provisioner is a
 	// controller of its own box, so the process-wide check of unique controller names does not apply.
-	mgr, err := manager.New(b.Config, manager.Options{Scheme: scheme, Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
+	// What the players log (a reconcile's error) is kept with the servers' output (Logs).
+	b.players = &tailBuffer{max: 64 << 10}
+	logger := funcr.New(func(prefix, args string) { _, _ = fmt.Fprintln(b.players, prefix, args) }, funcr.Options{})
+	mgr, err := manager.New(b.Config, manager.Options{Scheme: scheme, Logger: logger, Metrics: metricsserver.Options{BindAddress: "0"}, HealthProbeBindAddress: "0",
 		Controller: config.Controller{SkipNameValidation: ptr.To(true)}})
 	if err != nil {
 		return err
@@ -35,10 +45,22 @@ func (b *Box) startProvisioner() error {
 		Complete(&provisioner{c: mgr.GetClient()}); err != nil {
 		return err
 	}
+	kube, err := kubernetes.NewForConfig(b.Config)
+	if err != nil {
+		return err
+	}
+	events := record.NewBroadcaster()
+	events.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: kube.CoreV1().Events("")})
 	ctx, cancel := context.WithCancel(context.Background())
+	if err := startTrays(ctx, mgr, events); err != nil {
+		cancel()
+		events.Shutdown()
+		return err
+	}
 	b.stopPlay, b.played = cancel, make(chan struct{})
 	go func() {
 		defer close(b.played)
+		defer events.Shutdown()
 		_ = mgr.Start(ctx)
 	}()
 	return nil

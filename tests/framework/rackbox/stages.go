@@ -2,6 +2,7 @@ package rackbox
 
 import (
 	"fmt"
+	"regexp"
 	"strings"
 )
 
@@ -119,7 +120,11 @@ spec:
         status: {{ .status | Quote }}
         type: {{ .type | Quote }}
       {{ end }}
----
+`
+
+// podReadyStage starts a pod bound to a node and makes it Ready about a second later (see
+// lifeStages); claimGated runs it only once a pod's DRA claims are prepared.
+const podReadyStage = `
 apiVersion: kwok.x-k8s.io/v1alpha1
 kind: Stage
 metadata:
@@ -195,9 +200,9 @@ spec:
     delete: true
 `
 
-// stages is kwok's configuration: lifeStages, the stages that end Job and smoke-test pods, and
-// deleteStages.
-var stages = lifeStages + strings.Join([]string{
+// stages is kwok's configuration: lifeStages, podReadyStage, the stages that end Job and smoke-test
+// pods, the troubles and deleteStages.
+var stages = lifeStages + claimGated(podReadyStage) + strings.Join([]string{
 	podEnd("job-pod-succeed", []string{
 		match(".metadata.ownerReferences.[].kind", "In", "Job"),
 		match(`.metadata.labels["app.kubernetes.io/component"]`, "NotIn", "smoke-test"),
@@ -238,7 +243,32 @@ var stages = lifeStages + strings.Join([]string{
 		match(`.metadata.labels["app.kubernetes.io/component"]`, "In", "smoke-test"),
 		match(".spec.containers.[0].image", "In", FailingImage),
 	}, 1, "Error", `{"passed": false, "request": "POST /v1/chat/completions", "status": 503, "body": "(rackbox: no model runs here; this result is set by a kwok stage)"}`, "Failed"),
-}, "") + troubleStages + "---" + deleteStages
+}, "") + claimGated(troubleStages) + "---" + deleteStages
+
+// claimGated is each stage of stages (YAML documents) that starts a pod, twice: for a pod without
+// DRA claims, and (named <stage>-claims-prepared) for a pod whose claims the box's kubelet plugin
+// has prepared (ClaimsPreparedAnnotation, imex.go). A kubelet starts no container of a pod whose
+// claims are not prepared; kwok's selectors cannot say "or", hence the two.
+func claimGated(stages string) string {
+	var out strings.Builder
+	for _, doc := range regexp.MustCompile(`(?m)^---$`).Split(stages, -1) {
+		if strings.TrimSpace(doc) == "" {
+			continue
+		}
+		for _, gate := range []struct{ suffix, expr string }{
+			{"", absent(".spec.resourceClaims")},
+			{"-claims-prepared", match(`.metadata.annotations["`+ClaimsPreparedAnnotation+`"]`, "In", "true")},
+		} {
+			d := stageName.ReplaceAllString(doc, "${1}"+gate.suffix)
+			d = strings.Replace(d, "    matchExpressions:\n", "    matchExpressions:\n"+gate.expr, 1)
+			out.WriteString("---" + d)
+		}
+	}
+	return out.String()
+}
+
+// stageName is a stage's name in its YAML.
+var stageName = regexp.MustCompile(`(?m)^(  name: \S+)$`)
 
 // match is one of a stage selector's matchExpressions.
 func match(key, operator, value string) string {

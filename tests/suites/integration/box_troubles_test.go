@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -11,6 +12,7 @@ import (
 	"github.com/pulumi/pulumi/sdk/v3/go/auto"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"minimax-m3/tests/framework/poll"
@@ -123,4 +125,79 @@ func TestBoxUpStopsOnAFailureThatDoesNotClear(t *testing.T) {
 // troubleKey is the config key of a role's pod annotation that makes the box play a trouble.
 func troubleKey(role string) string {
 	return fmt.Sprintf("minimax-m3:%s.podAnnotations[%q]", role, rackbox.TroubleAnnotation)
+}
+
+// A worker waits for the IMEX daemon of its tray (the box plays the DRA driver's kubelet plugin and
+// the daemon; the compute-domain-controller and its DaemonSet are real): on one tray the daemon runs
+// but never gets Ready, on another its image cannot be pulled. `up` names what each worker waits
+// for, from the kubelet's events and the ComputeDomain's status, and goes on waiting (neither is
+// terminal); once the trays' daemons are replaced by healthy ones, the workers start and `up`
+// ends Ready.
+func TestBoxAWorkerWaitsForItsTraysIMEXDaemon(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	const ns = "box-imex"
+	r := addRack(t, rackbox.NVL72("imex").WithGPUs(12))
+	trays := r.NodeNames()
+	troubled := map[string]string{trays[0]: rackbox.TroubleNeverReady, trays[1]: rackbox.TroubleImagePull}
+	for tray, trouble := range troubled {
+		require.NoError(t, setNodeAnnotation(ctx, tray, rackbox.IMEXTroubleAnnotation, trouble))
+	}
+	s := newBoxStack(t, "agg", ns, r, nil)
+	done := make(chan error, 1)
+	go func() {
+		_, _, err := s.up(ctx)
+		done <- err
+	}()
+	want := map[string]string{
+		trays[0]: "the IMEX daemon on node " + trays[0] + " is NotReady in ComputeDomain ",
+		trays[1]: " has no IMEX daemon on node " + trays[1] + " yet (not started: not placed, or its image not pulled): the worker waits for it",
+	}
+	named := poll.Until(ctx, 3*time.Minute, time.Second, "up names what the workers on both troubled trays wait for", func(context.Context) (bool, error) {
+		log := s.log.String()
+		for tray, says := range want {
+			if !regexp.MustCompile(`pod \S+ \(component Worker\) on node ` + regexp.QuoteMeta(tray) + `: FailedPrepareDynamicResources: Failed to prepare dynamic resources: ` +
+				`[^\n]*error asserting ComputeDomain Ready: current node not ready in ComputeDomain \([^\n]*` + regexp.QuoteMeta(says)).MatchString(log) {
+				return false, nil
+			}
+		}
+		return true, nil
+	})
+	// Healthy daemons in their place: the troubles off the trays, the troubled daemons deleted (their
+	// DaemonSet makes new ones).
+	for tray := range troubled {
+		require.NoError(t, setNodeAnnotation(ctx, tray, rackbox.IMEXTroubleAnnotation, ""))
+	}
+	var daemons corev1.PodList
+	require.NoError(t, box.Client.List(ctx, &daemons, client.InNamespace(rackbox.DriverNamespace)))
+	for _, p := range daemons.Items {
+		if _, ok := troubled[p.Spec.NodeName]; ok {
+			require.NoError(t, client.IgnoreNotFound(box.Client.Delete(ctx, &p)))
+		}
+	}
+	err := <-done
+	require.NoError(t, named, s.log.String())
+	require.NoError(t, err, s.log.String())
+	assert.NotContains(t, s.log.String(), "cannot become Ready without a change")
+	for _, p := range podsOf(t, ns, client.MatchingLabels{"nvidia.com/dynamo-component": "Worker"}) {
+		assert.Equal(t, "true", p.Annotations[rackbox.ClaimsPreparedAnnotation], "%s started once its claim was prepared", p.Name)
+	}
+}
+
+// setNodeAnnotation sets (or, with "", removes) an annotation of a node.
+func setNodeAnnotation(ctx context.Context, node, key, value string) error {
+	var n corev1.Node
+	if err := box.Client.Get(ctx, client.ObjectKey{Name: node}, &n); err != nil {
+		return err
+	}
+	patch := client.MergeFrom(n.DeepCopy())
+	if value == "" {
+		delete(n.Annotations, key)
+	} else {
+		if n.Annotations == nil {
+			n.Annotations = map[string]string{}
+		}
+		n.Annotations[key] = value
+	}
+	return box.Client.Patch(ctx, &n, patch)
 }

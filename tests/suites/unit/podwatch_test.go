@@ -2,6 +2,7 @@ package unit
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -39,8 +40,7 @@ func TestWatchPodProblemsReportsEachOnceWhileItLasts(t *testing.T) {
 		}
 		return toUnstructured(t, p)
 	}
-	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
-		map[schema.GroupVersionResource]string{pods: "PodList", nodes: "NodeList"}, node(corev1.ConditionTrue), pod(3))
+	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), watchedKinds, node(corev1.ConditionTrue), pod(3))
 	r := cluster.NewFromClients(nil, dyn)
 
 	ctx, cancel := context.WithCancel(context.Background())
@@ -116,7 +116,6 @@ func TestWatchPodProblemsReportsEachOnceWhileItLasts(t *testing.T) {
 // rack kept for another team by a taint it does not tolerate), and again when that changes (the
 // tray back, another NotReady).
 func TestAnUnschedulablePodNamesTheTraysOutOfService(t *testing.T) {
-	pods := schema.GroupVersionResource{Version: "v1", Resource: "pods"}
 	nodes := schema.GroupVersionResource{Version: "v1", Resource: "nodes"}
 	node := func(name, rack string, cordoned bool, ready corev1.ConditionStatus, taints ...corev1.Taint) *unstructured.Unstructured {
 		n := &corev1.Node{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Node"}, ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{"rack": rack}},
@@ -133,7 +132,7 @@ func TestAnUnschedulablePodNamesTheTraysOutOfService(t *testing.T) {
 		Spec:       corev1.PodSpec{NodeSelector: map[string]string{"rack": "a"}},
 		Status: corev1.PodStatus{Conditions: []corev1.PodCondition{{Type: corev1.PodScheduled, Status: corev1.ConditionFalse, Reason: corev1.PodReasonUnschedulable,
 			Message: "0/3 nodes are available: 1 node(s) were unschedulable, 2 Insufficient nvidia.com/gpu."}}}}
-	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{pods: "PodList", nodes: "NodeList"},
+	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), watchedKinds,
 		node("tray-a1", "a", true, corev1.ConditionTrue), node("tray-a2", "a", false, corev1.ConditionTrue), node("tray-b1", "b", true, corev1.ConditionTrue),
 		// Another team's tray of the same rack, kept for them by a taint this pod does not tolerate.
 		node("tray-a3", "a", true, corev1.ConditionTrue, corev1.Taint{Key: "example.com/team-b", Value: "only", Effect: corev1.TaintEffectNoSchedule}),
@@ -173,6 +172,88 @@ func TestAnUnschedulablePodNamesTheTraysOutOfService(t *testing.T) {
 	_, err = dyn.Resource(nodes).Update(ctx, node("tray-a2", "a", false, corev1.ConditionFalse), metav1.UpdateOptions{})
 	require.NoError(t, err)
 	until("tray-a2 (NodeNotReady)")
+}
+
+// A worker placed on a tray whose IMEX daemon is not Ready has no container status yet: what holds
+// it is in the kubelet's events (the DRA driver's plugin cannot prepare its channel), and `up` names
+// it with what the ComputeDomain says of the tray. Once the pod runs, the event is history.
+func TestAWorkerHeldForItsIMEXDaemonSaysWhatItWaitsFor(t *testing.T) {
+	pods := schema.GroupVersionResource{Version: "v1", Resource: "pods"}
+	events := schema.GroupVersionResource{Version: "v1", Resource: "events"}
+	worker := &corev1.Pod{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
+		ObjectMeta: metav1.ObjectMeta{Namespace: "inference", Name: "g-worker-a", UID: "uid-a", Labels: map[string]string{cluster.GraphLabel: "g", cluster.ComponentLabel: "Worker"}},
+		Spec:       corev1.PodSpec{NodeName: "tray-01"},
+		Status:     corev1.PodStatus{Phase: corev1.PodPending}}
+	// Another stack's pod in the namespace, held the same way: not this graph's account.
+	other := worker.DeepCopy()
+	other.Name, other.UID, other.Labels[cluster.GraphLabel] = "h-worker-a", "uid-h", "h"
+	cd := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "resource.nvidia.com/v1beta1", "kind": "ComputeDomain",
+		"metadata": map[string]any{"namespace": "inference", "name": "g-compute-domain"},
+		"status":   map[string]any{"nodes": []any{map[string]any{"name": "tray-01", "status": "NotReady"}}}}}
+	event := func(pod *corev1.Pod, reason string) *unstructured.Unstructured {
+		return toUnstructured(t, &corev1.Event{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Event"},
+			ObjectMeta:     metav1.ObjectMeta{Namespace: "inference", Name: pod.Name + "." + reason},
+			InvolvedObject: corev1.ObjectReference{Kind: "Pod", Namespace: "inference", Name: pod.Name, UID: pod.UID},
+			Type:           corev1.EventTypeWarning, Reason: reason, Source: corev1.EventSource{Component: "kubelet", Host: "tray-01"},
+			Message: "Failed to prepare dynamic resources: NodePrepareResources failed for ResourceClaim g-worker-a-channel: error preparing devices for claim " +
+				"'inference/g-worker-a-channel:1': prepare devices failed: error applying config: error asserting ComputeDomain Ready: current node not ready in ComputeDomain"})
+	}
+	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), watchedKinds, toUnstructured(t, worker), toUnstructured(t, other), cd)
+	r := cluster.NewFromClients(nil, dyn)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	reports := make(chan cluster.PodProblem, 16)
+	go func() { _ = r.WatchPodProblems(ctx, "inference", "g", func(p cluster.PodProblem) { reports <- p }) }()
+	create := func(obj *unstructured.Unstructured) {
+		_, err := dyn.Resource(events).Namespace("inference").Create(ctx, obj, metav1.CreateOptions{})
+		require.NoError(t, err)
+	}
+	// The watches may start after the events are made: each is made again until reported, as the
+	// kubelet records it again at each retry.
+	var p cluster.PodProblem
+	for i := 0; p.Pod == ""; i++ {
+		require.Less(t, i, 40, "no report of the held worker")
+		ev, otherEv := event(worker, "FailedPrepareDynamicResources"), event(other, "FailedPrepareDynamicResources")
+		ev.SetName(fmt.Sprintf("%s.%d", ev.GetName(), i))
+		otherEv.SetName(fmt.Sprintf("%s.%d", otherEv.GetName(), i))
+		create(otherEv)
+		create(ev)
+		select {
+		case p = <-reports:
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+	assert.Equal(t, "g-worker-a", p.Pod)
+	assert.False(t, p.Terminal, "the daemon may yet get Ready")
+	assert.Equal(t, "pod g-worker-a (component Worker) on node tray-01: FailedPrepareDynamicResources: Failed to prepare dynamic resources: "+
+		"NodePrepareResources failed for ResourceClaim g-worker-a-channel: error preparing devices for claim 'inference/g-worker-a-channel:1': prepare devices failed: "+
+		"error applying config: error asserting ComputeDomain Ready: current node not ready in ComputeDomain "+
+		"(the IMEX daemon on node tray-01 is NotReady in ComputeDomain g-compute-domain: the worker waits for it)", p.String())
+	select {
+	case again := <-reports:
+		t.Errorf("reported again: %s", again)
+	case <-time.After(time.Second):
+	}
+	// Running now: the next event of its kind (a late one) is not reported.
+	worker.Status.Phase = corev1.PodRunning
+	_, err := dyn.Resource(pods).Namespace("inference").Update(ctx, toUnstructured(t, worker), metav1.UpdateOptions{})
+	require.NoError(t, err)
+	time.Sleep(200 * time.Millisecond)
+	late := event(worker, "FailedMount")
+	create(late)
+	select {
+	case again := <-reports:
+		t.Errorf("reported for a running pod: %s", again)
+	case <-time.After(time.Second):
+	}
+}
+
+// watchedKinds are the list kinds of what WatchPodProblems watches, for the fake dynamic client.
+var watchedKinds = map[schema.GroupVersionResource]string{
+	{Version: "v1", Resource: "pods"}:                                              "PodList",
+	{Version: "v1", Resource: "nodes"}:                                             "NodeList",
+	{Version: "v1", Resource: "events"}:                                            "EventList",
+	{Group: "resource.nvidia.com", Version: "v1beta1", Resource: "computedomains"}: "ComputeDomainList",
 }
 
 func toUnstructured(t *testing.T, obj any) *unstructured.Unstructured {
