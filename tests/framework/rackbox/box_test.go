@@ -409,6 +409,33 @@ func TestBox(t *testing.T) {
 		}))
 	})
 
+	t.Run("a pod that stops after its grace period is there until it ends", func(t *testing.T) {
+		p := &corev1.Pod{
+			ObjectMeta: metav1.ObjectMeta{Namespace: "box", Name: "draining", Annotations: map[string]string{rackbox.StopAnnotation: rackbox.StopAfterGrace}},
+			Spec: corev1.PodSpec{NodeName: "cpu-01", TerminationGracePeriodSeconds: ptr.To[int64](3),
+				Containers: []corev1.Container{{Name: "main", Image: "engine"}}},
+		}
+		require.NoError(t, c.Create(ctx, p))
+		require.NoError(t, poll.Until(ctx, 30*time.Second, 200*time.Millisecond, "the pod runs", func(ctx context.Context) (bool, error) {
+			err := c.Get(ctx, client.ObjectKeyFromObject(p), p)
+			return err == nil && p.Status.Phase == corev1.PodRunning, err
+		}))
+		require.NoError(t, c.Delete(ctx, p))
+		// A pod without the annotation is gone half a second after its deletion; this one not
+		// before its deletionTimestamp, 3 s after it.
+		time.Sleep(1500 * time.Millisecond)
+		require.NoError(t, c.Get(ctx, client.ObjectKeyFromObject(p), p), "still there, within its grace period")
+		require.NotNil(t, p.DeletionTimestamp)
+		require.NoError(t, poll.Until(ctx, 30*time.Second, 200*time.Millisecond, "the pod is gone after its grace period", func(ctx context.Context) (bool, error) {
+			err := c.Get(ctx, client.ObjectKeyFromObject(p), &corev1.Pod{})
+			if apierrors.IsNotFound(err) {
+				return true, nil
+			}
+			return false, err
+		}))
+		assert.False(t, time.Now().Before(p.DeletionTimestamp.Time), "not before its deletionTimestamp")
+	})
+
 	// Each trouble a test can give a pod: the status a real kubelet writes in that state. A node
 	// made NotReady stays so (the box's kubelets no longer heartbeat it). Last: the node stays
 	// NotReady.

@@ -178,8 +178,19 @@ spec:
       startTime: {{ $now | Quote }}
 `
 
-// deleteStages remove a deleted pod once its finalizers are gone (see lifeStages).
-const deleteStages = `
+// A pod annotated StopAnnotation: StopAfterGrace takes its whole terminationGracePeriodSeconds to
+// stop once deleted, as an engine that drains its requests until the kubelet kills it: its GPUs
+// are held until then. Every other deleted pod is gone half a second later (an engine that exits
+// at once on SIGTERM).
+const (
+	StopAnnotation = "rackbox.minimax-m3.io/stop"
+	StopAfterGrace = "after-grace"
+)
+
+// deleteStages remove a deleted pod once its finalizers are gone (see lifeStages): half a second
+// later, or at the end of its grace period (StopAfterGrace; the API server sets its
+// deletionTimestamp that far ahead).
+var deleteStages = fmt.Sprintf(`
 apiVersion: kwok.x-k8s.io/v1alpha1
 kind: Stage
 metadata:
@@ -194,11 +205,32 @@ spec:
       operator: 'Exists'
     - key: '.metadata.finalizers'
       operator: 'DoesNotExist'
-  delay:
+%[1]s  delay:
     durationMilliseconds: 500
   next:
     delete: true
-`
+---
+apiVersion: kwok.x-k8s.io/v1alpha1
+kind: Stage
+metadata:
+  name: pod-delete-after-grace
+spec:
+  resourceRef:
+    apiGroup: v1
+    kind: Pod
+  selector:
+    matchExpressions:
+    - key: '.metadata.deletionTimestamp'
+      operator: 'Exists'
+    - key: '.metadata.finalizers'
+      operator: 'DoesNotExist'
+%[2]s  delay:
+    durationMilliseconds: 0
+    durationFrom:
+      expressionFrom: '.metadata.deletionTimestamp'
+  next:
+    delete: true
+`, match(`.metadata.annotations["`+StopAnnotation+`"]`, "NotIn", StopAfterGrace), match(`.metadata.annotations["`+StopAnnotation+`"]`, "In", StopAfterGrace))
 
 // stages is kwok's configuration: lifeStages, podReadyStage, the stages that end Job and smoke-test
 // pods, the troubles and deleteStages.
