@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -25,8 +27,8 @@ type GraphStatusWatcher interface {
 	// under it, with Kubernetes' reason, until ctx ends.
 	WatchPodProblems(ctx context.Context, namespace, graph string, report func(cluster.PodProblem)) error
 	// WaitGraphReady returns once the graph is Ready for generation and restartID
-	// (cluster.ReadyFor), or with ctx's error; the last Ready condition seen is in *last.
-	WaitGraphReady(ctx context.Context, namespace, name string, generation int64, restartID string, last *cluster.Condition) error
+	// (cluster.ReadyFor), or with ctx's error; what it last saw of the graph is in seen.
+	WaitGraphReady(ctx context.Context, namespace, name string, generation int64, restartID string, seen *cluster.GraphSeen) error
 }
 
 // The cluster's reader is the watcher `up` uses (components.Deploy finds it by this interface).
@@ -94,7 +96,8 @@ func followGraph(ctx *pulumi.Context, w GraphStatusWatcher, g *Graph, dgd *apiex
 			return result{[]pulumi.Resource{dgd}, written}, nil
 		}
 		_ = ctx.Log.Info(fmt.Sprintf("waiting for DynamoGraphDeployment %s/%s to be Ready at generation %d (at most %s)", ns, name, written, budget), &pulumi.LogArgs{Resource: g})
-		if err := wait.untilReady(rctx, w, int64(written), budget, seen); err != nil {
+		warn := func(m string) { _ = ctx.Log.Warn(m, &pulumi.LogArgs{Resource: g}) }
+		if err := wait.untilReady(rctx, w, int64(written), budget, seen, warn); err != nil {
 			_ = ctx.Log.Error(err.Error(), &pulumi.LogArgs{Resource: dgd})
 			return result{}, err
 		}
@@ -105,11 +108,13 @@ func followGraph(ctx *pulumi.Context, w GraphStatusWatcher, g *Graph, dgd *apiex
 }
 
 // untilReady waits for the graph to be Ready for generation, ending early on a terminal problem.
-func (w *graphWait) untilReady(ctx context.Context, watcher GraphStatusWatcher, generation int64, budget time.Duration, seen *problemLog) error {
+// A component whose replica counts stand still below its replicas is warned of as a stalled
+// rollout (stalledRollouts).
+func (w *graphWait) untilReady(ctx context.Context, watcher GraphStatusWatcher, generation int64, budget time.Duration, seen *problemLog, warn func(string)) error {
 	wctx, cancel := context.WithTimeout(ctx, budget)
 	defer cancel()
 	var (
-		last     cluster.Condition
+		graph    cluster.GraphSeen
 		terminal *cluster.PodProblem
 	)
 	stopped := make(chan struct{})
@@ -122,9 +127,19 @@ func (w *graphWait) untilReady(ctx context.Context, watcher GraphStatusWatcher, 
 		}
 		close(stopped)
 	}()
-	err := watcher.WaitGraphReady(wctx, w.namespace, w.name, generation, w.restartID, &last)
+	// A rollout is stalled when its counts stand still for a minute, or for a third of
+	// readiness.timeout if that is shorter.
+	stall := min(time.Minute, w.create/3)
+	stallsDone := make(chan struct{})
+	go func() {
+		defer close(stallsDone)
+		w.stalledRollouts(wctx, &graph, stall, warn)
+	}()
+	err := watcher.WaitGraphReady(wctx, w.namespace, w.name, generation, w.restartID, &graph)
 	cancel()
 	<-stopped
+	<-stallsDone
+	last := graph.Ready()
 	switch {
 	case terminal != nil:
 		return fmt.Errorf("DynamoGraphDeployment %s/%s cannot become Ready without a change: %s "+
@@ -142,6 +157,9 @@ func (w *graphWait) untilReady(ctx context.Context, watcher GraphStatusWatcher, 
 		if last.Status != "" {
 			msg += fmt.Sprintf("; the operator's Ready condition: %s, %s: %s", last.Status, last.Reason, last.Message)
 		}
+		if short := shortComponents(graph.Components()); short != "" {
+			msg += "; its components: " + short
+		}
 		if ps := seen.recent(); len(ps) > 0 {
 			msg += "; what kept its pods from running: " + strings.Join(ps, "; ")
 		}
@@ -149,6 +167,48 @@ func (w *graphWait) untilReady(ctx context.Context, watcher GraphStatusWatcher, 
 	default:
 		return fmt.Errorf("DynamoGraphDeployment %s/%s: waiting for Ready: %w", w.namespace, w.name, err)
 	}
+}
+
+// stalledRollouts warns, once per state, of each component whose replica counts have not changed
+// for stall while fewer than its replicas are Ready: a rollout at part capacity whose next pod does
+// not come (the warnings of its pods say why, when Kubernetes knows).
+func (w *graphWait) stalledRollouts(ctx context.Context, graph *cluster.GraphSeen, stall time.Duration, warn func(string)) {
+	tick := time.NewTicker(stall / 4)
+	defer tick.Stop()
+	last := map[string]cluster.Replicas{}
+	since := map[string]time.Time{} // when a component's counts last changed
+	warned := map[string]cluster.Replicas{}
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		for name, r := range graph.Components() {
+			if prev, ok := last[name]; !ok || prev != r {
+				last[name], since[name] = r, time.Now()
+				continue
+			}
+			if r.Ready >= r.Replicas || warned[name] == r || time.Since(since[name]) < stall {
+				continue
+			}
+			warned[name] = r
+			warn(fmt.Sprintf("DynamoGraphDeployment %s/%s: the rollout of component %s stands at part capacity: %s, unchanged for %s "+
+				"(the warnings of its pods say what keeps the next one; up waits for Ready until readiness.timeout, %s: Ctrl-C stops waiting)",
+				w.namespace, w.name, name, r, stall, w.timeout))
+		}
+	}
+}
+
+// shortComponents names the components with fewer Ready than their replicas, and their counts.
+func shortComponents(cs map[string]cluster.Replicas) string {
+	var out []string
+	for _, name := range slices.Sorted(maps.Keys(cs)) {
+		if r := cs[name]; r.Ready < r.Replicas {
+			out = append(out, name+" "+r.String())
+		}
+	}
+	return strings.Join(out, ", ")
 }
 
 // problemLog keeps the problems of the graph's pods reported during the wait, and hands the first

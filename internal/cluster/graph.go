@@ -3,6 +3,8 @@ package cluster
 import (
 	"context"
 	"fmt"
+	"maps"
+	"sync"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -179,18 +181,70 @@ func ReadyFor(g *unstructured.Unstructured, generation int64, restartID string) 
 }
 
 // WaitGraphReady returns once the graph is Ready for generation and restartID (ReadyFor), or with
-// ctx's error when ctx ends first. The last Ready condition seen is in *last, for a message.
-func (r *Reader) WaitGraphReady(ctx context.Context, namespace, name string, generation int64, restartID string, last *Condition) error {
+// ctx's error when ctx ends first. What it last saw of the graph is in seen, for messages.
+func (r *Reader) WaitGraphReady(ctx context.Context, namespace, name string, generation int64, restartID string, seen *GraphSeen) error {
 	graphs := r.dynamic.Resource(GraphResource).Namespace(namespace)
 	_, err := objwatch.Until(ctx, objwatch.ByName(name, graphs.List, graphs.Watch), &unstructured.Unstructured{}, nil, func(e watch.Event) (bool, error) {
 		g, ok := e.Object.(*unstructured.Unstructured)
 		if !ok || e.Type == watch.Deleted {
 			return false, nil
 		}
-		if c, ok := ReadyCondition(g); ok && last != nil {
-			*last = c
-		}
+		seen.Saw(g)
 		return ReadyFor(g, generation, restartID), nil
 	})
 	return err
+}
+
+// Replicas are a component's replica counts as the operator reports them (status.components).
+type Replicas struct{ Replicas, Updated, Ready int64 }
+
+func (r Replicas) String() string {
+	return fmt.Sprintf("%d of %d ready, %d updated", r.Ready, r.Replicas, r.Updated)
+}
+
+// ComponentsOf are the graph's components' replica counts.
+func ComponentsOf(g *unstructured.Unstructured) map[string]Replicas {
+	cs, _, _ := unstructured.NestedMap(g.Object, "status", "components")
+	out := map[string]Replicas{}
+	for name, c := range cs {
+		m, _ := c.(map[string]any)
+		n := func(k string) int64 { v, _ := m[k].(int64); return v }
+		out[name] = Replicas{Replicas: n("replicas"), Updated: n("updatedReplicas"), Ready: n("readyReplicas")}
+	}
+	return out
+}
+
+// GraphSeen is what a wait last saw of a graph: its Ready condition and its components' replica
+// counts. Safe to read while the wait writes it; a nil GraphSeen keeps nothing.
+type GraphSeen struct {
+	mu         sync.Mutex
+	ready      Condition
+	components map[string]Replicas
+}
+
+// Saw records the graph as seen now.
+func (s *GraphSeen) Saw(g *unstructured.Unstructured) {
+	if s == nil {
+		return
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if c, ok := ReadyCondition(g); ok {
+		s.ready = c
+	}
+	s.components = ComponentsOf(g)
+}
+
+// Ready is the last Ready condition seen.
+func (s *GraphSeen) Ready() Condition {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.ready
+}
+
+// Components are the components' last replica counts seen.
+func (s *GraphSeen) Components() map[string]Replicas {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return maps.Clone(s.components)
 }

@@ -390,6 +390,10 @@ func TestBoxFullRackRecipeRolloutWaitsForAGPU(t *testing.T) {
 	}
 	assert.Contains(t, s.log.String(), "cannot be scheduled: Unschedulable: 0/", "up shows the scheduler's reason while it waits")
 	assert.Contains(t, s.log.String(), "Insufficient nvidia.com/gpu")
+	// The rollout standing still is named within a third of readiness.timeout (15 s), and the
+	// error gives the components' counts.
+	assert.Regexp(t, `the rollout of component \S+ stands at part capacity: [0-2] of 3 ready, \d updated, unchanged for 15s`, s.log.String())
+	assert.Regexp(t, `its components: [^;]*\b[0-2] of 3 ready, \d updated`, err.Error())
 	assert.Contains(t, s.log.String(), "minimax-m3:worker.rollout: this update replaces Worker's pods, and its rollout starts 1 pod(s) (4 GPUs) beside its 3",
 		"up warned before it started")
 	running := 0

@@ -203,7 +203,7 @@ func (w *watchingCluster) WatchPodProblems(ctx context.Context, _, _ string, rep
 	return ctx.Err()
 }
 
-func (w *watchingCluster) WaitGraphReady(ctx context.Context, _, _ string, _ int64, _ string, last *cluster.Condition) error {
+func (w *watchingCluster) WaitGraphReady(ctx context.Context, _, _ string, _ int64, _ string, seen *cluster.GraphSeen) error {
 	w.waits++
 	if w.ready {
 		return nil
@@ -215,7 +215,13 @@ func (w *watchingCluster) WaitGraphReady(ctx context.Context, _, _ string, _ int
 	<-w.reportedChan() // what a real wait sees before its end
 	deadline, _ := ctx.Deadline()
 	w.budget <- time.Until(deadline).Round(time.Hour)
-	*last = cluster.Condition{Status: "False", Reason: "some_resources_are_not_ready", Message: "Worker: 1/3 ready"}
+	seen.Saw(&unstructured.Unstructured{Object: map[string]any{"status": map[string]any{
+		"conditions": []any{map[string]any{"type": "Ready", "status": "False", "reason": "some_resources_are_not_ready", "message": "Worker: 1/3 ready"}},
+		"components": map[string]any{
+			"Frontend": map[string]any{"replicas": int64(1), "updatedReplicas": int64(1), "readyReplicas": int64(1)},
+			"Worker":   map[string]any{"replicas": int64(3), "updatedReplicas": int64(1), "readyReplicas": int64(1)},
+		},
+	}}})
 	return context.DeadlineExceeded
 }
 
@@ -271,6 +277,7 @@ func TestTheGraphWaitsBudgetAndTimeoutMessage(t *testing.T) {
 		assert.Equal(t, want, <-w.budget, "generation before: %d", before)
 		assert.Contains(t, err.Error(), "was not Ready at generation 1 within "+want.String())
 		assert.Contains(t, err.Error(), "; the operator's Ready condition: False, some_resources_are_not_ready: Worker: 1/3 ready; "+
+			"its components: Worker 1 of 3 ready, 1 updated; "+
 			"what kept its pods from running: pod g-frontend-x (component Frontend) on node tray-01, container main: ImagePullBackOff: Back-off pulling image")
 	}
 }
