@@ -392,8 +392,9 @@ func TestBoxFullRackRecipeRolloutWaitsForAGPU(t *testing.T) {
 	assert.Contains(t, s.log.String(), "Insufficient nvidia.com/gpu")
 	// The rollout standing still is named within a third of readiness.timeout (15 s), and the
 	// error gives the components' counts.
-	assert.Regexp(t, `the rollout of component \S+ stands at part capacity: [0-2] of 3 ready, \d updated, unchanged for 15s`, s.log.String())
-	assert.Regexp(t, `its components: [^;]*\b[0-2] of 3 ready, \d updated`, err.Error())
+	// (The operator counts the surge pod among the replicas.)
+	assert.Regexp(t, `the rollout of component Worker stands at part capacity: [0-3] of [34] ready, [01] updated, unchanged for 15s`, s.log.String())
+	assert.Regexp(t, `its components: [^;]*Worker [0-3] of [34] ready, [01] updated`, err.Error())
 	assert.Contains(t, s.log.String(), "minimax-m3:worker.rollout: this update replaces Worker's pods, and its rollout starts 1 pod(s) (4 GPUs) beside its 3",
 		"up warned before it started")
 	running := 0
