@@ -253,7 +253,7 @@ func TestBox(t *testing.T) {
 		assert.Equal(t, map[string]string{rackbox.ComputeDomainLabel: string(cd.GetUID())}, ds.Spec.Template.Spec.NodeSelector)
 
 		// The second tray's IMEX daemon never gets Ready (the box plays it so).
-		setTrayAnnotation(ctx, t, c, "small-tray-02", rackbox.IMEXTroubleAnnotation, rackbox.TroubleNeverReady)
+		require.NoError(t, b.AnnotateNode(ctx, "small-tray-02", rackbox.IMEXTroubleAnnotation, rackbox.TroubleNeverReady))
 		labels := map[string]string{"app": "worker"}
 		d := &appsv1.Deployment{
 			ObjectMeta: metav1.ObjectMeta{Namespace: "box", Name: "worker"},
@@ -356,7 +356,7 @@ func TestBox(t *testing.T) {
 		}
 
 		// The daemon replaced by a healthy one: the worker it held starts.
-		setTrayAnnotation(ctx, t, c, "small-tray-02", rackbox.IMEXTroubleAnnotation, "")
+		require.NoError(t, b.AnnotateNode(ctx, "small-tray-02", rackbox.IMEXTroubleAnnotation, ""))
 		var daemons corev1.PodList
 		require.NoError(t, c.List(ctx, &daemons, client.InNamespace(rackbox.DriverNamespace), client.MatchingLabels{rackbox.ComputeDomainLabel: uid}))
 		require.Len(t, daemons.Items, 2)
@@ -514,23 +514,6 @@ func jobReaches(ctx context.Context, c client.Client, job *batchv1.Job, want bat
 		}
 		return false, nil
 	})
-}
-
-// setTrayAnnotation sets (or, with "", removes) an annotation of a tray.
-func setTrayAnnotation(ctx context.Context, t *testing.T, c client.Client, tray, key, value string) {
-	t.Helper()
-	var n corev1.Node
-	require.NoError(t, c.Get(ctx, client.ObjectKey{Name: tray}, &n))
-	patch := client.MergeFrom(n.DeepCopy())
-	if value == "" {
-		delete(n.Annotations, key)
-	} else {
-		if n.Annotations == nil {
-			n.Annotations = map[string]string{}
-		}
-		n.Annotations[key] = value
-	}
-	require.NoError(t, c.Patch(ctx, &n, patch))
 }
 
 // podCondition is a pod's condition of that type, or nil.

@@ -190,47 +190,36 @@ const (
 // deleteStages remove a deleted pod once its finalizers are gone (see lifeStages): half a second
 // later, or at the end of its grace period (StopAfterGrace; the API server sets its
 // deletionTimestamp that far ahead).
-var deleteStages = fmt.Sprintf(`
-apiVersion: kwok.x-k8s.io/v1alpha1
-kind: Stage
-metadata:
-  name: pod-delete
-spec:
-  resourceRef:
-    apiGroup: v1
-    kind: Pod
-  selector:
-    matchExpressions:
-    - key: '.metadata.deletionTimestamp'
-      operator: 'Exists'
-    - key: '.metadata.finalizers'
-      operator: 'DoesNotExist'
-%[1]s  delay:
-    durationMilliseconds: 500
-  next:
-    delete: true
----
-apiVersion: kwok.x-k8s.io/v1alpha1
-kind: Stage
-metadata:
-  name: pod-delete-after-grace
-spec:
-  resourceRef:
-    apiGroup: v1
-    kind: Pod
-  selector:
-    matchExpressions:
-    - key: '.metadata.deletionTimestamp'
-      operator: 'Exists'
-    - key: '.metadata.finalizers'
-      operator: 'DoesNotExist'
-%[2]s  delay:
+var deleteStages = podDelete("pod-delete", match(`.metadata.annotations["`+StopAnnotation+`"]`, "NotIn", StopAfterGrace), `
+    durationMilliseconds: 500`) +
+	"---" + podDelete("pod-delete-after-grace", match(`.metadata.annotations["`+StopAnnotation+`"]`, "In", StopAfterGrace), `
     durationMilliseconds: 0
     durationFrom:
-      expressionFrom: '.metadata.deletionTimestamp'
+      expressionFrom: '.metadata.deletionTimestamp'`)
+
+// podDelete is a stage that deletes a pod the selector picks once it is being deleted and its
+// finalizers are gone, after delay (the YAML of the stage's delay).
+func podDelete(name, selector, delay string) string {
+	return fmt.Sprintf(`
+apiVersion: kwok.x-k8s.io/v1alpha1
+kind: Stage
+metadata:
+  name: %s
+spec:
+  resourceRef:
+    apiGroup: v1
+    kind: Pod
+  selector:
+    matchExpressions:
+    - key: '.metadata.deletionTimestamp'
+      operator: 'Exists'
+    - key: '.metadata.finalizers'
+      operator: 'DoesNotExist'
+%s  delay:%s
   next:
     delete: true
-`, match(`.metadata.annotations["`+StopAnnotation+`"]`, "NotIn", StopAfterGrace), match(`.metadata.annotations["`+StopAnnotation+`"]`, "In", StopAfterGrace))
+`, name, selector, delay)
+}
 
 // stages is kwok's configuration: lifeStages, podReadyStage, the stages that end Job and smoke-test
 // pods, the troubles and deleteStages.

@@ -136,17 +136,12 @@ spec:
 // unreachable, as in any cluster. A pod annotated with a TroubleAnnotation value the box does not
 // know is never started (it stays Pending).
 func (b *Box) MakeNodeNotReady(ctx context.Context, name string) error {
+	if err := b.AnnotateNode(ctx, name, TroubleAnnotation, troubleNodeUnready); err != nil {
+		return fmt.Errorf("marking node %s: %w", name, err)
+	}
 	var n corev1.Node
 	if err := b.Client.Get(ctx, client.ObjectKey{Name: name}, &n); err != nil {
 		return err
-	}
-	patch := client.MergeFrom(n.DeepCopy())
-	if n.Annotations == nil {
-		n.Annotations = map[string]string{}
-	}
-	n.Annotations[TroubleAnnotation] = troubleNodeUnready
-	if err := b.Client.Patch(ctx, &n, patch); err != nil {
-		return fmt.Errorf("marking node %s: %w", name, err)
 	}
 	status := client.MergeFrom(n.DeepCopy())
 	now := metav1.NewTime(time.Now())
@@ -160,4 +155,23 @@ func (b *Box) MakeNodeNotReady(ctx context.Context, name string) error {
 		return fmt.Errorf("node %s status: %w", name, err)
 	}
 	return nil
+}
+
+// AnnotateNode sets (or, with value "", removes) an annotation of a node: a tray's
+// IMEXTroubleAnnotation, say.
+func (b *Box) AnnotateNode(ctx context.Context, name, key, value string) error {
+	var n corev1.Node
+	if err := b.Client.Get(ctx, client.ObjectKey{Name: name}, &n); err != nil {
+		return err
+	}
+	patch := client.MergeFrom(n.DeepCopy())
+	if value == "" {
+		delete(n.Annotations, key)
+	} else {
+		if n.Annotations == nil {
+			n.Annotations = map[string]string{}
+		}
+		n.Annotations[key] = value
+	}
+	return b.Client.Patch(ctx, &n, patch)
 }

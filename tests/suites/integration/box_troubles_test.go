@@ -141,7 +141,7 @@ func TestBoxAWorkerWaitsForItsTraysIMEXDaemon(t *testing.T) {
 	trays := r.NodeNames()
 	troubled := map[string]string{trays[0]: rackbox.TroubleNeverReady, trays[1]: rackbox.TroubleImagePull}
 	for tray, trouble := range troubled {
-		require.NoError(t, setNodeAnnotation(ctx, tray, rackbox.IMEXTroubleAnnotation, trouble))
+		require.NoError(t, box.AnnotateNode(ctx, tray, rackbox.IMEXTroubleAnnotation, trouble))
 	}
 	s := newBoxStack(t, "agg", ns, r, nil)
 	done := make(chan error, 1)
@@ -166,7 +166,7 @@ func TestBoxAWorkerWaitsForItsTraysIMEXDaemon(t *testing.T) {
 	// Healthy daemons in their place: the troubles off the trays, the troubled daemons deleted (their
 	// DaemonSet makes new ones).
 	for tray := range troubled {
-		require.NoError(t, setNodeAnnotation(ctx, tray, rackbox.IMEXTroubleAnnotation, ""))
+		require.NoError(t, box.AnnotateNode(ctx, tray, rackbox.IMEXTroubleAnnotation, ""))
 	}
 	var daemons corev1.PodList
 	require.NoError(t, box.Client.List(ctx, &daemons, client.InNamespace(rackbox.DriverNamespace)))
@@ -182,22 +182,4 @@ func TestBoxAWorkerWaitsForItsTraysIMEXDaemon(t *testing.T) {
 	for _, p := range podsOf(t, ns, client.MatchingLabels{"nvidia.com/dynamo-component": "Worker"}) {
 		assert.Equal(t, "true", p.Annotations[rackbox.ClaimsPreparedAnnotation], "%s started once its claim was prepared", p.Name)
 	}
-}
-
-// setNodeAnnotation sets (or, with "", removes) an annotation of a node.
-func setNodeAnnotation(ctx context.Context, node, key, value string) error {
-	var n corev1.Node
-	if err := box.Client.Get(ctx, client.ObjectKey{Name: node}, &n); err != nil {
-		return err
-	}
-	patch := client.MergeFrom(n.DeepCopy())
-	if value == "" {
-		delete(n.Annotations, key)
-	} else {
-		if n.Annotations == nil {
-			n.Annotations = map[string]string{}
-		}
-		n.Annotations[key] = value
-	}
-	return box.Client.Patch(ctx, &n, patch)
 }
