@@ -66,7 +66,6 @@ func TestBenchmarkRestartNamesTheNodeUnderAReplacement(t *testing.T) {
 	ctx := context.Background()
 	c := disaggConfig(t, map[string]string{"benchmark": `{"enabled": true}`})
 	pods := schema.GroupVersionResource{Version: "v1", Resource: "pods"}
-	nodes := schema.GroupVersionResource{Version: "v1", Resource: "nodes"}
 	pod := func(name string, restarts int32) *corev1.Pod {
 		p := &corev1.Pod{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
 			ObjectMeta: metav1.ObjectMeta{Namespace: "inference", Name: name, UID: types.UID("uid-" + name),
@@ -85,7 +84,7 @@ func TestBenchmarkRestartNamesTheNodeUnderAReplacement(t *testing.T) {
 		Status: corev1.NodeStatus{Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionUnknown, Reason: "NodeStatusUnknown", Message: "Kubelet stopped posting node status."}}}}
 	old := pod("g-decode-old", -1)
 	kube := fake.NewClientset(old)
-	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), map[schema.GroupVersionResource]string{pods: "PodList", nodes: "NodeList"},
+	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), watchedKinds,
 		toUnstructured(t, old), toUnstructured(t, tray))
 	kube.PrependReactor("delete-collection", "pods", func(k8stesting.Action) (bool, runtime.Object, error) {
 		gvr := corev1.SchemeGroupVersion.WithResource("pods")
