@@ -96,8 +96,7 @@ func followGraph(ctx *pulumi.Context, w GraphStatusWatcher, g *Graph, dgd *apiex
 			return result{[]pulumi.Resource{dgd}, written}, nil
 		}
 		_ = ctx.Log.Info(fmt.Sprintf("waiting for DynamoGraphDeployment %s/%s to be Ready at generation %d (at most %s)", ns, name, written, budget), &pulumi.LogArgs{Resource: g})
-		warn := func(m string) { _ = ctx.Log.Warn(m, &pulumi.LogArgs{Resource: g}) }
-		if err := wait.untilReady(rctx, w, int64(written), budget, seen, warn); err != nil {
+		if err := wait.untilReady(rctx, w, int64(written), budget, seen); err != nil {
 			_ = ctx.Log.Error(err.Error(), &pulumi.LogArgs{Resource: dgd})
 			return result{}, err
 		}
@@ -107,10 +106,10 @@ func followGraph(ctx *pulumi.Context, w GraphStatusWatcher, g *Graph, dgd *apiex
 		done.ApplyT(func(r any) int { return r.(result).generation }).(pulumi.IntOutput)
 }
 
-// untilReady waits for the graph to be Ready for generation, ending early on a terminal problem.
-// A component whose replica counts stand still below its replicas is warned of as a stalled
-// rollout (stalledRollouts).
-func (w *graphWait) untilReady(ctx context.Context, watcher GraphStatusWatcher, generation int64, budget time.Duration, seen *problemLog, warn func(string)) error {
+// untilReady waits for the graph to be Ready for generation, ending early on a terminal problem. At
+// the end of its budget it names the components short of their replicas: a rollout standing at
+// part capacity (the warnings of their pods say why, where Kubernetes knows).
+func (w *graphWait) untilReady(ctx context.Context, watcher GraphStatusWatcher, generation int64, budget time.Duration, seen *problemLog) error {
 	wctx, cancel := context.WithTimeout(ctx, budget)
 	defer cancel()
 	var (
@@ -127,18 +126,9 @@ func (w *graphWait) untilReady(ctx context.Context, watcher GraphStatusWatcher, 
 		}
 		close(stopped)
 	}()
-	// A rollout is stalled when its counts stand still for a minute, or for a third of
-	// readiness.timeout if that is shorter.
-	stall := min(time.Minute, w.create/3)
-	stallsDone := make(chan struct{})
-	go func() {
-		defer close(stallsDone)
-		w.stalledRollouts(wctx, &graph, stall, warn)
-	}()
 	err := watcher.WaitGraphReady(wctx, w.namespace, w.name, generation, w.restartID, &graph)
 	cancel()
 	<-stopped
-	<-stallsDone
 	last := graph.Ready()
 	switch {
 	case terminal != nil:
@@ -166,37 +156,6 @@ func (w *graphWait) untilReady(ctx context.Context, watcher GraphStatusWatcher, 
 		return errors.New(msg)
 	default:
 		return fmt.Errorf("DynamoGraphDeployment %s/%s: waiting for Ready: %w", w.namespace, w.name, err)
-	}
-}
-
-// stalledRollouts warns, once per state, of each component whose replica counts have not changed
-// for stall while fewer than its replicas are Ready: a rollout at part capacity whose next pod does
-// not come (the warnings of its pods say why, when Kubernetes knows).
-func (w *graphWait) stalledRollouts(ctx context.Context, graph *cluster.GraphSeen, stall time.Duration, warn func(string)) {
-	tick := time.NewTicker(stall / 4)
-	defer tick.Stop()
-	last := map[string]cluster.Replicas{}
-	since := map[string]time.Time{} // when a component's counts last changed
-	warned := map[string]cluster.Replicas{}
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
-		for name, r := range graph.Components() {
-			if prev, ok := last[name]; !ok || prev != r {
-				last[name], since[name] = r, time.Now()
-				continue
-			}
-			if r.Ready >= r.Replicas || warned[name] == r || time.Since(since[name]) < stall {
-				continue
-			}
-			warned[name] = r
-			warn(fmt.Sprintf("DynamoGraphDeployment %s/%s: the rollout of component %s stands at part capacity: %s, unchanged for %s "+
-				"(the warnings of its pods say what keeps the next one; up waits for Ready until readiness.timeout, %s: Ctrl-C stops waiting)",
-				w.namespace, w.name, name, r, stall, w.timeout))
-		}
 	}
 }
 

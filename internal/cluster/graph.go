@@ -202,12 +202,16 @@ func (r Replicas) String() string {
 	return fmt.Sprintf("%d of %d ready, %d updated", r.Ready, r.Replicas, r.Updated)
 }
 
-// ComponentsOf are the graph's components' replica counts.
+// ComponentsOf are the graph's components' replica counts, for those whose Ready count the
+// operator reports (it leaves it out for a Grove scaling group).
 func ComponentsOf(g *unstructured.Unstructured) map[string]Replicas {
 	cs, _, _ := unstructured.NestedMap(g.Object, "status", "components")
 	out := map[string]Replicas{}
 	for name, c := range cs {
 		m, _ := c.(map[string]any)
+		if _, ok := m["readyReplicas"].(int64); !ok {
+			continue
+		}
 		n := func(k string) int64 { v, _ := m[k].(int64); return v }
 		out[name] = Replicas{Replicas: n("replicas"), Updated: n("updatedReplicas"), Ready: n("readyReplicas")}
 	}

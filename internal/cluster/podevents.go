@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
-	"strings"
+	"time"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -28,11 +28,31 @@ var (
 	computeDomainsResource = schema.GroupVersionResource{Group: "resource.nvidia.com", Version: "v1beta1", Resource: "computedomains"}
 )
 
-// notReadyInDomain is the DRA driver's kubelet plugin's error for a channel claim on a tray whose
-// IMEX daemon is not Ready in the ComputeDomain (AssertComputeDomainReady).
-const notReadyInDomain = "current node not ready in ComputeDomain"
+// startEvent is the kubelet's newest start event on a pod, and when it was last seen.
+type startEvent struct {
+	problem PodProblem
+	at      time.Time
+}
 
-// eventProblem is the problem a kubelet's event on a pod says, if it is one of startEvents.
+// maxStartEvents bounds the start events kept for pods not (yet) seen as the graph's.
+const maxStartEvents = 1000
+
+// eventTime is when an event was last seen to happen.
+func eventTime(e *corev1.Event) time.Time {
+	at := e.LastTimestamp.Time
+	if e.Series != nil && e.Series.LastObservedTime.After(at) {
+		at = e.Series.LastObservedTime.Time
+	}
+	for _, t := range []time.Time{e.EventTime.Time, e.FirstTimestamp.Time, e.CreationTimestamp.Time} {
+		if at.IsZero() {
+			at = t
+		}
+	}
+	return at
+}
+
+// eventProblem is the problem a kubelet's event on a pod says, if it is one of startEvents. The
+// node is the kubelet's (the event's source host).
 func eventProblem(e *corev1.Event) (PodProblem, bool) {
 	if e.InvolvedObject.Kind != "Pod" || e.Type != corev1.EventTypeWarning || !slices.Contains(startEvents, e.Reason) {
 		return PodProblem{}, false
@@ -40,31 +60,44 @@ func eventProblem(e *corev1.Event) (PodProblem, bool) {
 	return PodProblem{Pod: e.InvolvedObject.Name, Node: e.Source.Host, Reason: e.Reason, Message: e.Message}, true
 }
 
-// imexState says, for a claim held by the IMEX daemon's readiness, what the ComputeDomains of the
-// namespace say of the node: its daemon NotReady, or not there yet (not started: not placed, or its
-// image not pulled). Any error reading them leaves the plugin's message as it is.
+// imexState says what the ComputeDomains of the namespace say of a node whose pod's claims the
+// kubelet cannot prepare: its IMEX daemon NotReady, or not there (not started: not placed, or its
+// image not pulled). The DRA driver holds a channel claim until the tray's daemon is Ready in the
+// domain, and the kubelet's event then says only that the plugin did not answer in time
+// (NodePrepareResources: DeadlineExceeded, or skipped claims), so this is what names the wait.
+// Nothing when the node is Ready in the domain (the cause is another), when no single domain is
+// the pod's, or when the domains cannot be read.
 func (r *Reader) imexState(ctx context.Context, namespace, node string) string {
+	if node == "" {
+		return ""
+	}
 	list, err := r.dynamic.Resource(computeDomainsResource).Namespace(namespace).List(ctx, metav1.ListOptions{})
-	if err != nil || node == "" {
+	if err != nil {
 		return ""
 	}
 	for _, cd := range list.Items {
 		nodes, _, _ := unstructured.NestedSlice(cd.Object, "status", "nodes")
 		for _, n := range nodes {
-			if m, ok := n.(map[string]any); ok && m["name"] == node {
-				return fmt.Sprintf("the IMEX daemon on node %s is %v in ComputeDomain %s: the worker waits for it", node, m["status"], cd.GetName())
+			m, ok := n.(map[string]any)
+			if !ok || m["name"] != node {
+				continue
 			}
+			if m["status"] == "Ready" {
+				return ""
+			}
+			return fmt.Sprintf("the IMEX daemon on node %s is %v in ComputeDomain %s: the worker's channel waits for it", node, m["status"], cd.GetName())
 		}
-		if len(list.Items) == 1 {
-			return fmt.Sprintf("ComputeDomain %s has no IMEX daemon on node %s yet (not started: not placed, or its image not pulled): the worker waits for it", cd.GetName(), node)
-		}
+	}
+	if len(list.Items) == 1 {
+		return fmt.Sprintf("ComputeDomain %s has no IMEX daemon on node %s yet (not started: not placed, or its image not pulled): the worker's channel waits for it",
+			list.Items[0].GetName(), node)
 	}
 	return ""
 }
 
-// withIMEXState adds the IMEX daemon's state to a claim held for it.
+// withIMEXState adds the IMEX daemon's state to a claim the kubelet cannot prepare.
 func (r *Reader) withIMEXState(ctx context.Context, namespace string, p PodProblem) PodProblem {
-	if p.Reason == "FailedPrepareDynamicResources" && strings.Contains(p.Message, notReadyInDomain) {
+	if p.Reason == "FailedPrepareDynamicResources" {
 		if s := r.imexState(ctx, namespace, p.Node); s != "" {
 			p.Message += " (" + s + ")"
 		}

@@ -197,27 +197,24 @@ const ComponentLabel = "nvidia.com/dynamo-component"
 // them; if not, report gets one problem saying so (Reason NodesUnread), and pods are still watched.
 func (r *Reader) WatchPodProblems(ctx context.Context, namespace, graph string, report func(PodProblem)) error {
 	type key struct {
-		pod, container, node, reason, outOfService, event string
-		terminal                                          bool
+		pod, container, node, reason, outOfService string
+		terminal                                   bool
 	}
 	var (
 		mu       sync.Mutex
 		existing = map[string]bool{} // the pods there at the start
 		seen     = map[key]bool{}
-		podsOn   = map[string]map[string]string{} // node → pod → component
-		nodeOf   = map[string]string{}            // pod → node
-		bad      = map[string][2]string{}         // node → reason, message
-		badNode  = map[string]*corev1.Node{}      // node → the node, while it is bad
-		waiting  = map[string]*corev1.Pod{}       // unschedulable pods
-		starting = map[string]*corev1.Pod{}       // placed pods not yet running
-		events   = map[types.UID]PodProblem{}     // pod → what the kubelet's last start event says
+		podsOn   = map[string]map[string]string{}  // node → pod → component
+		nodeOf   = map[string]string{}             // pod → node
+		bad      = map[string][2]string{}          // node → reason, message
+		badNode  = map[string]*corev1.Node{}       // node → the node, while it is bad
+		waiting  = map[string]*corev1.Pod{}        // unschedulable pods
+		starting = map[string]*corev1.Pod{}        // placed pods not yet running
+		latest   = map[types.UID]startEvent{}      // pod → the kubelet's newest start event on it
+		told     = map[types.UID]map[string]bool{} // pod → the start events reported while it starts
 	)
 	keyOf := func(p PodProblem) key {
-		k := key{p.Pod, p.Container, p.Node, p.Reason, p.OutOfService, "", p.Terminal}
-		if slices.Contains(startEvents, p.Reason) {
-			k.event = p.Message // the same event again is not news; another cause, or the IMEX daemon's new state, is
-		}
-		return k
+		return key{p.Pod, p.Container, p.Node, p.Reason, p.OutOfService, p.Terminal}
 	}
 	// outOfService names the bad nodes an unschedulable pod could run on: its node selector and
 	// required affinity match them, and it tolerates their taints (but those that say the node is
@@ -252,15 +249,26 @@ func (r *Reader) WatchPodProblems(ctx context.Context, namespace, graph string, 
 		}
 		return ps
 	}
-	// problemsOf is what a pod's status says, and, while it is placed and not yet running, what the
-	// kubelet's last event on it says.
-	problemsOf := func(pod *corev1.Pod) []PodProblem {
-		ps := withNodes(pod, ProblemsOf(pod))
-		if e, ok := events[pod.UID]; ok && starting[pod.Name] != nil {
-			e.Component, e.Node = pod.Labels[ComponentLabel], pod.Spec.NodeName
-			ps = append(ps, e)
+	problemsOf := func(pod *corev1.Pod) []PodProblem { return withNodes(pod, ProblemsOf(pod)) }
+	// tellEvent reports the kubelet's newest start event on a pod placed and not yet running, once
+	// per reason and message while it starts (a kubelet repeats its event at each retry, and may
+	// alternate two messages of one failure).
+	tellEvent := func(pod *corev1.Pod) {
+		e, ok := latest[pod.UID]
+		if !ok || starting[pod.Name] != pod {
+			return
 		}
-		return ps
+		k := e.problem.Reason + "\x00" + e.problem.Message
+		if told[pod.UID][k] {
+			return
+		}
+		if told[pod.UID] == nil {
+			told[pod.UID] = map[string]bool{}
+		}
+		told[pod.UID][k] = true
+		p := e.problem
+		p.Pod, p.Component, p.Node, p.Existing = pod.Name, pod.Labels[ComponentLabel], pod.Spec.NodeName, existing[pod.Name]
+		report(p)
 	}
 	// podProblems reports a pod's current problems and forgets those it no longer has.
 	podProblems := func(pod string, now []PodProblem) {
@@ -360,36 +368,51 @@ func (r *Reader) WatchPodProblems(ctx context.Context, namespace, graph string, 
 		return ctx.Err()
 	}
 	// The kubelet's events on the pods: what keeps a placed pod from starting before its containers
-	// have a status (startEvents). A credential that may not read events leaves this out.
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		evs := r.dynamic.Resource(eventsResource).Namespace(namespace)
-		_, _ = objwatch.Until(ctx, objwatch.ByFields(startEventSelector, evs.List, evs.Watch), &unstructured.Unstructured{}, nil, func(e watch.Event) (bool, error) {
-			var ev corev1.Event
-			if e.Type == watch.Deleted || !typed(e, &ev) {
+	// have a status (startEvents). Kept per pod (the newest), whether or not the pod is known yet:
+	// the events may be listed before the pods. Only if the credential may list events.
+	evs := r.dynamic.Resource(eventsResource).Namespace(namespace)
+	if _, err := evs.List(ctx, metav1.ListOptions{Limit: 1, FieldSelector: startEventSelector.String()}); err != nil {
+		report(PodProblem{Reason: "EventsUnread", Message: "the kubelet's events on the graph's pods are not followed: " + err.Error()})
+	} else {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			_, _ = objwatch.Until(ctx, objwatch.ByFields(startEventSelector, evs.List, evs.Watch), &unstructured.Unstructured{}, nil, func(e watch.Event) (bool, error) {
+				var ev corev1.Event
+				if e.Type == watch.Deleted || !typed(e, &ev) {
+					return false, nil
+				}
+				p, ok := eventProblem(&ev)
+				if !ok {
+					return false, nil
+				}
+				at := eventTime(&ev)
+				mu.Lock()
+				cur, known := latest[ev.InvolvedObject.UID]
+				mu.Unlock()
+				if known && cur.at.After(at) {
+					return false, nil // an older event, replayed by a relist
+				}
+				p = r.withIMEXState(ctx, namespace, p) // reads the cluster: outside the lock
+				mu.Lock()
+				defer mu.Unlock()
+				if cur, known := latest[ev.InvolvedObject.UID]; known && cur.at.After(at) {
+					return false, nil
+				}
+				if len(latest) >= maxStartEvents {
+					for uid := range latest { // most are other graphs' pods, or gone
+						delete(latest, uid)
+						break
+					}
+				}
+				latest[ev.InvolvedObject.UID] = startEvent{p, at}
+				if pod := starting[ev.InvolvedObject.Name]; pod != nil && pod.UID == ev.InvolvedObject.UID {
+					tellEvent(pod)
+				}
 				return false, nil
-			}
-			p, ok := eventProblem(&ev)
-			if !ok {
-				return false, nil
-			}
-			mu.Lock()
-			pod := starting[ev.InvolvedObject.Name]
-			mu.Unlock()
-			if pod == nil || pod.UID != ev.InvolvedObject.UID {
-				return false, nil // not a pod of the graph, or not one waiting to start
-			}
-			p = r.withIMEXState(ctx, namespace, PodProblem{Reason: p.Reason, Message: p.Message, Pod: p.Pod, Node: pod.Spec.NodeName})
-			mu.Lock()
-			defer mu.Unlock()
-			if cur := starting[pod.Name]; cur != nil && cur.UID == ev.InvolvedObject.UID {
-				events[cur.UID] = p
-				podProblems(cur.Name, problemsOf(cur))
-			}
-			return false, nil
-		})
-	}()
+			})
+		}()
+	}
 	pods := r.dynamic.Resource(podsResource).Namespace(namespace)
 	// The first listing, before any event is handled: the pods there at the start.
 	start := func(store cache.Store) (bool, error) {
@@ -416,14 +439,17 @@ func (r *Reader) WatchPodProblems(ctx context.Context, namespace, graph string, 
 		delete(waiting, p.Name)
 		delete(starting, p.Name)
 		if e.Type == watch.Deleted || p.DeletionTimestamp != nil {
-			delete(events, p.UID)
+			delete(latest, p.UID)
+			delete(told, p.UID)
 			podProblems(p.Name, nil)
 			return false, nil
 		}
 		if p.Spec.NodeName != "" && p.Status.Phase == corev1.PodPending {
 			starting[p.Name] = &p
+			tellEvent(&p)
 		} else {
-			delete(events, p.UID)
+			delete(latest, p.UID)
+			delete(told, p.UID)
 		}
 		ps := problemsOf(&p)
 		if len(ps) == 1 && ps[0].Reason == corev1.PodReasonUnschedulable {

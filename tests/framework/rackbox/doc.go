@@ -19,12 +19,12 @@
 //     readiness probe that never passes, and a node made NotReady stops being heartbeated;
 //   - the NVIDIA DRA driver's kubelet plugin (it needs NVML) and its IMEX daemon (it needs an
 //     NVLink fabric): the ResourceSlice of each tray (ResourceSlice in rack.go), and the chain a
-//     worker waits on before it starts (imex.go): the plugin labels the tray for the
-//     ComputeDomain, the controller's real DaemonSet places a daemon there, the played daemon
-//     enters the tray in its ComputeDomainClique once its pod is Ready, the controller copies that
-//     into the ComputeDomain's status, and only then is the worker's claim prepared and the worker
-//     started; until then the tray's kubelet records the plugin's error on the worker. A tray can
-//     be given a daemon that never gets Ready or whose image cannot be pulled
+//     worker waits on before it starts (imex.go): the plugin labels the tray for the ComputeDomain,
+//     the controller's real DaemonSet places a daemon there, the played daemon enters the tray in
+//     its ComputeDomainClique once its pod is Ready, the controller copies that into the
+//     ComputeDomain's status, and only then is the worker's claim prepared and the worker started;
+//     until then the tray's kubelet records its FailedPrepareDynamicResources on the worker. A tray
+//     can be given a daemon that never gets Ready or whose image cannot be pulled
 //     (IMEXTroubleAnnotation);
 //   - the NVIDIA device plugin: each tray registers nvidia.com/gpu capacity;
 //   - a storage provisioner for the RWX class (provisioner.go), the way an external provisioner

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -42,12 +43,14 @@ import (
 //  6. The plugin's check passes: the claim is prepared (ClaimsPreparedAnnotation) and kwok starts
 //     the worker (claimGated).
 //
-// While step 6 fails, the kubelet records the plugin's error on the pod as an event every
-// prepareRetry (a real plugin retries for 45 s, ErrorRetryMaxTimeout, before the kubelet records
-// it; the box takes 10 s, more than its chain takes on a healthy tray). When no pod on the tray
-// holds a channel of the domain any more, the plugin removes the label, so the daemon goes. A tray
-// annotated with IMEXTroubleAnnotation has a daemon in that trouble (TroubleNeverReady: it runs but
-// IMEX never gets Ready; TroubleImagePull: its image cannot be pulled), and its workers wait.
+// While step 6 fails, the kubelet records FailedPrepareDynamicResources on the pod every
+// prepareRetry: a real plugin retries such an error for 45 s (ErrorRetryMaxTimeout), as long as the
+// kubelet's call may take, so the event says only that the call ran out of time (a permanent error
+// is the plugin's own text); the box waits 10 s, more than its chain takes on a healthy tray. When
+// no pod on the tray holds a channel of the domain any more, the plugin removes the label, so the
+// daemon goes. A tray annotated with IMEXTroubleAnnotation has a daemon in that trouble
+// (TroubleNeverReady: it runs but IMEX never gets Ready; TroubleImagePull: its image cannot be
+// pulled), and its workers wait.
 const (
 	// ClaimsPreparedAnnotation is set to "true" on a pod once the box's kubelet plugin has prepared
 	// all its DRA claims; only then do kwok's stages start a pod that has claims.
@@ -140,6 +143,7 @@ func (t *trays) Reconcile(ctx context.Context, req reconcile.Request) (reconcile
 		channels []string
 	}
 	var toPrepare []pending
+	incomplete := false
 	for i := range pods.Items {
 		p := &pods.Items[i]
 		if p.Status.Phase == corev1.PodSucceeded || p.Status.Phase == corev1.PodFailed || len(p.Spec.ResourceClaims) == 0 {
@@ -156,15 +160,21 @@ func (t *trays) Reconcile(ctx context.Context, req reconcile.Request) (reconcile
 				held[c.DomainID] = true
 			}
 		}
+		if p.DeletionTimestamp != nil {
+			t.mu.Lock()
+			delete(t.since, p.UID)
+			t.mu.Unlock()
+		}
 		switch {
 		case p.DeletionTimestamp != nil || p.Annotations[ClaimsPreparedAnnotation] == "true":
 		case !complete:
+			incomplete = true
 			later(500 * time.Millisecond) // the claims are not all allocated yet
 		default:
 			toPrepare = append(toPrepare, pending{p, channels})
 		}
 	}
-	if err := t.label(ctx, &node, held); err != nil {
+	if err := t.label(ctx, &node, held, incomplete); err != nil {
 		return reconcile.Result{}, err
 	}
 	for _, w := range toPrepare {
@@ -178,10 +188,25 @@ func (t *trays) Reconcile(ctx context.Context, req reconcile.Request) (reconcile
 			}
 			continue
 		}
-		later(t.failed(node.Name, w.pod, failure))
+		later(t.failed(ctx, node.Name, w.pod, failure))
 	}
+	// The IMEX daemons of each domain on the tray: the one running, if any.
+	daemons := map[string]*corev1.Pod{}
 	for i := range pods.Items {
-		if err := t.daemon(ctx, &node, &pods.Items[i]); err != nil {
+		p := &pods.Items[i]
+		if !isDaemon(p) {
+			continue
+		}
+		uid := p.Labels[ComputeDomainLabel]
+		if _, ok := daemons[uid]; !ok {
+			daemons[uid] = nil
+		}
+		if p.DeletionTimestamp == nil && p.Status.Phase == corev1.PodRunning && p.Status.PodIP != "" {
+			daemons[uid] = p
+		}
+	}
+	for uid, p := range daemons {
+		if err := t.daemon(ctx, &node, uid, p); err != nil {
 			return reconcile.Result{}, err
 		}
 	}
@@ -228,7 +253,7 @@ func (t *trays) configsOf(ctx context.Context, p *corev1.Pod) (configs []claimCo
 // label keeps the tray's ComputeDomain label on the domain a pod on it holds a channel of, and
 // takes it off once none does (the plugin's AddNodeLabel and RemoveNodeLabel). A second domain on
 // the same tray is refused at preparation (channelsReady), as the plugin refuses it.
-func (t *trays) label(ctx context.Context, node *corev1.Node, held map[string]bool) error {
+func (t *trays) label(ctx context.Context, node *corev1.Node, held map[string]bool, incomplete bool) error {
 	current, labelled := node.Labels[ComputeDomainLabel]
 	var want string // "": no label
 	switch {
@@ -236,8 +261,8 @@ func (t *trays) label(ctx context.Context, node *corev1.Node, held map[string]bo
 		return nil
 	case len(held) > 0:
 		want = slices.Sorted(maps.Keys(held))[0]
-	case !labelled:
-		return nil
+	case !labelled || incomplete:
+		return nil // nothing to take off, or a claim not read yet may hold it
 	}
 	patch := client.MergeFrom(node.DeepCopy())
 	if want == "" {
@@ -278,7 +303,7 @@ func (t *trays) channelsReady(ctx context.Context, node *corev1.Node, domains []
 			}
 		}
 		if !found {
-			return "error asserting ComputeDomain's namespace: error getting ComputeDomain: ComputeDomain not found: " + uid, nil
+			return permanentFailure + ": error getting ComputeDomain: ComputeDomain not found: " + uid, nil
 		}
 		if !ready {
 			return "error asserting ComputeDomain Ready: current node not ready in ComputeDomain", nil
@@ -305,8 +330,10 @@ func (t *trays) prepared(ctx context.Context, node *corev1.Node, p *corev1.Pod) 
 }
 
 // failed records a preparation that fails the way the kubelet does, once per prepareRetry (the
-// event's count grows), and says when to look again.
-func (t *trays) failed(node string, p *corev1.Pod, failure string) time.Duration {
+// event's count grows), and says when to look again. The plugin retries what may clear (a tray not
+// Ready in the domain, its label held by another domain) until the kubelet's call runs out of time,
+// so that event says only that; a permanent error (the domain not found) is the plugin's own text.
+func (t *trays) failed(ctx context.Context, node string, p *corev1.Pod, failure string) time.Duration {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	since, ok := t.since[p.UID]
@@ -318,45 +345,66 @@ func (t *trays) failed(node string, p *corev1.Pod, failure string) time.Duration
 		return wait
 	}
 	t.since[p.UID] = time.Now()
-	claim := p.Spec.ResourceClaims[0].Name
-	for _, s := range p.Status.ResourceClaimStatuses {
-		if s.ResourceClaimName != nil {
-			claim = *s.ResourceClaimName
+	message := "Failed to prepare dynamic resources: prepare dynamic resources: NodePrepareResources: rpc error: code = DeadlineExceeded desc = context deadline exceeded"
+	if strings.HasPrefix(failure, permanentFailure) {
+		var claim resourcev1.ResourceClaim
+		for _, s := range p.Status.ResourceClaimStatuses {
+			if s.ResourceClaimName != nil {
+				_ = t.c.Get(ctx, client.ObjectKey{Namespace: p.Namespace, Name: *s.ResourceClaimName}, &claim)
+			}
 		}
+		message = fmt.Sprintf("Failed to prepare dynamic resources: prepare dynamic resources: NodePrepareResources failed for ResourceClaim %s: "+
+			"error preparing devices for claim '%s/%s:%s': prepare devices failed: error applying config: %s", claim.Name, claim.Namespace, claim.Name, claim.UID, failure)
 	}
 	// As the tray's kubelet records it.
-	kubelet := t.events.NewRecorder(t.scheme, corev1.EventSource{Component: "kubelet", Host: node})
-	kubelet.Eventf(p, corev1.EventTypeWarning, "FailedPrepareDynamicResources",
-		"Failed to prepare dynamic resources: NodePrepareResources failed for ResourceClaim %s: error preparing devices for claim '%s/%s': prepare devices failed: error applying config: %s",
-		claim, p.Namespace, claim, failure)
+	t.events.NewRecorder(t.scheme, corev1.EventSource{Component: "kubelet", Host: node}).Event(p, corev1.EventTypeWarning, "FailedPrepareDynamicResources", message)
 	return prepareRetry
 }
+
+// permanentFailure starts the plugin's error that it does not retry.
+const permanentFailure = "error asserting ComputeDomain's namespace"
 
 // isDaemon tells an IMEX daemon's pod (the controller's DaemonSet, in the driver's namespace).
 func isDaemon(p *corev1.Pod) bool {
 	return p.Namespace == DriverNamespace && p.Labels[ComputeDomainLabel] != ""
 }
 
-// daemon plays an IMEX daemon's pod once it runs: its tray in the clique's ComputeDomainClique
-// (<domain UID>.<clique id>, in the driver's namespace), with its pod IP, Ready as its pod is.
-func (t *trays) daemon(ctx context.Context, node *corev1.Node, p *corev1.Pod) error {
+// daemon plays the IMEX daemon of domain uid on a tray (running: its pod, nil when none runs): the
+// tray in the clique's ComputeDomainClique (<domain UID>.<clique id>, in the driver's namespace),
+// with the pod's IP, Ready as its pod is; when no daemon runs (it stopped, or its replacement has
+// not started), the tray's entry goes, as the real daemon removes it when it stops.
+func (t *trays) daemon(ctx context.Context, node *corev1.Node, uid string, running *corev1.Pod) error {
 	clique := node.Labels[CliqueLabel]
-	if !isDaemon(p) || p.DeletionTimestamp != nil || p.Status.Phase != corev1.PodRunning || p.Status.PodIP == "" || clique == "" {
+	if clique == "" {
 		return nil
 	}
+	u := &unstructured.Unstructured{}
+	u.SetGroupVersionKind(computeDomainCliqueGVK)
+	key := client.ObjectKey{Namespace: DriverNamespace, Name: uid + "." + clique}
+	err := t.c.Get(ctx, key, u)
+	if apierrors.IsNotFound(err) && running == nil {
+		return nil
+	}
+	if err != nil && !apierrors.IsNotFound(err) {
+		return err
+	}
+	daemons, _, _ := unstructured.NestedSlice(u.Object, "daemons")
+	mine := slices.IndexFunc(daemons, func(d any) bool { m, _ := d.(map[string]any); return m["nodeName"] == node.Name })
+	if running == nil {
+		if mine < 0 {
+			return nil
+		}
+		u.Object["daemons"] = slices.Delete(daemons, mine, mine+1)
+		return client.IgnoreNotFound(t.c.Update(ctx, u))
+	}
 	status := "NotReady"
-	for _, c := range p.Status.Conditions {
+	for _, c := range running.Status.Conditions {
 		if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
 			status = "Ready"
 		}
 	}
-	uid := p.Labels[ComputeDomainLabel]
-	u := &unstructured.Unstructured{}
-	u.SetGroupVersionKind(computeDomainCliqueGVK)
-	key := client.ObjectKey{Namespace: DriverNamespace, Name: uid + "." + clique}
-	owner := metav1.OwnerReference{APIVersion: "v1", Kind: "Pod", Name: p.Name, UID: p.UID}
-	entry := map[string]any{"nodeName": node.Name, "ipAddress": p.Status.PodIP, "cliqueID": clique, "status": status}
-	err := t.c.Get(ctx, key, u)
+	owner := metav1.OwnerReference{APIVersion: "v1", Kind: "Pod", Name: running.Name, UID: running.UID}
+	entry := map[string]any{"nodeName": node.Name, "ipAddress": running.Status.PodIP, "cliqueID": clique, "status": status}
 	if apierrors.IsNotFound(err) {
 		u.SetName(key.Name)
 		u.SetNamespace(key.Namespace)
@@ -366,22 +414,15 @@ func (t *trays) daemon(ctx context.Context, node *corev1.Node, p *corev1.Pod) er
 		u.Object["daemons"] = []any{entry}
 		return client.IgnoreAlreadyExists(t.c.Create(ctx, u))
 	}
-	if err != nil {
-		return err
-	}
-	daemons, _, _ := unstructured.NestedSlice(u.Object, "daemons")
-	used := map[int64]bool{}
-	mine := -1
-	for i, d := range daemons {
-		m, _ := d.(map[string]any)
-		if m["nodeName"] == node.Name {
-			mine = i
-		} else if idx, ok := m["index"].(int64); ok {
-			used[idx] = true
-		}
-	}
 	changed := false
 	if mine < 0 {
+		used := map[int64]bool{}
+		for _, d := range daemons {
+			m, _ := d.(map[string]any)
+			if idx, ok := m["index"].(int64); ok {
+				used[idx] = true
+			}
+		}
 		var next int64
 		for used[next] {
 			next++
@@ -394,7 +435,7 @@ func (t *trays) daemon(ctx context.Context, node *corev1.Node, p *corev1.Pod) er
 		changed = true
 	}
 	owners := u.GetOwnerReferences()
-	if !slices.ContainsFunc(owners, func(o metav1.OwnerReference) bool { return o.UID == p.UID }) {
+	if !slices.ContainsFunc(owners, func(o metav1.OwnerReference) bool { return o.UID == running.UID }) {
 		u.SetOwnerReferences(append(owners, owner))
 		changed = true
 	}

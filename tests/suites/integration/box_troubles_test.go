@@ -151,13 +151,13 @@ func TestBoxAWorkerWaitsForItsTraysIMEXDaemon(t *testing.T) {
 	}()
 	want := map[string]string{
 		trays[0]: "the IMEX daemon on node " + trays[0] + " is NotReady in ComputeDomain ",
-		trays[1]: " has no IMEX daemon on node " + trays[1] + " yet (not started: not placed, or its image not pulled): the worker waits for it",
+		trays[1]: " has no IMEX daemon on node " + trays[1] + " yet (not started: not placed, or its image not pulled): the worker's channel waits for it",
 	}
 	named := poll.Until(ctx, 3*time.Minute, time.Second, "up names what the workers on both troubled trays wait for", func(context.Context) (bool, error) {
 		log := s.log.String()
 		for tray, says := range want {
 			if !regexp.MustCompile(`pod \S+ \(component Worker\) on node ` + regexp.QuoteMeta(tray) + `: FailedPrepareDynamicResources: Failed to prepare dynamic resources: ` +
-				`[^\n]*error asserting ComputeDomain Ready: current node not ready in ComputeDomain \([^\n]*` + regexp.QuoteMeta(says)).MatchString(log) {
+				`prepare dynamic resources: NodePrepareResources: rpc error: code = DeadlineExceeded desc = context deadline exceeded \([^\n]*` + regexp.QuoteMeta(says)).MatchString(log) {
 				return false, nil
 			}
 		}

@@ -2,7 +2,6 @@ package unit
 
 import (
 	"context"
-	"fmt"
 	"testing"
 	"time"
 
@@ -175,11 +174,15 @@ func TestAnUnschedulablePodNamesTheTraysOutOfService(t *testing.T) {
 }
 
 // A worker placed on a tray whose IMEX daemon is not Ready has no container status yet: what holds
-// it is in the kubelet's events (the DRA driver's plugin cannot prepare its channel), and `up` names
-// it with what the ComputeDomain says of the tray. Once the pod runs, the event is history.
+// it is in the kubelet's events, which say only that the DRA plugin did not answer in time (it
+// retries until then), and `up` names the wait with what the ComputeDomain says of the tray. The
+// event is there before the watch starts (an up run again on a stuck worker); it is named once,
+// and again only when it says something new; another graph's pod is not this one's account, and
+// once the pod runs, a late event is history.
 func TestAWorkerHeldForItsIMEXDaemonSaysWhatItWaitsFor(t *testing.T) {
 	pods := schema.GroupVersionResource{Version: "v1", Resource: "pods"}
 	events := schema.GroupVersionResource{Version: "v1", Resource: "events"}
+	domains := schema.GroupVersionResource{Group: "resource.nvidia.com", Version: "v1beta1", Resource: "computedomains"}
 	worker := &corev1.Pod{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
 		ObjectMeta: metav1.ObjectMeta{Namespace: "inference", Name: "g-worker-a", UID: "uid-a", Labels: map[string]string{cluster.GraphLabel: "g", cluster.ComponentLabel: "Worker"}},
 		Spec:       corev1.PodSpec{NodeName: "tray-01"},
@@ -187,65 +190,69 @@ func TestAWorkerHeldForItsIMEXDaemonSaysWhatItWaitsFor(t *testing.T) {
 	// Another stack's pod in the namespace, held the same way: not this graph's account.
 	other := worker.DeepCopy()
 	other.Name, other.UID, other.Labels[cluster.GraphLabel] = "h-worker-a", "uid-h", "h"
-	cd := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "resource.nvidia.com/v1beta1", "kind": "ComputeDomain",
-		"metadata": map[string]any{"namespace": "inference", "name": "g-compute-domain"},
-		"status":   map[string]any{"nodes": []any{map[string]any{"name": "tray-01", "status": "NotReady"}}}}}
-	event := func(pod *corev1.Pod, reason string) *unstructured.Unstructured {
-		return toUnstructured(t, &corev1.Event{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Event"},
-			ObjectMeta:     metav1.ObjectMeta{Namespace: "inference", Name: pod.Name + "." + reason},
-			InvolvedObject: corev1.ObjectReference{Kind: "Pod", Namespace: "inference", Name: pod.Name, UID: pod.UID},
-			Type:           corev1.EventTypeWarning, Reason: reason, Source: corev1.EventSource{Component: "kubelet", Host: "tray-01"},
-			Message: "Failed to prepare dynamic resources: NodePrepareResources failed for ResourceClaim g-worker-a-channel: error preparing devices for claim " +
-				"'inference/g-worker-a-channel:1': prepare devices failed: error applying config: error asserting ComputeDomain Ready: current node not ready in ComputeDomain"})
+	domain := func(status string) *unstructured.Unstructured {
+		return &unstructured.Unstructured{Object: map[string]any{"apiVersion": "resource.nvidia.com/v1beta1", "kind": "ComputeDomain",
+			"metadata": map[string]any{"namespace": "inference", "name": "g-compute-domain"},
+			"status":   map[string]any{"nodes": []any{map[string]any{"name": "tray-01", "status": status}}}}}
 	}
-	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), watchedKinds, toUnstructured(t, worker), toUnstructured(t, other), cd)
+	const deadline = "Failed to prepare dynamic resources: prepare dynamic resources: NodePrepareResources: rpc error: code = DeadlineExceeded desc = context deadline exceeded"
+	event := func(pod *corev1.Pod, name string, at time.Time) *unstructured.Unstructured {
+		return toUnstructured(t, &corev1.Event{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Event"},
+			ObjectMeta:     metav1.ObjectMeta{Namespace: "inference", Name: pod.Name + "." + name},
+			InvolvedObject: corev1.ObjectReference{Kind: "Pod", Namespace: "inference", Name: pod.Name, UID: pod.UID},
+			Type:           corev1.EventTypeWarning, Reason: "FailedPrepareDynamicResources", Source: corev1.EventSource{Component: "kubelet", Host: "tray-01"},
+			LastTimestamp:  metav1.NewTime(at), Message: deadline})
+	}
+	t0 := time.Now()
+	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), watchedKinds,
+		toUnstructured(t, worker), toUnstructured(t, other), domain("NotReady"), event(worker, "1", t0), event(other, "1", t0))
 	r := cluster.NewFromClients(nil, dyn)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	reports := make(chan cluster.PodProblem, 16)
 	go func() { _ = r.WatchPodProblems(ctx, "inference", "g", func(p cluster.PodProblem) { reports <- p }) }()
+	next := func(what string) cluster.PodProblem {
+		select {
+		case p := <-reports:
+			return p
+		case <-time.After(20 * time.Second):
+			t.Fatalf("no report: %s", what)
+			return cluster.PodProblem{}
+		}
+	}
+	none := func(what string) {
+		select {
+		case p := <-reports:
+			t.Errorf("%s: reported %s", what, p)
+		case <-time.After(time.Second):
+		}
+	}
+	p := next("the held worker")
+	assert.False(t, p.Terminal, "the daemon may yet get Ready")
+	assert.Equal(t, "pod g-worker-a (component Worker) on node tray-01: FailedPrepareDynamicResources: "+deadline+
+		" (the IMEX daemon on node tray-01 is NotReady in ComputeDomain g-compute-domain: the worker's channel waits for it)", p.String())
 	create := func(obj *unstructured.Unstructured) {
 		_, err := dyn.Resource(events).Namespace("inference").Create(ctx, obj, metav1.CreateOptions{})
 		require.NoError(t, err)
 	}
-	// The watches may start after the events are made: each is made again until reported, as the
-	// kubelet records it again at each retry.
-	var p cluster.PodProblem
-	for i := 0; p.Pod == ""; i++ {
-		require.Less(t, i, 40, "no report of the held worker")
-		ev, otherEv := event(worker, "FailedPrepareDynamicResources"), event(other, "FailedPrepareDynamicResources")
-		ev.SetName(fmt.Sprintf("%s.%d", ev.GetName(), i))
-		otherEv.SetName(fmt.Sprintf("%s.%d", otherEv.GetName(), i))
-		create(otherEv)
-		create(ev)
-		select {
-		case p = <-reports:
-		case <-time.After(500 * time.Millisecond):
-		}
-	}
-	assert.Equal(t, "g-worker-a", p.Pod)
-	assert.False(t, p.Terminal, "the daemon may yet get Ready")
-	assert.Equal(t, "pod g-worker-a (component Worker) on node tray-01: FailedPrepareDynamicResources: Failed to prepare dynamic resources: "+
-		"NodePrepareResources failed for ResourceClaim g-worker-a-channel: error preparing devices for claim 'inference/g-worker-a-channel:1': prepare devices failed: "+
-		"error applying config: error asserting ComputeDomain Ready: current node not ready in ComputeDomain "+
-		"(the IMEX daemon on node tray-01 is NotReady in ComputeDomain g-compute-domain: the worker waits for it)", p.String())
-	select {
-	case again := <-reports:
-		t.Errorf("reported again: %s", again)
-	case <-time.After(time.Second):
-	}
-	// Running now: the next event of its kind (a late one) is not reported.
+	// The kubelet's next retry fails the same way: not news.
+	create(event(worker, "2", t0.Add(time.Minute)))
+	none("the same event again")
+	// The daemon's pod is gone: the next event says so.
+	_, err := dyn.Resource(domains).Namespace("inference").Update(ctx, &unstructured.Unstructured{Object: map[string]any{"apiVersion": "resource.nvidia.com/v1beta1",
+		"kind": "ComputeDomain", "metadata": map[string]any{"namespace": "inference", "name": "g-compute-domain"}, "status": map[string]any{}}}, metav1.UpdateOptions{})
+	require.NoError(t, err)
+	create(event(worker, "3", t0.Add(2*time.Minute)))
+	p = next("the daemon gone")
+	assert.Contains(t, p.String(), "(ComputeDomain g-compute-domain has no IMEX daemon on node tray-01 yet (not started: not placed, or its image not pulled): "+
+		"the worker's channel waits for it)")
+	// Running now: a late event is not reported.
 	worker.Status.Phase = corev1.PodRunning
-	_, err := dyn.Resource(pods).Namespace("inference").Update(ctx, toUnstructured(t, worker), metav1.UpdateOptions{})
+	_, err = dyn.Resource(pods).Namespace("inference").Update(ctx, toUnstructured(t, worker), metav1.UpdateOptions{})
 	require.NoError(t, err)
 	time.Sleep(200 * time.Millisecond)
-	late := event(worker, "FailedMount")
-	create(late)
-	select {
-	case again := <-reports:
-		t.Errorf("reported for a running pod: %s", again)
-	case <-time.After(time.Second):
-	}
+	create(event(worker, "4", t0.Add(3*time.Minute)))
+	none("a running pod's late event")
 }
 
 // watchedKinds are the list kinds of what WatchPodProblems watches, for the fake dynamic client.
