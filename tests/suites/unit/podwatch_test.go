@@ -201,7 +201,7 @@ func TestAWorkerHeldForItsIMEXDaemonSaysWhatItWaitsFor(t *testing.T) {
 			ObjectMeta:     metav1.ObjectMeta{Namespace: "inference", Name: pod.Name + "." + name},
 			InvolvedObject: corev1.ObjectReference{Kind: "Pod", Namespace: "inference", Name: pod.Name, UID: pod.UID},
 			Type:           corev1.EventTypeWarning, Reason: "FailedPrepareDynamicResources", Source: corev1.EventSource{Component: "kubelet", Host: "tray-01"},
-			LastTimestamp:  metav1.NewTime(at), Message: deadline})
+			LastTimestamp: metav1.NewTime(at), Message: deadline})
 	}
 	t0 := time.Now()
 	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), watchedKinds,
