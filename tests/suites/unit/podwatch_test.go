@@ -46,22 +46,8 @@ func TestWatchPodProblemsReportsEachOnceWhileItLasts(t *testing.T) {
 	reports := make(chan cluster.PodProblem, 16)
 	done := make(chan error, 1)
 	go func() { done <- r.WatchPodProblems(ctx, "inference", "g", func(p cluster.PodProblem) { reports <- p }) }()
-	next := func(what string) cluster.PodProblem {
-		select {
-		case p := <-reports:
-			return p
-		case <-time.After(20 * time.Second):
-			t.Fatalf("no report: %s", what)
-			return cluster.PodProblem{}
-		}
-	}
-	none := func(what string) {
-		select {
-		case p := <-reports:
-			t.Errorf("%s: reported %s", what, p)
-		case <-time.After(500 * time.Millisecond):
-		}
-	}
+	next := func(what string) cluster.PodProblem { return nextReport(t, reports, what) }
+	none := func(what string) { noReport(t, reports, what, 500*time.Millisecond) }
 	update := func(gvr schema.GroupVersionResource, ns string, obj *unstructured.Unstructured) {
 		if ns == "" {
 			_, err := dyn.Resource(gvr).Update(ctx, obj, metav1.UpdateOptions{})
@@ -211,22 +197,8 @@ func TestAWorkerHeldForItsIMEXDaemonSaysWhatItWaitsFor(t *testing.T) {
 	defer cancel()
 	reports := make(chan cluster.PodProblem, 16)
 	go func() { _ = r.WatchPodProblems(ctx, "inference", "g", func(p cluster.PodProblem) { reports <- p }) }()
-	next := func(what string) cluster.PodProblem {
-		select {
-		case p := <-reports:
-			return p
-		case <-time.After(20 * time.Second):
-			t.Fatalf("no report: %s", what)
-			return cluster.PodProblem{}
-		}
-	}
-	none := func(what string) {
-		select {
-		case p := <-reports:
-			t.Errorf("%s: reported %s", what, p)
-		case <-time.After(time.Second):
-		}
-	}
+	next := func(what string) cluster.PodProblem { return nextReport(t, reports, what) }
+	none := func(what string) { noReport(t, reports, what, time.Second) }
 	p := next("the held worker")
 	assert.False(t, p.Terminal, "the daemon may yet get Ready")
 	assert.Equal(t, "pod g-worker-a (component Worker) on node tray-01: FailedPrepareDynamicResources: "+deadline+
@@ -253,6 +225,28 @@ func TestAWorkerHeldForItsIMEXDaemonSaysWhatItWaitsFor(t *testing.T) {
 	time.Sleep(200 * time.Millisecond)
 	create(event(worker, "4", t0.Add(3*time.Minute)))
 	none("a running pod's late event")
+}
+
+// nextReport is the watch's next report (on the test goroutine); the test fails without one.
+func nextReport(t *testing.T, reports <-chan cluster.PodProblem, what string) cluster.PodProblem {
+	t.Helper()
+	select {
+	case p := <-reports:
+		return p
+	case <-time.After(20 * time.Second):
+		t.Fatalf("no report: %s", what)
+		return cluster.PodProblem{}
+	}
+}
+
+// noReport fails the test if the watch reports anything within wait.
+func noReport(t *testing.T, reports <-chan cluster.PodProblem, what string, wait time.Duration) {
+	t.Helper()
+	select {
+	case p := <-reports:
+		t.Errorf("%s: reported %s", what, p)
+	case <-time.After(wait):
+	}
 }
 
 // watchedKinds are the list kinds of what WatchPodProblems watches, for the fake dynamic client.
