@@ -129,7 +129,7 @@ func (w *graphWait) untilReady(ctx context.Context, watcher GraphStatusWatcher, 
 	err := watcher.WaitGraphReady(wctx, w.namespace, w.name, generation, w.restartID, &graph)
 	cancel()
 	<-stopped
-	last := graph.Ready()
+	last := graph.Ready
 	switch {
 	case terminal != nil:
 		return fmt.Errorf("DynamoGraphDeployment %s/%s cannot become Ready without a change: %s "+
@@ -147,7 +147,7 @@ func (w *graphWait) untilReady(ctx context.Context, watcher GraphStatusWatcher, 
 		if last.Status != "" {
 			msg += fmt.Sprintf("; the operator's Ready condition: %s, %s: %s", last.Status, last.Reason, last.Message)
 		}
-		if short := shortComponents(graph.Components()); short != "" {
+		if short := shortComponents(graph.Components); short != "" {
 			msg += "; its components: " + short
 		}
 		if ps := seen.recent(); len(ps) > 0 {

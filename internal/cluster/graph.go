@@ -3,8 +3,6 @@ package cluster
 import (
 	"context"
 	"fmt"
-	"maps"
-	"sync"
 
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -219,11 +217,10 @@ func ComponentsOf(g *unstructured.Unstructured) map[string]Replicas {
 }
 
 // GraphSeen is what a wait last saw of a graph: its Ready condition and its components' replica
-// counts. Safe to read while the wait writes it; a nil GraphSeen keeps nothing.
+// counts (read once the wait has returned). A nil GraphSeen keeps nothing.
 type GraphSeen struct {
-	mu         sync.Mutex
-	ready      Condition
-	components map[string]Replicas
+	Ready      Condition
+	Components map[string]Replicas
 }
 
 // Saw records the graph as seen now.
@@ -231,24 +228,8 @@ func (s *GraphSeen) Saw(g *unstructured.Unstructured) {
 	if s == nil {
 		return
 	}
-	s.mu.Lock()
-	defer s.mu.Unlock()
 	if c, ok := ReadyCondition(g); ok {
-		s.ready = c
+		s.Ready = c
 	}
-	s.components = ComponentsOf(g)
-}
-
-// Ready is the last Ready condition seen.
-func (s *GraphSeen) Ready() Condition {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.ready
-}
-
-// Components are the components' last replica counts seen.
-func (s *GraphSeen) Components() map[string]Replicas {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return maps.Clone(s.components)
+	s.Components = ComponentsOf(g)
 }
