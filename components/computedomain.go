@@ -29,6 +29,9 @@ type ComputeDomain struct {
 	// enough: the SDK records a component's children as their registrations start, so a resource
 	// registered right after the component could miss them.
 	Ready []pulumi.Resource `pulumi:"-"`
+	// UID is the created ComputeDomain's UID ("" with an existing channel): the DRA driver names the
+	// domain's IMEX DaemonSet after it.
+	UID pulumi.StringOutput `pulumi:"-"`
 }
 
 const computeDomainAPIVersion = "resource.nvidia.com/v1beta1"
@@ -42,6 +45,7 @@ func NewComputeDomain(ctx *pulumi.Context, name string, args *ComputeDomainArgs,
 	}
 	cd.Name = pulumi.String("").ToStringOutput()
 	cd.ChannelClaimTemplate = pulumi.String(args.ChannelClaimTemplate).ToStringOutput()
+	cd.UID = pulumi.String("").ToStringOutput()
 	if args.Create {
 		// numNodes 0: the domain follows the workers that claim it instead of a fixed node count.
 		spec := ComputeDomainSpec{Channel: ComputeDomainChannel{ResourceClaimTemplate: corev1.LocalObjectReference{Name: args.ChannelClaimTemplate}}}
@@ -56,6 +60,7 @@ func NewComputeDomain(ctx *pulumi.Context, name string, args *ComputeDomainArgs,
 		}
 		cd.Name = res.Metadata.Name().Elem()
 		cd.Ready = []pulumi.Resource{res}
+		cd.UID = res.Metadata.Uid().Elem()
 	}
 	return cd, ctx.RegisterResourceOutputs(cd, pulumi.Map{"name": cd.Name, "channelClaimTemplate": cd.ChannelClaimTemplate})
 }

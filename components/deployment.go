@@ -135,6 +135,13 @@ func NewMiniMaxM3(ctx *pulumi.Context, name string, args *MiniMaxM3Args, opts ..
 	}
 
 	d.Namespace = ns.Name
+	if c.Observability.Enabled {
+		if _, err := NewMonitoring(ctx, "monitoring", &MonitoringArgs{
+			Namespace: ns.Name, Config: c, Meta: args.Meta, ComputeDomainUID: cd.UID, HasComputeDomain: c.ComputeDomain.Create,
+		}, pulumi.Parent(graph)); err != nil {
+			return nil, err
+		}
+	}
 	d.GraphName = graph.Name
 	d.FrontendService = graph.Name.ApplyT(func(n string) string { return n + "-frontend" }).(pulumi.StringOutput)
 	d.CacheClaimName = cache.ClaimName

@@ -24,6 +24,12 @@ func newObject(ctx *pulumi.Context, name string, a objectArgs, opts ...pulumi.Re
 	if err != nil {
 		return nil, err
 	}
+	return newObjectWithSpec(ctx, name, a, spec, opts...)
+}
+
+// newObjectWithSpec is newObject with a spec that is known only once other resources are: a.Spec
+// is not read.
+func newObjectWithSpec(ctx *pulumi.Context, name string, a objectArgs, spec any, opts ...pulumi.ResourceOption) (*apiextensions.CustomResource, error) {
 	return apiextensions.NewCustomResource(ctx, name, &apiextensions.CustomResourceArgs{
 		ApiVersion: pulumi.String(a.APIVersion),
 		Kind:       pulumi.String(a.Kind),

@@ -82,6 +82,16 @@ func plannedObjects(c *config.Config) []plannedObject {
 				"placement.disruptionBudget", "set placement.disruptionBudget=false to keep it (or choose another graphName)"})
 		}
 	}
+	if c.Observability.Enabled {
+		for _, m := range []string{c.FrontendMonitorName(), c.WorkerMonitorName()} {
+			out = append(out, plannedObject{PodMonitors, "PodMonitor", ns, m, "graphName", "choose another graphName"})
+		}
+		out = append(out, plannedObject{PrometheusRules, "PrometheusRule", ns, c.AlertRuleName(), "graphName", "choose another graphName"})
+		if c.Observability.Dashboard.Enabled {
+			out = append(out, plannedObject{schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}, "ConfigMap", c.DashboardNamespace(), c.DashboardName(),
+				"observability.dashboard.enabled", "choose another graphName or observability.dashboard.namespace"})
+		}
+	}
 	return out
 }
 

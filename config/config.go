@@ -55,6 +55,7 @@ type Config struct {
 	Restart       RestartConfig       `json:"restart"`
 	Benchmark     BenchmarkConfig     `json:"benchmark"`
 	SmokeTest     SmokeTestConfig     `json:"smokeTest"`
+	Observability ObservabilityConfig `json:"observability"`
 
 	Frontend FrontendConfig `json:"frontend"`
 	// Worker is the aggregated profile's worker; PrefillWorker and DecodeWorker the disaggregated ones.
@@ -114,6 +115,7 @@ func Validate(c *Config) Problems {
 	c.Restart.validate(v, "restart", c)
 	c.SmokeTest.validate(v, "smokeTest", c)
 	c.Benchmark.validate(v, "benchmark")
+	c.Observability.validate(v, "observability", c)
 	c.Frontend.validate(v, "frontend")
 	if c.Profile == Aggregated || c.Profile == Disaggregated {
 		for _, r := range c.Workers() {

@@ -81,6 +81,13 @@ func Defaults(p Profile) Config {
 		},
 		// The recipe's smoke test, as a Job: the frontend lists the model and completes a chat.
 		SmokeTest: SmokeTestConfig{Enabled: true, Timeout: "10m", Message: "Respond with a short readiness message.", MaxTokens: 64},
+		// Off until a site turns it on; once on, what kube-prometheus-stack expects.
+		Observability: ObservabilityConfig{
+			ScrapeInterval:     "15s",
+			DRADriverNamespace: "nvidia-dra-driver-gpu",
+			Alerts:             AlertsConfig{For: "5m", ErrorRatio: 0.05, QueuedRequests: 64, KVCacheUsage: 0.95},
+			Dashboard:          DashboardConfig{Enabled: true, Labels: map[string]string{"grafana_dashboard": "1"}},
+		},
 		// A fixed identifier: a new kubeconfig context for the same cluster updates the provider
 		// instead of replacing every resource. Change it only to move the stack to another cluster.
 		Kubernetes: KubernetesConfig{ClusterIdentifier: "default"},

@@ -10,6 +10,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/metadata"
 	"k8s.io/client-go/rest"
@@ -25,8 +26,9 @@ type LiveObject struct {
 // Reader reads object metadata, Jobs' pods and graphs' status with the kubeconfig the provider
 // uses.
 type Reader struct {
-	client  metadata.Interface
-	dynamic dynamic.Interface
+	client    metadata.Interface
+	dynamic   dynamic.Interface
+	discovery discovery.DiscoveryInterface
 }
 
 // New reads the cluster of a kubeconfig file (empty: KUBECONFIG or ~/.kube/config) and context
@@ -76,7 +78,32 @@ func newForConfig(cfg *rest.Config) (*Reader, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &Reader{client, dyn}, nil
+	disc, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	return &Reader{client, dyn, disc}, nil
+}
+
+// Served says whether the cluster serves a resource (its CRD is installed): what a kind needs
+// before the stack can create objects of it.
+func (r *Reader) Served(_ context.Context, gvr schema.GroupVersionResource) (bool, error) {
+	if r.discovery == nil {
+		return true, nil
+	}
+	list, err := r.discovery.ServerResourcesForGroupVersion(gvr.GroupVersion().String())
+	if apierrors.IsNotFound(err) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	for _, res := range list.APIResources {
+		if res.Name == gvr.Resource {
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 // Read reads a live object's metadata; found is false when it does not exist.
@@ -128,4 +155,7 @@ func (r *Reader) JobResult(ctx context.Context, namespace, job, container string
 }
 
 // NewFromClients is a Reader on clients the caller made (a fake clientset in tests).
-func NewFromClients(md metadata.Interface, dyn dynamic.Interface) *Reader { return &Reader{md, dyn} }
+// It has no discovery client: Served then says every resource is served.
+func NewFromClients(md metadata.Interface, dyn dynamic.Interface) *Reader {
+	return &Reader{client: md, dynamic: dyn}
+}

@@ -74,6 +74,16 @@ func (m *mocks) NewResource(args pulumi.MockResourceArgs) (string, resource.Prop
 		return args.ID, resource.PropertyMap{"name": resource.NewProperty(args.ID), "outputs": resource.NewProperty(outputs)}, nil
 	}
 	m.resources = append(m.resources, recorded{Type: args.TypeToken, Name: args.Name, Inputs: args.Inputs, RPC: args.RegisterRPC})
+	if strings.HasSuffix(args.TypeToken, ":ComputeDomain") {
+		// The API server gives the new object its UID.
+		out := args.Inputs.Copy()
+		if md := out["metadata"]; md.IsObject() {
+			meta := md.ObjectValue().Copy()
+			meta["uid"] = resource.NewProperty(computeDomainUID)
+			out["metadata"] = resource.NewProperty(meta)
+		}
+		return args.Name + "-id", out, nil
+	}
 	if strings.HasSuffix(args.TypeToken, ":DynamoGraphDeployment") {
 		// The API server's answer carries the object's generation: a new one's is 1.
 		out := args.Inputs.Copy()
@@ -88,6 +98,9 @@ func (m *mocks) NewResource(args pulumi.MockResourceArgs) (string, resource.Prop
 }
 
 func (m *mocks) Call(args pulumi.MockCallArgs) (resource.PropertyMap, error) { return args.Args, nil }
+
+// computeDomainUID is the UID the mocked API server gives a new ComputeDomain.
+const computeDomainUID = "5d0c8f0e-3d1a-4a57-9d2e-1b6f4c8a9e21"
 
 // result is one mocked run of the program.
 type result struct {

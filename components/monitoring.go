@@ -1,0 +1,263 @@
+package components
+
+import (
+	"context"
+	"fmt"
+
+	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
+	corev1 "github.com/pulumi/pulumi-kubernetes/sdk/v4/go/kubernetes/core/v1"
+	metav1 "github.com/pulumi/pulumi-kubernetes/sdk/v4/go/kubernetes/meta/v1"
+	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
+	k8smeta "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"minimax-m3/config"
+)
+
+// The labels the Dynamo operator puts on every pod of a graph component (its consts.go), which the
+// PodMonitors select by: the graph's name, the component's type, and metrics-enabled, which it
+// leaves off a pod whose component opted out (annotation nvidia.com/enable-metrics: "false").
+const (
+	GraphNameLabel      = "nvidia.com/dynamo-graph-deployment-name"
+	ComponentTypeLabel  = "nvidia.com/dynamo-component-type"
+	MetricsEnabledLabel = "nvidia.com/metrics-enabled"
+)
+
+// The ports the operator gives a graph's containers, and where each serves Prometheus metrics: the
+// frontend on its HTTP port, a worker on its system port (DYN_SYSTEM_PORT).
+const (
+	FrontendMetricsPort = "http"
+	WorkerMetricsPort   = "system"
+	MetricsPath         = "/metrics"
+)
+
+const (
+	monitoringAPIVersion = "monitoring.coreos.com/v1"
+	monitoringType       = "minimax-m3:index:Monitoring"
+)
+
+// PodMonitors and PrometheusRules are prometheus-operator's resources the stack creates with
+// observability on.
+var (
+	PodMonitors     = schema.GroupVersionResource{Group: "monitoring.coreos.com", Version: "v1", Resource: "podmonitors"}
+	PrometheusRules = schema.GroupVersionResource{Group: "monitoring.coreos.com", Version: "v1", Resource: "prometheusrules"}
+)
+
+// APIChecker says whether the cluster serves a resource (cluster.Reader does).
+type APIChecker interface {
+	Served(ctx context.Context, gvr schema.GroupVersionResource) (bool, error)
+}
+
+// checkMonitoringAPI refuses observability on a cluster without prometheus-operator's CRDs before
+// anything is created: the provider would otherwise create half the stack and then fail on the
+// first monitor.
+func checkMonitoringAPI(ctx context.Context, reader ObjectReader, c *config.Config) error {
+	checker, ok := reader.(APIChecker)
+	if !ok || !c.Observability.Enabled {
+		return nil
+	}
+	var ps config.Problems
+	for _, gvr := range []schema.GroupVersionResource{PodMonitors, PrometheusRules} {
+		served, err := checker.Served(ctx, gvr)
+		if err != nil {
+			if c.Kubernetes.RequireRead {
+				return unreadable(fmt.Errorf("reading the cluster's %s API: %w", gvr.Resource, err))
+			}
+			continue
+		}
+		if !served {
+			ps.Add("observability.enabled", "the cluster does not serve %s (%s): install prometheus-operator's CRDs (kube-prometheus-stack has them), or turn observability off", gvr.Resource, gvr.GroupVersion())
+		}
+	}
+	if len(ps) > 0 {
+		return ps
+	}
+	return nil
+}
+
+// MonitoringArgs describes the graph's monitors, alert rules and dashboard.
+type MonitoringArgs struct {
+	Namespace pulumi.StringInput
+	Config    *config.Config
+	Meta      StackMeta
+	// ComputeDomainUID is the UID of the ComputeDomain the stack created, whose IMEX daemons'
+	// DaemonSet the driver names after it; nil leaves the IMEX alert out (an existing channel).
+	ComputeDomainUID pulumi.StringOutput
+	HasComputeDomain bool
+}
+
+// Monitoring is prometheus-operator's view of the graph: a PodMonitor for the frontend and one for
+// the workers, a PrometheusRule, and a Grafana dashboard ConfigMap.
+type Monitoring struct {
+	pulumi.ResourceState
+}
+
+// NewMonitoring creates the graph's monitoring objects, as children of parent (the graph).
+func NewMonitoring(ctx *pulumi.Context, name string, args *MonitoringArgs, opts ...pulumi.ResourceOption) (*Monitoring, error) {
+	m := &Monitoring{}
+	if err := ctx.RegisterComponentResource(monitoringType, name, m, opts...); err != nil {
+		return nil, err
+	}
+	c := args.Config
+	labels := stackLabels(ctx)
+	for k, v := range c.Observability.Labels {
+		labels[k] = pulumi.String(v)
+	}
+	for _, pm := range []struct {
+		name string
+		spec monitoringv1.PodMonitorSpec
+	}{
+		{c.FrontendMonitorName(), FrontendPodMonitor(c)},
+		{c.WorkerMonitorName(), WorkerPodMonitor(c)},
+	} {
+		if _, err := newObject(ctx, pm.name, objectArgs{
+			APIVersion: monitoringAPIVersion, Kind: "PodMonitor",
+			Name: pm.name, Namespace: args.Namespace, Labels: labels,
+			Annotations: args.Meta.annotations(ctx, "PodMonitor", pm.name, nil),
+			Spec:        pm.spec,
+		}, pulumi.Parent(m)); err != nil {
+			return nil, err
+		}
+	}
+
+	uid := pulumi.String("").ToStringOutput()
+	if args.HasComputeDomain {
+		uid = args.ComputeDomainUID
+	}
+	spec := uid.ApplyT(func(uid string) (map[string]any, error) {
+		return untyped(AlertRules(c, uid))
+	})
+	if _, err := newObjectWithSpec(ctx, c.AlertRuleName(), objectArgs{
+		APIVersion: monitoringAPIVersion, Kind: "PrometheusRule",
+		Name: c.AlertRuleName(), Namespace: args.Namespace, Labels: labels,
+		Annotations: args.Meta.annotations(ctx, "PrometheusRule", c.AlertRuleName(), nil),
+	}, spec, pulumi.Parent(m)); err != nil {
+		return nil, err
+	}
+
+	if d := c.Observability.Dashboard; d.Enabled {
+		board, err := Dashboard(c)
+		if err != nil {
+			return nil, err
+		}
+		dlabels := stackLabels(ctx)
+		for k, v := range d.Labels {
+			dlabels[k] = pulumi.String(v)
+		}
+		if _, err := corev1.NewConfigMap(ctx, "dashboard", &corev1.ConfigMapArgs{
+			Metadata: &metav1.ObjectMetaArgs{Name: pulumi.String(c.DashboardName()), Namespace: pulumi.String(c.DashboardNamespace()), Labels: dlabels,
+				Annotations: args.Meta.annotations(ctx, "ConfigMap", c.DashboardName(), nil)},
+			Data: pulumi.StringMap{c.GraphName + ".json": pulumi.String(board)},
+		}, pulumi.Parent(m)); err != nil {
+			return nil, err
+		}
+	}
+	return m, ctx.RegisterResourceOutputs(m, pulumi.Map{})
+}
+
+// FrontendPodMonitor scrapes the graph's frontend pods on their HTTP port.
+func FrontendPodMonitor(c *config.Config) monitoringv1.PodMonitorSpec {
+	sel := k8smeta.LabelSelector{MatchLabels: map[string]string{
+		GraphNameLabel: c.GraphName, ComponentTypeLabel: "frontend", MetricsEnabledLabel: "true",
+	}}
+	return podMonitor(c, sel, FrontendMetricsPort)
+}
+
+// WorkerPodMonitor scrapes the graph's worker pods on their system port. The operator types a
+// worker worker, prefill or decode (an older graph's prefill and decode pods are typed worker).
+func WorkerPodMonitor(c *config.Config) monitoringv1.PodMonitorSpec {
+	sel := k8smeta.LabelSelector{
+		MatchLabels: map[string]string{GraphNameLabel: c.GraphName, MetricsEnabledLabel: "true"},
+		MatchExpressions: []k8smeta.LabelSelectorRequirement{{
+			Key: ComponentTypeLabel, Operator: k8smeta.LabelSelectorOpIn, Values: []string{"worker", "prefill", "decode"},
+		}},
+	}
+	return podMonitor(c, sel, WorkerMetricsPort)
+}
+
+func podMonitor(c *config.Config, sel k8smeta.LabelSelector, port string) monitoringv1.PodMonitorSpec {
+	return monitoringv1.PodMonitorSpec{
+		Selector:          sel,
+		NamespaceSelector: monitoringv1.NamespaceSelector{MatchNames: []string{c.Namespace.Name}},
+		PodMetricsEndpoints: []monitoringv1.PodMetricsEndpoint{{
+			Port: &port, Path: MetricsPath, Interval: monitoringv1.Duration(c.Observability.ScrapeInterval),
+		}},
+	}
+}
+
+// MonitorJob is the job label prometheus-operator gives the targets of a PodMonitor:
+// <namespace>/<name>.
+func MonitorJob(namespace, monitor string) string { return namespace + "/" + monitor }
+
+// Alert names, each a condition a serving team acts on.
+const (
+	AlertFrontendDown        = "MiniMaxM3FrontendDown"
+	AlertWorkersDown         = "MiniMaxM3WorkersDown"
+	AlertTimeToFirstToken    = "MiniMaxM3TimeToFirstTokenHigh"
+	AlertInterTokenLatency   = "MiniMaxM3InterTokenLatencyHigh"
+	AlertRequestErrors       = "MiniMaxM3RequestErrors"
+	AlertRequestsQueued      = "MiniMaxM3RequestsQueued"
+	AlertKVCacheFull         = "MiniMaxM3KVCacheFull"
+	AlertIMEXDaemonsNotReady = "MiniMaxM3IMEXDaemonsNotReady"
+)
+
+// AlertRules is the graph's PrometheusRule: one group of alerts on the frontend's and the workers'
+// metrics (their PodMonitors' jobs) and, with computeDomainUID, on kube-state-metrics' series of
+// the domain's IMEX DaemonSet (the DRA driver names it computedomain-daemon-<UID>).
+func AlertRules(c *config.Config, computeDomainUID string) monitoringv1.PrometheusRuleSpec {
+	a := c.Observability.Alerts
+	front := fmt.Sprintf(`job=%q`, MonitorJob(c.Namespace.Name, c.FrontendMonitorName()))
+	workers := fmt.Sprintf(`job=%q`, MonitorJob(c.Namespace.Name, c.WorkerMonitorName()))
+	n := 0
+	for _, r := range c.Workers() {
+		n += r.Config.Replicas
+	}
+	forDuration := monitoringv1.Duration(a.For)
+	graph := c.Namespace.Name + "/" + c.GraphName
+	rule := func(alert, severity, expr, summary string) monitoringv1.Rule {
+		return monitoringv1.Rule{
+			Alert: alert, Expr: intstr.FromString(expr), For: &forDuration,
+			Labels: map[string]string{"severity": severity, "namespace": c.Namespace.Name, "graph": c.GraphName},
+			Annotations: map[string]string{
+				"summary":     summary,
+				"description": "DynamoGraphDeployment " + graph + ": see docs/day-two.md#alerts for what to do.",
+			},
+		}
+	}
+	quantile := func(metric string) string {
+		return fmt.Sprintf(`histogram_quantile(0.95, sum by (le) (rate(%s_bucket{%s}[5m])))`, metric, front)
+	}
+	rules := []monitoringv1.Rule{
+		rule(AlertFrontendDown, "critical",
+			fmt.Sprintf(`(count(up{%s} == 1) or vector(0)) < 1`, front),
+			"No frontend of "+graph+" answers Prometheus: clients cannot reach the model."),
+		rule(AlertWorkersDown, "critical",
+			fmt.Sprintf(`(count(up{%s} == 1) or vector(0)) < %d`, workers, n),
+			fmt.Sprintf("{{ $value }} of the %d workers of %s answer Prometheus.", n, graph)),
+		rule(AlertTimeToFirstToken, "warning",
+			fmt.Sprintf(`%s > %s`, quantile("dynamo_frontend_time_to_first_token_seconds"), seconds(c.AlertTimeToFirstTokenMs())),
+			fmt.Sprintf("95th percentile time to first token of %s is {{ $value | humanizeDuration }}, over %gms.", graph, c.AlertTimeToFirstTokenMs())),
+		rule(AlertInterTokenLatency, "warning",
+			fmt.Sprintf(`%s > %s`, quantile("dynamo_frontend_inter_token_latency_seconds"), seconds(c.AlertInterTokenLatencyMs())),
+			fmt.Sprintf("95th percentile inter-token latency of %s is {{ $value | humanizeDuration }}, over %gms.", graph, c.AlertInterTokenLatencyMs())),
+		rule(AlertRequestErrors, "critical",
+			fmt.Sprintf(`sum(rate(dynamo_frontend_requests_total{%s,status="error",error_type!="cancelled"}[5m])) / sum(rate(dynamo_frontend_requests_total{%s}[5m])) > %g`, front, front, a.ErrorRatio),
+			fmt.Sprintf("{{ $value | humanizePercentage }} of the requests to %s fail, over %g.", graph, a.ErrorRatio)),
+		rule(AlertRequestsQueued, "warning",
+			fmt.Sprintf(`sum(dynamo_frontend_queued_requests{%s}) > %d`, front, a.QueuedRequests),
+			fmt.Sprintf("{{ $value }} requests wait at the frontend of %s for a first token, over %d.", graph, a.QueuedRequests)),
+		rule(AlertKVCacheFull, "warning",
+			fmt.Sprintf(`max(dynamo_component_kvstats_gpu_cache_usage_percent{%s}) > %g`, workers, a.KVCacheUsage),
+			fmt.Sprintf("A worker of %s has {{ $value | humanizePercentage }} of its GPU KV cache in use.", graph)),
+	}
+	if computeDomainUID != "" {
+		ds := fmt.Sprintf(`namespace=%q,daemonset=%q`, c.Observability.DRADriverNamespace, "computedomain-daemon-"+computeDomainUID)
+		rules = append(rules, rule(AlertIMEXDaemonsNotReady, "critical",
+			fmt.Sprintf(`kube_daemonset_status_number_ready{%s} < kube_daemonset_status_desired_number_scheduled{%s}`, ds, ds),
+			"An IMEX daemon of ComputeDomain "+c.Namespace.Name+"/"+c.ComputeDomainName()+" is not Ready: the workers on its tray cannot start."))
+	}
+	return monitoringv1.PrometheusRuleSpec{Groups: []monitoringv1.RuleGroup{{Name: c.GraphName, Rules: rules}}}
+}
+
+func seconds(ms float64) string { return fmt.Sprintf("%g", ms/1000) }
