@@ -3,15 +3,21 @@ package integration
 import (
 	"context"
 	"maps"
+	"regexp"
 	"slices"
 	"testing"
 
+	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
 	"github.com/pulumi/pulumi/sdk/v3/go/auto"
 	"github.com/pulumi/pulumi/sdk/v3/go/auto/optpreview"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -135,6 +141,81 @@ func TestBoxOneAggStackThroughDayTwoChanges(t *testing.T) {
 			g := boxGraph(t, ns, aggGraph)
 			assert.Equal(t, generation, g.GetGeneration(), "the graph's spec untouched")
 			assert.True(t, operatorReady(g))
+		}},
+		{"observability adds monitors of the live pods and changes nothing else", func(t *testing.T) {
+			// prometheus-operator's CRDs are in the box (no operator of theirs runs): turning
+			// observability on creates the two PodMonitors, the rule and the dashboard under the graph's
+			// component and leaves the graph alone; the monitors select the graph's live pods, on ports
+			// those pods have; the IMEX alert watches the DaemonSet the real compute-domain-controller made
+			// for the stack's ComputeDomain. Turning it off deletes exactly those.
+			ns := s.ns
+			generation := boxGraph(t, ns, aggGraph).GetGeneration()
+			s.set(ctx, "minimax-m3:observability.enabled", "true")
+			s.set(ctx, "minimax-m3:observability.labels.release", "kube-prometheus-stack")
+			added := map[string]string{
+				"minimax-m3:index:Monitoring monitoring":                                     "create",
+				"kubernetes:monitoring.coreos.com/v1:PodMonitor " + aggGraph + "-frontend":   "create",
+				"kubernetes:monitoring.coreos.com/v1:PodMonitor " + aggGraph + "-workers":    "create",
+				"kubernetes:monitoring.coreos.com/v1:PrometheusRule " + aggGraph + "-alerts": "create",
+				"kubernetes:core/v1:ConfigMap dashboard":                                     "create",
+			}
+			ops, err := s.preview(ctx)
+			require.NoError(t, err, s.log.String())
+			assert.Equal(t, added, graphOps(t, ops))
+			assert.Equal(t, added, graphOps(t, upOK(t, s)))
+			assert.Equal(t, generation, boxGraph(t, ns, aggGraph).GetGeneration(), "the graph untouched")
+
+			dyn, err := dynamic.NewForConfig(box.Config)
+			require.NoError(t, err)
+			for monitor, want := range map[string]struct {
+				pods int
+				port string
+			}{aggGraph + "-frontend": {1, "http"}, aggGraph + "-workers": {3, "system"}} {
+				live, err := dyn.Resource(components.PodMonitors).Namespace(ns).Get(ctx, monitor, metav1.GetOptions{})
+				require.NoError(t, err, monitor)
+				assert.Equal(t, "kube-prometheus-stack", live.GetLabels()["release"], monitor)
+				var spec monitoringv1.PodMonitorSpec
+				require.NoError(t, runtime.DefaultUnstructuredConverter.FromUnstructured(live.Object["spec"].(map[string]any), &spec))
+				selector, err := metav1.LabelSelectorAsSelector(&spec.Selector)
+				require.NoError(t, err)
+				var pods corev1.PodList
+				require.NoError(t, box.Client.List(ctx, &pods, client.InNamespace(ns), client.MatchingLabelsSelector{Selector: selector}))
+				assert.Len(t, pods.Items, want.pods, "%s selects the graph's live pods, as the operator labels them", monitor)
+				for _, p := range pods.Items {
+					var ports []string
+					for _, c := range p.Spec.Containers {
+						for _, cp := range c.Ports {
+							ports = append(ports, cp.Name)
+						}
+					}
+					assert.Contains(t, ports, *spec.PodMetricsEndpoints[0].Port, "%s: pod %s has the port it scrapes", monitor, p.Name)
+				}
+			}
+			rule, err := dyn.Resource(components.PrometheusRules).Namespace(ns).Get(ctx, aggGraph+"-alerts", metav1.GetOptions{})
+			require.NoError(t, err)
+			var spec monitoringv1.PrometheusRuleSpec
+			require.NoError(t, runtime.DefaultUnstructuredConverter.FromUnstructured(rule.Object["spec"].(map[string]any), &spec))
+			var imex string
+			for _, r := range spec.Groups[0].Rules {
+				if r.Alert == components.AlertIMEXDaemonsNotReady {
+					imex = r.Expr.StrVal
+				}
+			}
+			m := regexp.MustCompile(`daemonset="([^"]+)"`).FindStringSubmatch(imex)
+			require.Len(t, m, 2, imex)
+			var ds appsv1.DaemonSet
+			require.NoError(t, box.Client.Get(ctx, client.ObjectKey{Namespace: "nvidia-dra-driver-gpu", Name: m[1]}, &ds),
+				"the IMEX alert watches the DaemonSet the compute-domain-controller made for the stack's ComputeDomain")
+
+			require.NoError(t, s.stack.RemoveConfig(ctx, "minimax-m3:observability"))
+			removed := map[string]string{}
+			for k := range added {
+				removed[k] = "delete"
+			}
+			assert.Equal(t, removed, graphOps(t, upOK(t, s)))
+			_, err = dyn.Resource(components.PodMonitors).Namespace(ns).Get(ctx, aggGraph+"-frontend", metav1.GetOptions{})
+			assert.True(t, apierrors.IsNotFound(err), "deleted with observability off: %v", err)
+			assert.Equal(t, generation, boxGraph(t, ns, aggGraph).GetGeneration(), "the graph untouched")
 		}},
 		{"a renamed stack keeps its objects", func(t *testing.T) {
 			// `pulumi stack rename` keeps the stack's state and outputs; the objects carry the old name's

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/csv"
 	"encoding/hex"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -27,7 +28,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"minimax-m3/benchmark"
 	"minimax-m3/config"
@@ -69,6 +72,9 @@ func rackBox(t *testing.T) *rackbox.Box {
 		// suite's process on their own (Pdeathsig).
 		box.StopOnSignal()
 		box.StopBefore(testTimeout)
+		if box.err = installPrometheusOperatorCRDs(box.Config); box.err != nil {
+			return
+		}
 		box.operator, box.err = startBoxOperator()
 	})
 	require.NoError(t, box.err, "the rack box cannot start\n%s", boxLogs())
@@ -78,6 +84,31 @@ func rackBox(t *testing.T) *rackbox.Box {
 		}
 	})
 	return box.Box
+}
+
+// prometheusOperatorModule is the prometheus-operator release whose CRDs the box serves, as a
+// cluster with kube-prometheus-stack does: read from the release's Go module (the module proxy
+// serves this release of the root module; the program's typed API module is pinned in go.mod).
+const prometheusOperatorModule = "github.com/prometheus-operator/prometheus-operator@v0.85.0"
+
+// installPrometheusOperatorCRDs installs the PodMonitor and PrometheusRule CRDs a stack with
+// observability on creates objects of. No prometheus-operator runs: nothing in the box scrapes.
+func installPrometheusOperatorCRDs(cfg *rest.Config) error {
+	out, err := exec.Command("go", "mod", "download", "-json", prometheusOperatorModule).Output()
+	if err != nil {
+		return fmt.Errorf("downloading %s for its CRDs: %w", prometheusOperatorModule, err)
+	}
+	var mod struct{ Dir, Error string }
+	if err := json.Unmarshal(out, &mod); err != nil || mod.Dir == "" {
+		return fmt.Errorf("downloading %s for its CRDs: %v %s", prometheusOperatorModule, err, mod.Error)
+	}
+	dir := filepath.Join(mod.Dir, "example", "prometheus-operator-crd")
+	_, err = envtest.InstallCRDs(cfg, envtest.CRDInstallOptions{
+		Paths:              []string{filepath.Join(dir, "monitoring.coreos.com_podmonitors.yaml"), filepath.Join(dir, "monitoring.coreos.com_prometheusrules.yaml")},
+		ErrorIfPathMissing: true,
+		MaxTime:            time.Minute,
+	})
+	return err
 }
 
 // startBoxOperator starts the box's operator, cluster-wide, as it is deployed.
