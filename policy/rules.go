@@ -65,6 +65,7 @@ var Rules = []Rule{
 	{"allowed-registries", "images come only from the registries the site allows (the recipe's by default)", ScopeObject, allowedRegistries},
 	{"synthetic-only-for-benchmark", "synthetic speculative acceptance only on a graph labelled for benchmarking (benchmark.enabled)", ScopeObject, syntheticOnlyForBenchmark},
 	{"pod-security", "no pod reaches past itself: no host namespace, hostPath, privileged container, added capability beyond the workers', own ServiceAccount or bound node", ScopeObject, podSecurity},
+	{"monitors-own-namespace", "a PodMonitor scrapes pods of its own namespace only: other teams' pods and metrics are theirs", ScopeObject, monitorsOwnNamespace},
 	{"keep-model-cache", "no change replaces or deletes the model cache claim", ScopeChange, keepKind("PersistentVolumeClaim", "the model cache claim holds the downloaded weights; replacing or deleting it loses them")},
 	{"keep-namespace", "no change replaces or deletes the namespace", ScopeChange, keepKind("Namespace", "deleting a namespace deletes everything in it, the model cache claim included")},
 	{"keep-adopted", "with adopt, no change replaces or deletes an object the stack took over", ScopeChange, keepAdopted},
@@ -370,6 +371,30 @@ func syntheticOnlyForBenchmark(p Plan) []Violation {
 					out = append(out, Violation{Resource: pd.resource() + " container " + c.Name,
 						Message: fmt.Sprintf("env %s selects synthetic speculative acceptance (responses are not the model's) on a graph without the %s=true label: set benchmark.enabled on a benchmark stack, or speculativeDecoding.mode=real", e.Name, components.BenchmarkLabel)})
 				}
+			}
+		}
+	}
+	return out
+}
+
+// monitorsOwnNamespace refuses a PodMonitor whose namespaceSelector reaches past its own
+// namespace: `any`, or a name other than its own (prometheus-operator's default, no selector, is its
+// own namespace).
+func monitorsOwnNamespace(p Plan) []Violation {
+	var out []Violation
+	for _, s := range p.Steps {
+		if s.Kind() != "PodMonitor" || s.New == nil {
+			continue
+		}
+		own, _ := at(s.New, "metadata", "namespace").(string)
+		sel, _ := at(s.New, "spec", "namespaceSelector").(map[string]any)
+		if all, _ := sel["any"].(bool); all {
+			out = append(out, Violation{Resource: s.objectName(), Message: "namespaceSelector.any scrapes pods of every namespace: select its own, " + own})
+		}
+		names, _ := sel["matchNames"].([]any)
+		for _, n := range names {
+			if n != own {
+				out = append(out, Violation{Resource: s.objectName(), Message: fmt.Sprintf("namespaceSelector.matchNames names %v, not its own namespace %s", n, own)})
 			}
 		}
 	}

@@ -171,6 +171,15 @@ func TestAPortalUserDeploysOnlyIntoTheirNamespaces(t *testing.T) {
 			assert.Contains(t, body, `user alice@team-a may not deploy into namespace \"`+ns+`\" (their namespaces: team-a)`)
 		}
 	}
+	// The dashboard's ConfigMap lands in a namespace of its own choosing: the same grants.
+	for _, op := range []string{"preview", "up"} {
+		code, body := call(h, http.MethodPost, "/api/stacks/team-a-agg/"+op, aliceToken, map[string]any{
+			"base": "agg", "config": map[string]any{"namespace": map[string]any{"name": "team-a"},
+				"observability": map[string]any{"enabled": true, "dashboard": map[string]any{"namespace": "monitoring"}}}, "plan": nil})
+		assert.Equal(t, http.StatusForbidden, code, body)
+		assert.Contains(t, body, `"key":"observability.dashboard.namespace"`)
+		assert.Contains(t, body, `user alice@team-a may not deploy into namespace \"monitoring\" (their namespaces: team-a)`)
+	}
 	// A body that names no namespace is validation's to refuse: the base profiles name none.
 	code, body := call(h, http.MethodPost, "/api/stacks/team-a-agg/up", aliceToken, map[string]any{"base": "agg"})
 	assert.Equal(t, http.StatusBadRequest, code, body)

@@ -128,6 +128,12 @@ func (s *Server) operation(w http.ResponseWriter, r *http.Request) {
 			nameOf(user), req.Config.Namespace.Name, strings.Join(user.Namespaces, ", "))))
 		return
 	}
+	if o := req.Config.Observability; (op == "preview" || op == "up") && o.Enabled && o.Dashboard.Enabled && o.Dashboard.Namespace != "" && !user.MayDeployTo(o.Dashboard.Namespace) {
+		// The dashboard's ConfigMap is an object in that namespace: the same grants apply.
+		writeError(w, http.StatusForbidden, invalidAt("observability.dashboard.namespace", fmt.Sprintf("%s may not deploy into namespace %q (their namespaces: %s)",
+			nameOf(user), o.Dashboard.Namespace, strings.Join(user.Namespaces, ", "))))
+		return
+	}
 	log := newOpLog(op, s.MaxEvents)
 	opts := portal.RunOptions{Progress: log.add}
 	var run func(ctx context.Context) (any, error)

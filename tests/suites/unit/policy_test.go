@@ -306,3 +306,18 @@ func TestPolicyAllowedRegistries(t *testing.T) {
 		assert.Contains(t, text, want, "a site with a mirror of its own: the recipe's images are named")
 	}
 }
+
+func TestPolicyMonitorsOwnNamespace(t *testing.T) {
+	on := observabilityOn(nil)
+	p := plan(t, "agg", on)
+	assert.Empty(t, policy.Check(p), "the program's monitors select their own namespace")
+	monitor := step(t, p, "PodMonitor")
+	sel := monitor.New["spec"].(map[string]any)["namespaceSelector"].(map[string]any)
+	sel["matchNames"] = []any{"inference", "team-b"}
+	vs := policy.Check(p)
+	assert.Equal(t, []string{"monitors-own-namespace"}, rules(vs))
+	assert.Contains(t, vs[0].String(), "namespaceSelector.matchNames names team-b, not its own namespace inference")
+	delete(sel, "matchNames")
+	sel["any"] = true
+	assert.Equal(t, []string{"monitors-own-namespace"}, rules(policy.Check(p)))
+}
