@@ -82,7 +82,8 @@ type MonitoringArgs struct {
 	Config    *config.Config
 	Meta      StackMeta
 	// ComputeDomainUID is the UID of the ComputeDomain the stack created, whose IMEX daemons'
-	// DaemonSet the driver names after it; nil leaves the IMEX alert out (an existing channel).
+	// DaemonSet the driver names after it. HasComputeDomain false (an existing channel) leaves the
+	// IMEX alert out: that domain is its owner's to watch.
 	ComputeDomainUID pulumi.StringOutput
 	HasComputeDomain bool
 }
@@ -121,13 +122,21 @@ func NewMonitoring(ctx *pulumi.Context, name string, args *MonitoringArgs, opts 
 		}
 	}
 
-	uid := pulumi.String("").ToStringOutput()
-	if args.HasComputeDomain {
-		uid = args.ComputeDomainUID
+	// Every alert is known at preview; the IMEX alert's expression waits for the ComputeDomain's
+	// UID, which the API server gives it on create.
+	spec, err := untyped(AlertRules(c, ""))
+	if err != nil {
+		return nil, err
 	}
-	spec := uid.ApplyT(func(uid string) (map[string]any, error) {
-		return untyped(AlertRules(c, uid))
-	})
+	if args.HasComputeDomain {
+		imex, err := untyped(IMEXAlert(c, ""))
+		if err != nil {
+			return nil, err
+		}
+		imex["expr"] = args.ComputeDomainUID.ApplyT(func(uid string) string { return IMEXAlert(c, uid).Expr.StrVal }).(pulumi.StringOutput)
+		group := spec["groups"].([]any)[0].(map[string]any)
+		group["rules"] = append(group["rules"].([]any), imex)
+	}
 	if _, err := newObjectWithSpec(ctx, c.AlertRuleName(), objectArgs{
 		APIVersion: monitoringAPIVersion, Kind: "PrometheusRule",
 		Name: c.AlertRuleName(), Namespace: args.Namespace, Labels: labels,
@@ -213,17 +222,9 @@ func AlertRules(c *config.Config, computeDomainUID string) monitoringv1.Promethe
 	for _, r := range c.Workers() {
 		n += r.Config.Replicas
 	}
-	forDuration := monitoringv1.Duration(a.For)
 	graph := c.Namespace.Name + "/" + c.GraphName
 	rule := func(alert, severity, expr, summary string) monitoringv1.Rule {
-		return monitoringv1.Rule{
-			Alert: alert, Expr: intstr.FromString(expr), For: &forDuration,
-			Labels: map[string]string{"severity": severity, "namespace": c.Namespace.Name, "graph": c.GraphName},
-			Annotations: map[string]string{
-				"summary":     summary,
-				"description": "DynamoGraphDeployment " + graph + ": see docs/day-two.md#alerts for what to do.",
-			},
-		}
+		return alertRule(c, alert, severity, expr, summary)
 	}
 	quantile := func(metric string) string {
 		return fmt.Sprintf(`histogram_quantile(0.95, sum by (le) (rate(%s_bucket{%s}[5m])))`, metric, front)
@@ -252,12 +253,31 @@ func AlertRules(c *config.Config, computeDomainUID string) monitoringv1.Promethe
 			fmt.Sprintf("A worker of %s has {{ $value | humanizePercentage }} of its GPU KV cache in use.", graph)),
 	}
 	if computeDomainUID != "" {
-		ds := fmt.Sprintf(`namespace=%q,daemonset=%q`, c.Observability.DRADriverNamespace, "computedomain-daemon-"+computeDomainUID)
-		rules = append(rules, rule(AlertIMEXDaemonsNotReady, "critical",
-			fmt.Sprintf(`kube_daemonset_status_number_ready{%s} < kube_daemonset_status_desired_number_scheduled{%s}`, ds, ds),
-			"An IMEX daemon of ComputeDomain "+c.Namespace.Name+"/"+c.ComputeDomainName()+" is not Ready: the workers on its tray cannot start."))
+		rules = append(rules, IMEXAlert(c, computeDomainUID))
 	}
 	return monitoringv1.PrometheusRuleSpec{Groups: []monitoringv1.RuleGroup{{Name: c.GraphName, Rules: rules}}}
+}
+
+// IMEXAlert fires while the IMEX DaemonSet of the ComputeDomain with this UID has fewer daemons
+// Ready than scheduled, from kube-state-metrics' series.
+func IMEXAlert(c *config.Config, computeDomainUID string) monitoringv1.Rule {
+	ds := fmt.Sprintf(`namespace=%q,daemonset=%q`, c.Observability.DRADriverNamespace, "computedomain-daemon-"+computeDomainUID)
+	return alertRule(c, AlertIMEXDaemonsNotReady, "critical",
+		fmt.Sprintf(`kube_daemonset_status_number_ready{%s} < kube_daemonset_status_desired_number_scheduled{%s}`, ds, ds),
+		"An IMEX daemon of ComputeDomain "+c.Namespace.Name+"/"+c.ComputeDomainName()+" is not Ready: the workers on its tray cannot start.")
+}
+
+// alertRule is one alert of the graph's rule.
+func alertRule(c *config.Config, alert, severity, expr, summary string) monitoringv1.Rule {
+	forDuration := monitoringv1.Duration(c.Observability.Alerts.For)
+	return monitoringv1.Rule{
+		Alert: alert, Expr: intstr.FromString(expr), For: &forDuration,
+		Labels: map[string]string{"severity": severity, "namespace": c.Namespace.Name, "graph": c.GraphName},
+		Annotations: map[string]string{
+			"summary":     summary,
+			"description": "DynamoGraphDeployment " + c.Namespace.Name + "/" + c.GraphName + ": see docs/day-two.md#alerts for what to do.",
+		},
+	}
 }
 
 func seconds(ms float64) string { return fmt.Sprintf("%g", ms/1000) }
