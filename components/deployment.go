@@ -48,6 +48,8 @@ type MiniMaxM3 struct {
 	FrontendService pulumi.StringOutput `pulumi:"frontendService"`
 	CacheClaimName  pulumi.StringOutput `pulumi:"cacheClaimName"`
 	ComputeDomain   pulumi.StringOutput `pulumi:"computeDomain"`
+	// ExternalURL is where clients reach the frontend through the site's Gateway (exposure on).
+	ExternalURL pulumi.StringOutput `pulumi:"-"`
 	// GraphReadyGeneration is the graph's generation this up saw Ready (or wrote, when it does not
 	// wait for it).
 	GraphReadyGeneration pulumi.IntOutput `pulumi:"graphReadyGeneration"`
@@ -142,6 +144,13 @@ func NewMiniMaxM3(ctx *pulumi.Context, name string, args *MiniMaxM3Args, opts ..
 			return nil, err
 		}
 	}
+	if c.Exposure.Enabled {
+		exposure, err := NewExposure(ctx, "exposure", &ExposureArgs{Namespace: ns.Name, Config: c, Meta: args.Meta}, pulumi.Parent(graph))
+		if err != nil {
+			return nil, err
+		}
+		d.ExternalURL = exposure.URL
+	}
 	d.GraphName = graph.Name
 	d.FrontendService = graph.Name.ApplyT(func(n string) string { return n + "-frontend" }).(pulumi.StringOutput)
 	d.CacheClaimName = cache.ClaimName
@@ -185,6 +194,10 @@ func Outputs(c *config.Config, d *MiniMaxM3) pulumi.Map {
 	}
 	if d.SmokeTest != nil {
 		out["smokeTest"] = d.SmokeTest.Result
+	}
+	if c.Exposure.Enabled {
+		// Where clients reach the model through the site's Gateway.
+		out["externalUrl"] = d.ExternalURL
 	}
 	return out
 }

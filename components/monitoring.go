@@ -49,16 +49,29 @@ type APIChecker interface {
 	Served(ctx context.Context, gvr schema.GroupVersionResource) (bool, error)
 }
 
-// checkMonitoringAPI refuses observability on a cluster without prometheus-operator's CRDs before
-// anything is created: the provider would otherwise create half the stack and then fail on the
-// first monitor.
-func checkMonitoringAPI(ctx context.Context, reader ObjectReader, c *config.Config) error {
+// checkAPIs refuses observability on a cluster without prometheus-operator's CRDs, and exposure on
+// one without Gateway API's, before anything is created: the provider would otherwise create half
+// the stack and then fail on the first object of the missing kind.
+func checkAPIs(ctx context.Context, reader ObjectReader, c *config.Config) error {
 	checker, ok := reader.(APIChecker)
-	if !ok || !c.Observability.Enabled {
+	if !ok {
 		return nil
 	}
+	type need struct {
+		gvr        schema.GroupVersionResource
+		key, whose string
+	}
+	var needs []need
+	if c.Observability.Enabled {
+		needs = append(needs, need{PodMonitors, "observability.enabled", "prometheus-operator's CRDs (kube-prometheus-stack has them), or turn observability off"},
+			need{PrometheusRules, "observability.enabled", "prometheus-operator's CRDs (kube-prometheus-stack has them), or turn observability off"})
+	}
+	if c.Exposure.Enabled {
+		needs = append(needs, need{HTTPRoutes, "exposure.enabled", "Gateway API's CRDs and a Gateway controller, or turn exposure off"})
+	}
 	var ps config.Problems
-	for _, gvr := range []schema.GroupVersionResource{PodMonitors, PrometheusRules} {
+	for _, n := range needs {
+		gvr := n.gvr
 		served, err := checker.Served(ctx, gvr)
 		if err != nil {
 			if c.Kubernetes.RequireRead {
@@ -67,7 +80,7 @@ func checkMonitoringAPI(ctx context.Context, reader ObjectReader, c *config.Conf
 			continue
 		}
 		if !served {
-			ps.Add("observability.enabled", "the cluster does not serve %s (%s): install prometheus-operator's CRDs (kube-prometheus-stack has them), or turn observability off", gvr.Resource, gvr.GroupVersion())
+			ps.Add(n.key, "the cluster does not serve %s (%s): install %s", gvr.Resource, gvr.GroupVersion(), n.whose)
 		}
 	}
 	if len(ps) > 0 {

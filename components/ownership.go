@@ -82,6 +82,9 @@ func plannedObjects(c *config.Config) []plannedObject {
 				"placement.disruptionBudget", "set placement.disruptionBudget=false to keep it (or choose another graphName)"})
 		}
 	}
+	if c.Exposure.Enabled {
+		out = append(out, plannedObject{HTTPRoutes, "HTTPRoute", ns, c.RouteName(), "graphName", "choose another graphName"})
+	}
 	if c.Observability.Enabled {
 		for _, m := range []string{c.FrontendMonitorName(), c.WorkerMonitorName()} {
 			out = append(out, plannedObject{PodMonitors, "PodMonitor", ns, m, "graphName", "choose another graphName"})

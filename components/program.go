@@ -92,7 +92,10 @@ func Deploy(ctx *pulumi.Context, o Options) (pulumi.Map, error) {
 			if err != nil {
 				return nil, err
 			}
-			if err := checkMonitoringAPI(ctx.Context(), reader, &c); err != nil {
+			if err := checkAPIs(ctx.Context(), reader, &c); err != nil {
+				return nil, err
+			}
+			if err := checkRouteHostname(ctx, reader, &c, previous.identity); err != nil {
 				return nil, err
 			}
 			if meta, err = checkOwnership(ctx, reader, &c, previous.identity); err != nil {

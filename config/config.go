@@ -56,6 +56,7 @@ type Config struct {
 	Benchmark     BenchmarkConfig     `json:"benchmark"`
 	SmokeTest     SmokeTestConfig     `json:"smokeTest"`
 	Observability ObservabilityConfig `json:"observability"`
+	Exposure      ExposureConfig      `json:"exposure"`
 
 	Frontend FrontendConfig `json:"frontend"`
 	// Worker is the aggregated profile's worker; PrefillWorker and DecodeWorker the disaggregated ones.
@@ -116,6 +117,7 @@ func Validate(c *Config) Problems {
 	c.SmokeTest.validate(v, "smokeTest", c)
 	c.Benchmark.validate(v, "benchmark")
 	c.Observability.validate(v, "observability", c)
+	c.Exposure.validate(v, "exposure")
 	c.Frontend.validate(v, "frontend")
 	if c.Profile == Aggregated || c.Profile == Disaggregated {
 		for _, r := range c.Workers() {

@@ -88,6 +88,7 @@ func Defaults(p Profile) Config {
 			Alerts:             AlertsConfig{For: "5m", ErrorRatio: 0.05, QueuedRequests: 64, KVCacheUsage: 0.95},
 			Dashboard:          DashboardConfig{Enabled: true, Labels: map[string]string{"grafana_dashboard": "1"}},
 		},
+		Exposure: ExposureConfig{PathPrefix: "/", Scheme: "https", RequestTimeout: "2h"},
 		// A fixed identifier: a new kubeconfig context for the same cluster updates the provider
 		// instead of replacing every resource. Change it only to move the stack to another cluster.
 		Kubernetes: KubernetesConfig{ClusterIdentifier: "default"},

@@ -66,6 +66,7 @@ var Rules = []Rule{
 	{"synthetic-only-for-benchmark", "synthetic speculative acceptance only on a graph labelled for benchmarking (benchmark.enabled)", ScopeObject, syntheticOnlyForBenchmark},
 	{"pod-security", "no pod reaches past itself: no host namespace, hostPath, privileged container, added capability beyond the workers', own ServiceAccount or bound node", ScopeObject, podSecurity},
 	{"monitors-own-namespace", "a PodMonitor scrapes pods of its own namespace only: other teams' pods and metrics are theirs", ScopeObject, monitorsOwnNamespace},
+	{"routes-own-backends", "an HTTPRoute sends traffic only to Services of its own namespace", ScopeObject, routesOwnBackends},
 	{"keep-model-cache", "no change replaces or deletes the model cache claim", ScopeChange, keepKind("PersistentVolumeClaim", "the model cache claim holds the downloaded weights; replacing or deleting it loses them")},
 	{"keep-namespace", "no change replaces or deletes the namespace", ScopeChange, keepKind("Namespace", "deleting a namespace deletes everything in it, the model cache claim included")},
 	{"keep-adopted", "with adopt, no change replaces or deletes an object the stack took over", ScopeChange, keepAdopted},
@@ -395,6 +396,37 @@ func monitorsOwnNamespace(p Plan) []Violation {
 		for _, n := range names {
 			if n != own {
 				out = append(out, Violation{Resource: s.objectName(), Message: fmt.Sprintf("namespaceSelector.matchNames names %v, not its own namespace %s", n, own)})
+			}
+		}
+	}
+	return out
+}
+
+// routesOwnBackends refuses an HTTPRoute whose backendRefs reach past its own namespace, or to
+// anything but a Service: a route of this stack on the site's Gateway would otherwise carry the
+// stack's hostname to another team's pods.
+func routesOwnBackends(p Plan) []Violation {
+	var out []Violation
+	for _, s := range p.Steps {
+		if s.Kind() != "HTTPRoute" || s.New == nil {
+			continue
+		}
+		own, _ := at(s.New, "metadata", "namespace").(string)
+		rules, _ := at(s.New, "spec", "rules").([]any)
+		for i, r := range rules {
+			rm, _ := r.(map[string]any)
+			refs, _ := rm["backendRefs"].([]any)
+			for j, ref := range refs {
+				m, _ := ref.(map[string]any)
+				ns, _ := m["namespace"].(string)
+				kind, _ := m["kind"].(string)
+				where := fmt.Sprintf("rules[%d].backendRefs[%d]", i, j)
+				if ns != "" && ns != own {
+					out = append(out, Violation{Resource: s.objectName(), Message: fmt.Sprintf("%s sends traffic to namespace %s, not its own %s", where, ns, own)})
+				}
+				if kind != "" && kind != "Service" {
+					out = append(out, Violation{Resource: s.objectName(), Message: fmt.Sprintf("%s sends traffic to a %s, not a Service", where, kind)})
+				}
 			}
 		}
 	}

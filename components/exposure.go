@@ -1,0 +1,129 @@
+package components
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
+
+	"minimax-m3/config"
+	"minimax-m3/internal/cluster"
+)
+
+// HTTPRoutes are Gateway API's routes, which the stack creates with exposure on.
+var HTTPRoutes = schema.GroupVersionResource{Group: "gateway.networking.k8s.io", Version: "v1", Resource: "httproutes"}
+
+const (
+	gatewayAPIVersion = "gateway.networking.k8s.io/v1"
+	exposureType      = "minimax-m3:index:Exposure"
+)
+
+// ExposureArgs describes the route from the site's Gateway to the frontend.
+type ExposureArgs struct {
+	Namespace pulumi.StringInput
+	Config    *config.Config
+	Meta      StackMeta
+}
+
+// Exposure is the frontend reachable through the site's Gateway: one HTTPRoute.
+type Exposure struct {
+	pulumi.ResourceState
+	// URL is where clients reach the frontend.
+	URL pulumi.StringOutput `pulumi:"url"`
+}
+
+// NewExposure creates the HTTPRoute, as a child of parent (the graph).
+func NewExposure(ctx *pulumi.Context, name string, args *ExposureArgs, opts ...pulumi.ResourceOption) (*Exposure, error) {
+	e := &Exposure{}
+	if err := ctx.RegisterComponentResource(exposureType, name, e, opts...); err != nil {
+		return nil, err
+	}
+	c := args.Config
+	route, err := newObject(ctx, c.RouteName(), objectArgs{
+		APIVersion: gatewayAPIVersion, Kind: "HTTPRoute",
+		Name: c.RouteName(), Namespace: args.Namespace, Labels: stackLabels(ctx),
+		Annotations: args.Meta.annotations(ctx, "HTTPRoute", c.RouteName(), nil),
+		Spec:        Route(c),
+	}, pulumi.Parent(e))
+	if err != nil {
+		return nil, err
+	}
+	e.URL = route.Metadata.Name().ApplyT(func(*string) string { return c.ExternalURL() }).(pulumi.StringOutput)
+	return e, ctx.RegisterResourceOutputs(e, pulumi.Map{"url": e.URL})
+}
+
+// Route is the HTTPRoute's spec: the hostname, under the path prefix, on the site's Gateway (its
+// listener when one is named), to the frontend Service the operator creates, with the request
+// timeout set.
+func Route(c *config.Config) gatewayv1.HTTPRouteSpec {
+	e := c.Exposure
+	ns := gatewayv1.Namespace(e.Gateway.Namespace)
+	parent := gatewayv1.ParentReference{Namespace: &ns, Name: gatewayv1.ObjectName(e.Gateway.Name)}
+	if e.Gateway.SectionName != "" {
+		section := gatewayv1.SectionName(e.Gateway.SectionName)
+		parent.SectionName = &section
+	}
+	prefix := gatewayv1.PathMatchPathPrefix
+	port := gatewayv1.PortNumber(config.FrontendPort)
+	timeout := gatewayv1.Duration(e.RequestTimeout)
+	return gatewayv1.HTTPRouteSpec{
+		CommonRouteSpec: gatewayv1.CommonRouteSpec{ParentRefs: []gatewayv1.ParentReference{parent}},
+		Hostnames:       []gatewayv1.Hostname{gatewayv1.Hostname(e.Hostname)},
+		Rules: []gatewayv1.HTTPRouteRule{{
+			Matches: []gatewayv1.HTTPRouteMatch{{Path: &gatewayv1.HTTPPathMatch{Type: &prefix, Value: &e.PathPrefix}}},
+			BackendRefs: []gatewayv1.HTTPBackendRef{{BackendRef: gatewayv1.BackendRef{BackendObjectReference: gatewayv1.BackendObjectReference{
+				Name: gatewayv1.ObjectName(c.FrontendServiceName()), Port: &port,
+			}}}},
+			Timeouts: &gatewayv1.HTTPRouteTimeouts{Request: &timeout},
+		}},
+	}
+}
+
+// RouteLister lists the HTTPRoutes of the cluster (cluster.Reader does).
+type RouteLister interface {
+	Routes(ctx context.Context) ([]cluster.Route, error)
+}
+
+// checkRouteHostname refuses a hostname another stack, team or tool already routes on the same
+// Gateway, before anything is created: two routes of one hostname on one Gateway split or steal
+// each other's traffic, and which one wins is the Gateway's choice.
+func checkRouteHostname(ctx *pulumi.Context, reader ObjectReader, c *config.Config, previous string) error {
+	lister, ok := reader.(RouteLister)
+	if !ok || !c.Exposure.Enabled {
+		return nil
+	}
+	routes, err := lister.Routes(ctx.Context())
+	if err != nil {
+		if c.Kubernetes.RequireRead {
+			return unreadable(fmt.Errorf("listing HTTPRoutes: %w", err))
+		}
+		_ = ctx.Log.Warn("not checking that no other route holds exposure.hostname: listing HTTPRoutes: "+err.Error(), nil)
+		return nil
+	}
+	e := c.Exposure
+	var ps config.Problems
+	for _, r := range routes {
+		if r.Namespace == c.Namespace.Name && r.Name == c.RouteName() {
+			continue // the stack's own, or the ownership check's to refuse
+		}
+		if !slices.Contains(r.Hostnames, e.Hostname) || !slices.Contains(r.Gateways, e.Gateway.Namespace+"/"+e.Gateway.Name) {
+			continue
+		}
+		owner := "not a stack's"
+		if other := otherStack(r.LiveObject); other != "" {
+			owner = "stack " + other + "'s"
+		}
+		if ownedBy(r.LiveObject, ctx.Stack(), StackIdentity(ctx), previous) {
+			continue
+		}
+		ps.Add("exposure.hostname", "%q is already routed on Gateway %s/%s by HTTPRoute %s/%s (%s): choose a hostname of the stack's own",
+			e.Hostname, e.Gateway.Namespace, e.Gateway.Name, r.Namespace, r.Name, owner)
+	}
+	if len(ps) > 0 {
+		return ps
+	}
+	return nil
+}

@@ -1,0 +1,84 @@
+package config
+
+import (
+	"regexp"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/util/validation"
+)
+
+// ExposureConfig routes clients to the frontend through the site's Gateway (Gateway API): an
+// HTTPRoute in the stack's namespace, attached to a Gateway the site runs, for one hostname. Off by
+// default: the frontend is then reachable in the cluster only, as the recipe leaves it.
+type ExposureConfig struct {
+	Enabled bool `json:"enabled"`
+	// Gateway is the site's Gateway the route attaches to; the stack never creates or changes it.
+	Gateway GatewayRef `json:"gateway"`
+	// Hostname is the name clients use; the Gateway's listener must accept it.
+	Hostname string `json:"hostname"`
+	// PathPrefix is the path the route matches ("/" for every path).
+	PathPrefix string `json:"pathPrefix"`
+	// Scheme is how clients reach the listener: https (a TLS listener) or http; it makes the
+	// externalURL output.
+	Scheme string `json:"scheme"`
+	// RequestTimeout bounds one request through the Gateway (a Gateway API duration such as 2h;
+	// "0s" for none): an agentic completion streams for many minutes, past a gateway's default.
+	RequestTimeout string `json:"requestTimeout"`
+}
+
+// GatewayRef names a Gateway, and optionally one of its listeners.
+type GatewayRef struct {
+	Namespace string `json:"namespace"`
+	Name      string `json:"name"`
+	// SectionName is the listener's name; empty attaches to every listener that accepts the route.
+	SectionName string `json:"sectionName"`
+}
+
+// RouteName is the HTTPRoute's name.
+func (c *Config) RouteName() string { return c.GraphName }
+
+// ExternalURL is the URL clients reach the frontend at through the Gateway ("" with exposure off).
+func (c *Config) ExternalURL() string {
+	e := c.Exposure
+	if !e.Enabled {
+		return ""
+	}
+	return e.Scheme + "://" + e.Hostname + strings.TrimSuffix(e.PathPrefix, "/")
+}
+
+func (e ExposureConfig) validate(v validator, key string) {
+	if !e.Enabled {
+		return
+	}
+	if e.Gateway.Name == "" {
+		v.add(key+".gateway.name", "is required with exposure on: name the site's Gateway the route attaches to")
+	} else {
+		v.dns1123Subdomain(key+".gateway.name", e.Gateway.Name)
+	}
+	if e.Gateway.Namespace == "" {
+		v.add(key+".gateway.namespace", "is required with exposure on: the namespace of the site's Gateway")
+	} else {
+		v.dns1123Label(key+".gateway.namespace", e.Gateway.Namespace)
+	}
+	if e.Gateway.SectionName != "" {
+		v.dns1123Subdomain(key+".gateway.sectionName", e.Gateway.SectionName)
+	}
+	switch {
+	case e.Hostname == "":
+		v.add(key+".hostname", "is required with exposure on: the name clients reach the model at, which the Gateway's listener accepts")
+	case strings.HasPrefix(e.Hostname, "*"):
+		v.add(key+".hostname", "%q is a wildcard: a stack routes one hostname of its own, so that it takes no other stack's", e.Hostname)
+	default:
+		v.errs(key+".hostname", e.Hostname, "hostname", validation.IsDNS1123Subdomain(e.Hostname))
+	}
+	if !strings.HasPrefix(e.PathPrefix, "/") {
+		v.add(key+".pathPrefix", "%q must start with /", e.PathPrefix)
+	}
+	v.oneOf(key+".scheme", e.Scheme, "https", "http")
+	if !gatewayDurationPattern.MatchString(e.RequestTimeout) {
+		v.add(key+".requestTimeout", "%q is not a Gateway API duration such as 2h, 30m or 0s (none)", e.RequestTimeout)
+	}
+}
+
+// gatewayDurationPattern is Gateway API's Duration (GEP-2257).
+var gatewayDurationPattern = regexp.MustCompile(`^([0-9]{1,5}(h|m|s|ms)){1,4}$`)

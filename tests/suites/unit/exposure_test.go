@@ -1,0 +1,140 @@
+package unit
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
+
+	"minimax-m3/components"
+	"minimax-m3/internal/cluster"
+	"minimax-m3/policy"
+)
+
+const httpRouteType = "kubernetes:gateway.networking.k8s.io/v1:HTTPRoute"
+
+// exposureOn routes the frontend through Gateway gateways/shared as llm.example.com, with the
+// given other fields of exposure (JSON values).
+func exposureOn(fields map[string]string) map[string]string {
+	parts := []string{`"enabled": true`, `"gateway": {"namespace": "gateways", "name": "shared"}`, `"hostname": "llm.example.com"`}
+	for k, v := range fields {
+		parts = append(parts, fmt.Sprintf("%q: %s", k, v))
+	}
+	return map[string]string{"minimax-m3:exposure": "{" + strings.Join(parts, ", ") + "}"}
+}
+
+func TestExposureIsOffByDefault(t *testing.T) {
+	for _, stack := range []string{"agg", "disagg"} {
+		r := mustRun(t, stack, nil)
+		assert.Empty(t, r.byType(httpRouteType), stack)
+		assert.NotContains(t, r.outputs, "externalUrl", stack)
+	}
+}
+
+func TestExposureRoutesTheSitesGatewayToTheFrontend(t *testing.T) {
+	r := mustRun(t, "disagg", exposureOn(map[string]string{"gateway": `{"namespace": "gateways", "name": "shared", "sectionName": "https"}`}))
+	route := r.one(t, httpRouteType)
+	assert.Contains(t, route.RPC.GetParent(), "minimax-m3:index:Exposure", "under the graph's component in preview")
+	assert.Equal(t, "inference", decode[string](t, route, "metadata", "namespace"))
+	spec := decode[gatewayv1.HTTPRouteSpec](t, route, "spec")
+	require.Len(t, spec.ParentRefs, 1)
+	p := spec.ParentRefs[0]
+	assert.Equal(t, "gateways/shared/https", string(*p.Namespace)+"/"+string(p.Name)+"/"+string(*p.SectionName))
+	assert.Equal(t, []gatewayv1.Hostname{"llm.example.com"}, spec.Hostnames)
+	require.Len(t, spec.Rules, 1)
+	rule := spec.Rules[0]
+	assert.Equal(t, "/", *rule.Matches[0].Path.Value)
+	assert.Equal(t, gatewayv1.PathMatchPathPrefix, *rule.Matches[0].Path.Type)
+	require.Len(t, rule.BackendRefs, 1)
+	assert.Equal(t, gatewayv1.ObjectName("minimax-m3-disagg-gb200-agentic-frontend"), rule.BackendRefs[0].Name, "the Service the operator makes for the frontend")
+	assert.Equal(t, gatewayv1.PortNumber(8000), *rule.BackendRefs[0].Port)
+	assert.Nil(t, rule.BackendRefs[0].Namespace, "its own namespace")
+	assert.Equal(t, gatewayv1.Duration("2h"), *rule.Timeouts.Request, "long completions outlive a gateway's default timeout")
+	assert.Equal(t, "https://llm.example.com", r.outputs["externalUrl"])
+
+	http := mustRun(t, "agg", exposureOn(map[string]string{"scheme": `"http"`, "pathPrefix": `"/m3/"`}))
+	assert.Equal(t, "http://llm.example.com/m3", http.outputs["externalUrl"])
+	assert.Empty(t, policy.Check(plan(t, "agg", exposureOn(nil))), "the program's route passes the policies")
+}
+
+func TestExposureThatCannotRouteNamesItsKey(t *testing.T) {
+	for key, fields := range map[string]map[string]string{
+		"exposure.gateway.name":      {"gateway": `{"namespace": "gateways"}`},
+		"exposure.gateway.namespace": {"gateway": `{"name": "shared"}`},
+		"exposure.hostname":          {"hostname": `"*.example.com"`},
+		"exposure.pathPrefix":        {"pathPrefix": `"v1"`},
+		"exposure.scheme":            {"scheme": `"grpc"`},
+		"exposure.requestTimeout":    {"requestTimeout": `"2 hours"`},
+	} {
+		_, err := run(t, "agg", exposureOn(fields))
+		require.Error(t, err, key)
+		assert.Contains(t, err.Error(), "minimax-m3:"+key+":", key)
+	}
+	_, err := run(t, "agg", map[string]string{"minimax-m3:exposure": `{"enabled": true}`})
+	require.Error(t, err)
+	for _, key := range []string{"exposure.gateway.name", "exposure.gateway.namespace", "exposure.hostname"} {
+		assert.Contains(t, err.Error(), "minimax-m3:"+key+": is required", "what a route needs, each at its key")
+	}
+}
+
+// routedCluster is a cluster that serves Gateway API and holds these HTTPRoutes.
+type routedCluster struct {
+	fakeCluster
+	routes []cluster.Route
+	served bool
+}
+
+func (c routedCluster) Routes(context.Context) ([]cluster.Route, error) { return c.routes, nil }
+
+func (c routedCluster) Served(_ context.Context, gvr schema.GroupVersionResource) (bool, error) {
+	return c.served || gvr.Group != "gateway.networking.k8s.io", nil
+}
+
+func TestExposureOnAClusterWithoutGatewayAPIIsRefusedBeforeAnythingIsCreated(t *testing.T) {
+	r, err := runWith(t, components.Options{Cluster: routedCluster{}}, "agg", exposureOn(nil))
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "minimax-m3:exposure.enabled: the cluster does not serve httproutes (gateway.networking.k8s.io/v1): install Gateway API's CRDs and a Gateway controller")
+	assert.Empty(t, r.resources, "nothing is registered")
+}
+
+func TestExposureKeepsOffAHostnameAnotherStackRoutes(t *testing.T) {
+	theirs := cluster.Route{
+		LiveObject: cluster.LiveObject{Annotations: map[string]string{"minimax-m3.io/stack": "organization/minimax-m3/team-b"}},
+		Namespace:  "team-b", Name: "their-graph", Hostnames: []string{"llm.example.com"}, Gateways: []string{"gateways/shared"},
+	}
+	_, err := runWith(t, components.Options{Cluster: routedCluster{served: true, routes: []cluster.Route{theirs}}}, "agg", exposureOn(nil))
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), `minimax-m3:exposure.hostname: "llm.example.com" is already routed on Gateway gateways/shared by HTTPRoute team-b/their-graph (stack organization/minimax-m3/team-b's)`)
+
+	// A route of no stack (kubectl, another tool) holds it just as well.
+	theirs.LiveObject = cluster.LiveObject{}
+	_, err = runWith(t, components.Options{Cluster: routedCluster{served: true, routes: []cluster.Route{theirs}}}, "agg", exposureOn(nil))
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "(not a stack's)")
+
+	// The same hostname on another Gateway, another hostname on this one, and the stack's own
+	// route are no conflict.
+	other := theirs
+	other.Gateways = []string{"gateways/internal"}
+	another := theirs
+	another.Hostnames = []string{"other.example.com"}
+	own := cluster.Route{LiveObject: cluster.LiveObject{Annotations: map[string]string{"minimax-m3.io/stack": "organization/minimax-m3/agg"}},
+		Namespace: "inference", Name: "minimax-m3-agg-gb200-agentic", Hostnames: []string{"llm.example.com"}, Gateways: []string{"gateways/shared"}}
+	_, err = runWith(t, components.Options{Cluster: routedCluster{served: true, routes: []cluster.Route{other, another, own}}}, "agg", exposureOn(nil))
+	require.NoError(t, err)
+}
+
+func TestPolicyRoutesOwnBackends(t *testing.T) {
+	p := plan(t, "agg", exposureOn(nil))
+	route := step(t, p, "HTTPRoute")
+	ref := route.New["spec"].(map[string]any)["rules"].([]any)[0].(map[string]any)["backendRefs"].([]any)[0].(map[string]any)
+	ref["namespace"] = "team-b"
+	vs := policy.Check(p)
+	assert.Equal(t, []string{"routes-own-backends"}, rules(vs))
+	assert.Contains(t, vs[0].String(), "rules[0].backendRefs[0] sends traffic to namespace team-b, not its own inference")
+}
