@@ -21,6 +21,7 @@ import (
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	"minimax-m3/automation"
 	"minimax-m3/benchmark"
@@ -216,6 +217,70 @@ func TestBoxOneAggStackThroughDayTwoChanges(t *testing.T) {
 			_, err = dyn.Resource(components.PodMonitors).Namespace(ns).Get(ctx, aggGraph+"-frontend", metav1.GetOptions{})
 			assert.True(t, apierrors.IsNotFound(err), "deleted with observability off: %v", err)
 			assert.Equal(t, generation, boxGraph(t, ns, aggGraph).GetGeneration(), "the graph untouched")
+		}},
+		{"exposure routes the site's Gateway to the frontend, on a hostname no one else routes", func(t *testing.T) {
+			// Gateway API's CRDs are in the box, and the site's Gateway an object of its own namespace (no
+			// Gateway controller runs: no traffic flows). Another team's route already holds one hostname on
+			// that Gateway: a stack asking for it is refused before anything changes; on a hostname of its
+			// own the route is created under the graph's component, as rendered, to the Service the real
+			// operator made for the frontend, and the outputs name the external URL. Off deletes it.
+			ns := s.ns
+			generation := boxGraph(t, ns, aggGraph).GetGeneration()
+			dyn, err := dynamic.NewForConfig(box.Config)
+			require.NoError(t, err)
+			for _, obj := range []*unstructured.Unstructured{
+				{Object: map[string]any{"apiVersion": "v1", "kind": "Namespace", "metadata": map[string]any{"name": "box-gateways"}}},
+				{Object: map[string]any{"apiVersion": "v1", "kind": "Namespace", "metadata": map[string]any{"name": "box-team-b"}}},
+				{Object: map[string]any{"apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway", "metadata": map[string]any{"name": "shared", "namespace": "box-gateways"},
+					"spec": map[string]any{"gatewayClassName": "site", "listeners": []any{map[string]any{"name": "https", "protocol": "HTTP", "port": int64(80)}}}}},
+				{Object: map[string]any{"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute", "metadata": map[string]any{"name": "their-model", "namespace": "box-team-b"},
+					"spec": map[string]any{"parentRefs": []any{map[string]any{"name": "shared", "namespace": "box-gateways"}}, "hostnames": []any{"taken.box.example"},
+						"rules": []any{map[string]any{"backendRefs": []any{map[string]any{"name": "their-frontend", "port": int64(8000)}}}}}}},
+			} {
+				require.NoError(t, box.Client.Create(ctx, obj), obj.GetKind())
+			}
+			s.set(ctx, "minimax-m3:exposure.enabled", "true")
+			s.set(ctx, "minimax-m3:exposure.gateway.namespace", "box-gateways")
+			s.set(ctx, "minimax-m3:exposure.gateway.name", "shared")
+			s.set(ctx, "minimax-m3:exposure.hostname", "taken.box.example")
+			_, err = s.preview(ctx)
+			require.Error(t, err)
+			assert.Contains(t, s.log.String(), `minimax-m3:exposure.hostname: "taken.box.example" is already routed on Gateway box-gateways/shared by HTTPRoute box-team-b/their-model (not a stack's)`)
+
+			s.set(ctx, "minimax-m3:exposure.hostname", "m3.box.example")
+			added := map[string]string{
+				"minimax-m3:index:Exposure exposure":                            "create",
+				"kubernetes:gateway.networking.k8s.io/v1:HTTPRoute " + aggGraph: "create",
+			}
+			res, ops, err := s.up(ctx)
+			require.NoError(t, err, s.log.String())
+			assert.Equal(t, added, graphOps(t, ops))
+			assert.Equal(t, "https://m3.box.example", res.Outputs["externalUrl"].Value)
+			assert.Equal(t, generation, boxGraph(t, ns, aggGraph).GetGeneration(), "the graph untouched")
+
+			live, err := dyn.Resource(components.HTTPRoutes).Namespace(ns).Get(ctx, aggGraph, metav1.GetOptions{})
+			require.NoError(t, err)
+			var spec gatewayv1.HTTPRouteSpec
+			require.NoError(t, runtime.DefaultUnstructuredConverter.FromUnstructured(live.Object["spec"].(map[string]any), &spec))
+			c, err := s.stack.Config(ctx)
+			require.NoError(t, err)
+			want := components.Route(&c)
+			assert.Equal(t, want.Hostnames, spec.Hostnames)
+			assert.Equal(t, want.Rules[0].BackendRefs[0].Name, spec.Rules[0].BackendRefs[0].Name)
+			assert.Equal(t, want.Rules[0].Timeouts, spec.Rules[0].Timeouts)
+			var svc corev1.Service
+			require.NoError(t, box.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: string(spec.Rules[0].BackendRefs[0].Name)}, &svc),
+				"the route's backend is the Service the operator made for the frontend")
+			assert.Equal(t, int32(*spec.Rules[0].BackendRefs[0].Port), svc.Spec.Ports[0].Port)
+
+			require.NoError(t, s.stack.RemoveConfig(ctx, "minimax-m3:exposure"))
+			removed := map[string]string{}
+			for k := range added {
+				removed[k] = "delete"
+			}
+			assert.Equal(t, removed, graphOps(t, upOK(t, s)))
+			_, err = dyn.Resource(components.HTTPRoutes).Namespace("box-team-b").Get(ctx, "their-model", metav1.GetOptions{})
+			assert.NoError(t, err, "the other team's route is theirs, untouched")
 		}},
 		{"a renamed stack keeps its objects", func(t *testing.T) {
 			// `pulumi stack rename` keeps the stack's state and outputs; the objects carry the old name's

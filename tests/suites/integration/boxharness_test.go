@@ -75,6 +75,9 @@ func rackBox(t *testing.T) *rackbox.Box {
 		if box.err = installPrometheusOperatorCRDs(box.Config); box.err != nil {
 			return
 		}
+		if box.err = installGatewayAPICRDs(box.Config); box.err != nil {
+			return
+		}
 		box.operator, box.err = startBoxOperator()
 	})
 	require.NoError(t, box.err, "the rack box cannot start\n%s", boxLogs())
@@ -108,6 +111,23 @@ func installPrometheusOperatorCRDs(cfg *rest.Config) error {
 		ErrorIfPathMissing: true,
 		MaxTime:            time.Minute,
 	})
+	return err
+}
+
+// installGatewayAPICRDs installs Gateway API's standard CRDs the program's HTTPRoutes need, from
+// the gateway-api module the program builds its routes with (its own release's CRDs). No Gateway
+// controller runs: a route is an object the tests read, no traffic flows.
+func installGatewayAPICRDs(cfg *rest.Config) error {
+	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "sigs.k8s.io/gateway-api").Output()
+	if err != nil {
+		return fmt.Errorf("finding the gateway-api module for its CRDs: %w", err)
+	}
+	dir := filepath.Join(strings.TrimSpace(string(out)), "config", "crd", "standard")
+	var paths []string
+	for _, kind := range []string{"gatewayclasses", "gateways", "httproutes", "referencegrants"} {
+		paths = append(paths, filepath.Join(dir, "gateway.networking.k8s.io_"+kind+".yaml"))
+	}
+	_, err = envtest.InstallCRDs(cfg, envtest.CRDInstallOptions{Paths: paths, ErrorIfPathMissing: true, MaxTime: time.Minute})
 	return err
 }
 
