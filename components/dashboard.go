@@ -33,7 +33,10 @@ func Dashboard(c *config.Config) (string, error) {
 	quantile := func(q, metric string) string {
 		return fmt.Sprintf(`histogram_quantile(%s, sum by (le) (rate(%s_bucket{%s}[5m])))`, q, metric, front)
 	}
-	b := dashboard.NewDashboardBuilder("MiniMax M3 — "+c.Namespace.Name+"/"+c.GraphName).
+	// The classic dashboard model, which Grafana's sidecar provisions from a ConfigMap on every
+	// Grafana release; the SDK prefers its v2 model, which only newer Grafanas read.
+	b := dashboard.NewDashboardBuilder( //nolint:staticcheck // see above
+		"MiniMax M3 — "+c.Namespace.Name+"/"+c.GraphName).
 		Uid(dashboardUID(c)).
 		Tags([]string{"minimax-m3", "dynamo", string(c.Profile)}).
 		Refresh("30s").
@@ -41,7 +44,7 @@ func Dashboard(c *config.Config) (string, error) {
 		WithVariable(dashboard.NewDatasourceVariableBuilder("datasource").Label("Prometheus").Type("prometheus")).
 		WithPanel(panel("Requests", "reqps",
 			[2]string{fmt.Sprintf(`sum(rate(dynamo_frontend_requests_total{%s}[5m]))`, front), "all"},
-			[2]string{fmt.Sprintf(`sum(rate(dynamo_frontend_requests_total{%s,status="error",error_type!="cancelled"}[5m]))`, front), "failed"})).
+			[2]string{fmt.Sprintf(`sum(rate(dynamo_frontend_requests_total{%s,%s}[5m]))`, front, ServerErrors), "failed"})).
 		WithPanel(panel("Time to first token", "s",
 			[2]string{quantile("0.5", "dynamo_frontend_time_to_first_token_seconds"), "p50"},
 			[2]string{quantile("0.95", "dynamo_frontend_time_to_first_token_seconds"), "p95"},

@@ -32,6 +32,8 @@ type MiniMaxM3Args struct {
 	// GraphReadyGenerationOutput; 0: none): an up that leaves that generation as it is does not
 	// wait for the graph again.
 	GraphReadyBefore int64
+	// Rendering writes manifests instead of applying them: no object gets a UID.
+	Rendering bool
 }
 
 // MiniMaxM3 is one stack's deployment: namespace, token Secret, model cache, ComputeDomain and the
@@ -139,7 +141,7 @@ func NewMiniMaxM3(ctx *pulumi.Context, name string, args *MiniMaxM3Args, opts ..
 	d.Namespace = ns.Name
 	if c.Observability.Enabled {
 		if _, err := NewMonitoring(ctx, "monitoring", &MonitoringArgs{
-			Namespace: ns.Name, Config: c, Meta: args.Meta, ComputeDomainUID: cd.UID, HasComputeDomain: c.ComputeDomain.Create,
+			Namespace: ns.Name, Config: c, Meta: args.Meta, ComputeDomainUID: cd.UID, HasComputeDomain: c.ComputeDomain.Create && !args.Rendering,
 		}, pulumi.Parent(graph)); err != nil {
 			return nil, err
 		}

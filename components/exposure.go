@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -55,9 +56,9 @@ func NewExposure(ctx *pulumi.Context, name string, args *ExposureArgs, opts ...p
 	return e, ctx.RegisterResourceOutputs(e, pulumi.Map{"url": e.URL})
 }
 
-// Route is the HTTPRoute's spec: the hostname, under the path prefix, on the site's Gateway (its
-// listener when one is named), to the frontend Service the operator creates, with the request
-// timeout set.
+// Route is the HTTPRoute's spec: the hostname's <pathPrefix>v1, on the site's Gateway (its listener
+// when one is named), to the frontend Service the operator creates at /v1, with the request timeout
+// set.
 func Route(c *config.Config) gatewayv1.HTTPRouteSpec {
 	e := c.Exposure
 	ns := gatewayv1.Namespace(e.Gateway.Namespace)
@@ -69,17 +70,49 @@ func Route(c *config.Config) gatewayv1.HTTPRouteSpec {
 	prefix := gatewayv1.PathMatchPathPrefix
 	port := gatewayv1.PortNumber(config.FrontendPort)
 	timeout := gatewayv1.Duration(e.RequestTimeout)
+	match := c.RoutePrefix() + OpenAIPath
+	rule := gatewayv1.HTTPRouteRule{
+		Matches: []gatewayv1.HTTPRouteMatch{{Path: &gatewayv1.HTTPPathMatch{Type: &prefix, Value: &match}}},
+		BackendRefs: []gatewayv1.HTTPBackendRef{{BackendRef: gatewayv1.BackendRef{BackendObjectReference: gatewayv1.BackendObjectReference{
+			Name: gatewayv1.ObjectName(c.FrontendServiceName()), Port: &port,
+		}}}},
+		Timeouts: &gatewayv1.HTTPRouteTimeouts{Request: &timeout},
+	}
+	if c.RoutePrefix() != "" {
+		// The frontend serves the API at /v1: hand it the path without the site's prefix.
+		replace := OpenAIPath
+		rule.Filters = []gatewayv1.HTTPRouteFilter{{Type: gatewayv1.HTTPRouteFilterURLRewrite, URLRewrite: &gatewayv1.HTTPURLRewriteFilter{
+			Path: &gatewayv1.HTTPPathModifier{Type: gatewayv1.PrefixMatchHTTPPathModifier, ReplacePrefixMatch: &replace},
+		}}}
+	}
 	return gatewayv1.HTTPRouteSpec{
 		CommonRouteSpec: gatewayv1.CommonRouteSpec{ParentRefs: []gatewayv1.ParentReference{parent}},
 		Hostnames:       []gatewayv1.Hostname{gatewayv1.Hostname(e.Hostname)},
-		Rules: []gatewayv1.HTTPRouteRule{{
-			Matches: []gatewayv1.HTTPRouteMatch{{Path: &gatewayv1.HTTPPathMatch{Type: &prefix, Value: &e.PathPrefix}}},
-			BackendRefs: []gatewayv1.HTTPBackendRef{{BackendRef: gatewayv1.BackendRef{BackendObjectReference: gatewayv1.BackendObjectReference{
-				Name: gatewayv1.ObjectName(c.FrontendServiceName()), Port: &port,
-			}}}},
-			Timeouts: &gatewayv1.HTTPRouteTimeouts{Request: &timeout},
-		}},
+		Rules:           []gatewayv1.HTTPRouteRule{rule},
 	}
+}
+
+// OpenAIPath is where the frontend serves the OpenAI API: the only path the route carries (the
+// frontend's metrics, docs and admin endpoints share its port and have no authentication).
+const OpenAIPath = "/v1"
+
+// coveringHostname says which of a route's hostnames covers hostname, as Gateway API matches them:
+// the same name, a wildcard over it (*.example.com covers a.example.com and a.b.example.com), or
+// none at all (the route takes every hostname its listener accepts). "" when none does.
+func coveringHostname(hostnames []string, hostname string) string {
+	if len(hostnames) == 0 {
+		return "none, so every hostname of the listener"
+	}
+	for _, h := range hostnames {
+		h = strings.ToLower(strings.TrimSuffix(h, "."))
+		if h == hostname {
+			return h
+		}
+		if suffix, ok := strings.CutPrefix(h, "*"); ok && strings.HasSuffix(hostname, suffix) {
+			return h
+		}
+	}
+	return ""
 }
 
 // RouteLister lists the HTTPRoutes of the cluster (cluster.Reader does).
@@ -109,7 +142,8 @@ func checkRouteHostname(ctx *pulumi.Context, reader ObjectReader, c *config.Conf
 		if r.Namespace == c.Namespace.Name && r.Name == c.RouteName() {
 			continue // the stack's own, or the ownership check's to refuse
 		}
-		if !slices.Contains(r.Hostnames, e.Hostname) || !slices.Contains(r.Gateways, e.Gateway.Namespace+"/"+e.Gateway.Name) {
+		covers := coveringHostname(r.Hostnames, e.Hostname)
+		if covers == "" || !slices.Contains(r.Gateways, e.Gateway.Namespace+"/"+e.Gateway.Name) {
 			continue
 		}
 		owner := "not a stack's"
@@ -119,8 +153,8 @@ func checkRouteHostname(ctx *pulumi.Context, reader ObjectReader, c *config.Conf
 		if ownedBy(r.LiveObject, ctx.Stack(), StackIdentity(ctx), previous) {
 			continue
 		}
-		ps.Add("exposure.hostname", "%q is already routed on Gateway %s/%s by HTTPRoute %s/%s (%s): choose a hostname of the stack's own",
-			e.Hostname, e.Gateway.Namespace, e.Gateway.Name, r.Namespace, r.Name, owner)
+		ps.Add("exposure.hostname", "%q is already routed on Gateway %s/%s by HTTPRoute %s/%s (%s; its hostnames: %s): the two routes would split or take each other's traffic; choose a hostname of the stack's own, which no other route covers",
+			e.Hostname, e.Gateway.Namespace, e.Gateway.Name, r.Namespace, r.Name, owner, covers)
 	}
 	if len(ps) > 0 {
 		return ps

@@ -52,7 +52,7 @@ type APIChecker interface {
 // checkAPIs refuses observability on a cluster without prometheus-operator's CRDs, and exposure on
 // one without Gateway API's, before anything is created: the provider would otherwise create half
 // the stack and then fail on the first object of the missing kind.
-func checkAPIs(ctx context.Context, reader ObjectReader, c *config.Config) error {
+func checkAPIs(ctx *pulumi.Context, reader ObjectReader, c *config.Config) error {
 	checker, ok := reader.(APIChecker)
 	if !ok {
 		return nil
@@ -72,11 +72,12 @@ func checkAPIs(ctx context.Context, reader ObjectReader, c *config.Config) error
 	var ps config.Problems
 	for _, n := range needs {
 		gvr := n.gvr
-		served, err := checker.Served(ctx, gvr)
+		served, err := checker.Served(ctx.Context(), gvr)
 		if err != nil {
 			if c.Kubernetes.RequireRead {
 				return unreadable(fmt.Errorf("reading the cluster's %s API: %w", gvr.Resource, err))
 			}
+			_ = ctx.Log.Warn(fmt.Sprintf("not checking that the cluster serves %s (%s): %v", gvr.Resource, n.key, err), nil)
 			continue
 		}
 		if !served {
@@ -170,7 +171,7 @@ func NewMonitoring(ctx *pulumi.Context, name string, args *MonitoringArgs, opts 
 		if _, err := corev1.NewConfigMap(ctx, "dashboard", &corev1.ConfigMapArgs{
 			Metadata: &metav1.ObjectMetaArgs{Name: pulumi.String(c.DashboardName()), Namespace: pulumi.String(c.DashboardNamespace()), Labels: dlabels,
 				Annotations: args.Meta.annotations(ctx, "ConfigMap", c.DashboardName(), nil)},
-			Data: pulumi.StringMap{c.GraphName + ".json": pulumi.String(board)},
+			Data: pulumi.StringMap{c.DashboardKey(): pulumi.String(board)},
 		}, pulumi.Parent(m)); err != nil {
 			return nil, err
 		}
@@ -224,6 +225,11 @@ const (
 	AlertIMEXDaemonsNotReady = "MiniMaxM3IMEXDaemonsNotReady"
 )
 
+// ServerErrors selects the frontend's failed requests that are the graph's fault: not those the
+// client cancelled, nor its mistakes (a request the frontend refuses as invalid, a model it does not
+// serve), which one misbehaving client can raise at will.
+const ServerErrors = `status="error",error_type!~"cancelled|validation|not_found"`
+
 // AlertRules is the graph's PrometheusRule: one group of alerts on the frontend's and the workers'
 // metrics (their PodMonitors' jobs) and, with computeDomainUID, on kube-state-metrics' series of
 // the domain's IMEX DaemonSet (the DRA driver names it computedomain-daemon-<UID>).
@@ -231,11 +237,21 @@ func AlertRules(c *config.Config, computeDomainUID string) monitoringv1.Promethe
 	a := c.Observability.Alerts
 	front := fmt.Sprintf(`job=%q`, MonitorJob(c.Namespace.Name, c.FrontendMonitorName()))
 	workers := fmt.Sprintf(`job=%q`, MonitorJob(c.Namespace.Name, c.WorkerMonitorName()))
-	n := 0
+	graph := c.Namespace.Name + "/" + c.GraphName
+	// The workers the graph runs; a role whose replicas an autoscaler owns counts for one (its
+	// count changes under the alert).
+	n, scaled := 0, false
 	for _, r := range c.Workers() {
+		if r.Config.ScalingAdapter {
+			n, scaled = n+1, true
+			continue
+		}
 		n += r.Config.Replicas
 	}
-	graph := c.Namespace.Name + "/" + c.GraphName
+	workersSummary := fmt.Sprintf("{{ $value }} of the %d workers of %s answer Prometheus.", n, graph)
+	if scaled {
+		workersSummary = fmt.Sprintf("{{ $value }} workers of %s answer Prometheus, fewer than its %d roles.", graph, n)
+	}
 	rule := func(alert, severity, expr, summary string) monitoringv1.Rule {
 		return alertRule(c, alert, severity, expr, summary)
 	}
@@ -246,9 +262,11 @@ func AlertRules(c *config.Config, computeDomainUID string) monitoringv1.Promethe
 		rule(AlertFrontendDown, "critical",
 			fmt.Sprintf(`(count(up{%s} == 1) or vector(0)) < 1`, front),
 			"No frontend of "+graph+" answers Prometheus: clients cannot reach the model."),
-		rule(AlertWorkersDown, "critical",
+		// A warning: a rolling update takes a worker down for an engine start, which may outlast the
+		// hold on a real tray.
+		rule(AlertWorkersDown, "warning",
 			fmt.Sprintf(`(count(up{%s} == 1) or vector(0)) < %d`, workers, n),
-			fmt.Sprintf("{{ $value }} of the %d workers of %s answer Prometheus.", n, graph)),
+			workersSummary),
 		rule(AlertTimeToFirstToken, "warning",
 			fmt.Sprintf(`%s > %s`, quantile("dynamo_frontend_time_to_first_token_seconds"), seconds(c.AlertTimeToFirstTokenMs())),
 			fmt.Sprintf("95th percentile time to first token of %s is {{ $value | humanizeDuration }}, over %gms.", graph, c.AlertTimeToFirstTokenMs())),
@@ -256,7 +274,7 @@ func AlertRules(c *config.Config, computeDomainUID string) monitoringv1.Promethe
 			fmt.Sprintf(`%s > %s`, quantile("dynamo_frontend_inter_token_latency_seconds"), seconds(c.AlertInterTokenLatencyMs())),
 			fmt.Sprintf("95th percentile inter-token latency of %s is {{ $value | humanizeDuration }}, over %gms.", graph, c.AlertInterTokenLatencyMs())),
 		rule(AlertRequestErrors, "critical",
-			fmt.Sprintf(`sum(rate(dynamo_frontend_requests_total{%s,status="error",error_type!="cancelled"}[5m])) / sum(rate(dynamo_frontend_requests_total{%s}[5m])) > %g`, front, front, a.ErrorRatio),
+			fmt.Sprintf(`sum(rate(dynamo_frontend_requests_total{%s,%s}[5m])) / sum(rate(dynamo_frontend_requests_total{%s}[5m])) > %g`, front, ServerErrors, front, a.ErrorRatio),
 			fmt.Sprintf("{{ $value | humanizePercentage }} of the requests to %s fail, over %g.", graph, a.ErrorRatio)),
 		rule(AlertRequestsQueued, "warning",
 			fmt.Sprintf(`sum(dynamo_frontend_queued_requests{%s}) > %d`, front, a.QueuedRequests),

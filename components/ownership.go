@@ -36,6 +36,15 @@ type plannedObject struct {
 	key, useInstead string
 }
 
+// foreign says whether the recipe has no part in an object, so that no stack adopts it: a kind the
+// recipe does not create, the dashboard, or anything outside the stack's namespace (perhaps
+// another team's).
+func (o plannedObject) foreign(c *config.Config) bool {
+	return (o.namespace != "" && o.namespace != c.Namespace.Name) ||
+		slices.Contains([]string{"PodMonitor", "PrometheusRule", "HTTPRoute"}, o.kind) ||
+		strings.HasPrefix(o.key, "observability.")
+}
+
 func (o plannedObject) String() string {
 	if o.namespace == "" {
 		return o.kind + " " + o.name
@@ -146,6 +155,12 @@ func checkOwnership(ctx *pulumi.Context, reader ObjectReader, c *config.Config, 
 		// and either one's destroy would delete it under the other.
 		if other := otherStack(live); other != "" {
 			ps.Add(obj.key, "%s already exists and belongs to stack %q: %s", obj, other, obj.useInstead)
+			continue
+		}
+		if obj.foreign(c) {
+			// Not an object of the recipe's, and perhaps in a namespace another team owns: adopt
+			// would have the stack delete it with the stack, or when the feature is turned off.
+			ps.Add(obj.key, "%s already exists and was not created by this stack: %s (adopt does not take over an object the recipe has no part in)", obj, obj.useInstead)
 			continue
 		}
 		if c.Adopt {

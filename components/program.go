@@ -92,7 +92,7 @@ func Deploy(ctx *pulumi.Context, o Options) (pulumi.Map, error) {
 			if err != nil {
 				return nil, err
 			}
-			if err := checkAPIs(ctx.Context(), reader, &c); err != nil {
+			if err := checkAPIs(ctx, reader, &c); err != nil {
 				return nil, err
 			}
 			if err := checkRouteHostname(ctx, reader, &c, previous.identity); err != nil {
@@ -146,7 +146,7 @@ func Deploy(ctx *pulumi.Context, o Options) (pulumi.Map, error) {
 	if t := raw.HFToken(); t != "" {
 		token = pulumi.ToSecret(pulumi.String(t)).(pulumi.StringOutput)
 	}
-	d, err := NewMiniMaxM3(ctx, "minimax-m3", &MiniMaxM3Args{Config: &c, Meta: meta, HFToken: token, Results: jobResults(reader), GraphStatus: graphStatus(reader), GraphReadyBefore: readyBefore}, pulumi.Provider(provider))
+	d, err := NewMiniMaxM3(ctx, "minimax-m3", &MiniMaxM3Args{Config: &c, Meta: meta, HFToken: token, Results: jobResults(reader), GraphStatus: graphStatus(reader), GraphReadyBefore: readyBefore, Rendering: o.RenderDirectory != ""}, pulumi.Provider(provider))
 	if err != nil {
 		return nil, err
 	}

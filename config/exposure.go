@@ -16,7 +16,9 @@ type ExposureConfig struct {
 	Gateway GatewayRef `json:"gateway"`
 	// Hostname is the name clients use; the Gateway's listener must accept it.
 	Hostname string `json:"hostname"`
-	// PathPrefix is the path the route matches ("/" for every path).
+	// PathPrefix is where the OpenAI API sits on the hostname: the route matches <pathPrefix>v1 and
+	// hands the frontend /v1 (only the OpenAI API is routed: not the frontend's metrics, docs or
+	// admin endpoints).
 	PathPrefix string `json:"pathPrefix"`
 	// Scheme is how clients reach the listener: https (a TLS listener) or http; it makes the
 	// externalURL output.
@@ -37,14 +39,18 @@ type GatewayRef struct {
 // RouteName is the HTTPRoute's name.
 func (c *Config) RouteName() string { return c.GraphName }
 
-// ExternalURL is the URL clients reach the frontend at through the Gateway ("" with exposure off).
+// ExternalURL is where clients reach the frontend through the Gateway ("" with exposure off): the
+// OpenAI API is under it, at /v1.
 func (c *Config) ExternalURL() string {
 	e := c.Exposure
 	if !e.Enabled {
 		return ""
 	}
-	return e.Scheme + "://" + e.Hostname + strings.TrimSuffix(e.PathPrefix, "/")
+	return e.Scheme + "://" + e.Hostname + c.RoutePrefix()
 }
+
+// RoutePrefix is exposure.pathPrefix without its trailing slash ("" for /).
+func (c *Config) RoutePrefix() string { return strings.TrimSuffix(c.Exposure.PathPrefix, "/") }
 
 func (e ExposureConfig) validate(v validator, key string) {
 	if !e.Enabled {
@@ -71,14 +77,21 @@ func (e ExposureConfig) validate(v validator, key string) {
 	default:
 		v.errs(key+".hostname", e.Hostname, "hostname", validation.IsDNS1123Subdomain(e.Hostname))
 	}
-	if !strings.HasPrefix(e.PathPrefix, "/") {
-		v.add(key+".pathPrefix", "%q must start with /", e.PathPrefix)
+	if !pathPrefixPattern.MatchString(e.PathPrefix) {
+		v.add(key+".pathPrefix", "%q is not a path prefix such as / or /m3/: segments of letters, digits and . _ ~ - (none starting with a dot), separated by /", e.PathPrefix)
 	}
 	v.oneOf(key+".scheme", e.Scheme, "https", "http")
+	if e.Scheme == "https" && e.Gateway.SectionName == "" {
+		v.add(key+".gateway.sectionName", "is required with scheme https: name the Gateway's TLS listener, or the route attaches to its plain-HTTP listeners too")
+	}
 	if !gatewayDurationPattern.MatchString(e.RequestTimeout) {
 		v.add(key+".requestTimeout", "%q is not a Gateway API duration such as 2h, 30m or 0s (none)", e.RequestTimeout)
 	}
 }
+
+// pathPrefixPattern is a path prefix the route can match and rewrite safely: no empty, "." or ".."
+// segment, nothing to escape.
+var pathPrefixPattern = regexp.MustCompile(`^(/[A-Za-z0-9_~-][A-Za-z0-9._~-]*)*/?$`)
 
 // gatewayDurationPattern is Gateway API's Duration (GEP-2257).
 var gatewayDurationPattern = regexp.MustCompile(`^([0-9]{1,5}(h|m|s|ms)){1,4}$`)

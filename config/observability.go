@@ -1,8 +1,10 @@
 package config
 
 import (
+	"math"
 	"regexp"
-	"time"
+	"slices"
+	"strings"
 
 	"k8s.io/apimachinery/pkg/util/validation"
 )
@@ -89,17 +91,29 @@ func (c *Config) DashboardNamespace() string {
 func (c *Config) FrontendMonitorName() string { return c.GraphName + "-frontend" }
 func (c *Config) WorkerMonitorName() string   { return c.GraphName + "-workers" }
 func (c *Config) AlertRuleName() string       { return c.GraphName + "-alerts" }
-func (c *Config) DashboardName() string       { return c.GraphName + "-dashboard" }
+func (c *Config) DashboardName() string       { return c.Namespace.Name + "-" + c.GraphName + "-dashboard" }
+
+// DashboardKey is the dashboard's file name in its ConfigMap: Grafana's sidecar writes each key to a
+// file of that name, so it carries the stack's namespace as well, like the ConfigMap's name.
+func (c *Config) DashboardKey() string { return c.Namespace.Name + "-" + c.GraphName + ".json" }
 
 func (o ObservabilityConfig) validate(v validator, key string, c *Config) {
 	if !o.Enabled {
 		return
 	}
 	v.labels(key+".labels", o.Labels)
-	v.promDuration(key+".scrapeInterval", o.ScrapeInterval)
+	if v.promDuration(key+".scrapeInterval", o.ScrapeInterval) && !nonZeroDigit.MatchString(o.ScrapeInterval) {
+		v.add(key+".scrapeInterval", "%q must be longer than zero", o.ScrapeInterval)
+	}
 	v.dns1123Label(key+".draDriverNamespace", o.DRADriverNamespace)
 	a := o.Alerts
 	v.promDuration(key+".alerts.for", a.For)
+	for k, f := range map[string]float64{"timeToFirstTokenMs": a.TimeToFirstTokenMs, "interTokenLatencyMs": a.InterTokenLatencyMs,
+		"errorRatio": a.ErrorRatio, "kvCacheUsage": a.KVCacheUsage} {
+		if math.IsNaN(f) || math.IsInf(f, 0) {
+			v.add(key+".alerts."+k, "is %g: use a finite number", f)
+		}
+	}
 	for k, f := range map[string]float64{"timeToFirstTokenMs": a.TimeToFirstTokenMs, "interTokenLatencyMs": a.InterTokenLatencyMs} {
 		if f < 0 {
 			v.add(key+".alerts."+k, "is %g: use a positive number of milliseconds, or 0 for benchmark.goodput's SLO or the default", f)
@@ -116,11 +130,25 @@ func (o ObservabilityConfig) validate(v validator, key string, c *Config) {
 	if d.Enabled {
 		if d.Namespace != "" {
 			v.dns1123Label(key+".dashboard.namespace", d.Namespace)
+			if strings.HasPrefix(d.Namespace, "kube-") {
+				v.add(key+".dashboard.namespace", "%q is one of Kubernetes' own namespaces (kube-*): choose the namespace Grafana's sidecar watches", d.Namespace)
+			}
 		}
 		v.labels(key+".dashboard.labels", d.Labels)
 		if len(d.Labels) == 0 {
 			v.add(key+".dashboard.labels", "is empty: Grafana's sidecar finds dashboards by a label (its default: grafana_dashboard=1)")
 		}
+	}
+	// The operator leaves the metrics-enabled label off a pod whose component opts out: the monitors
+	// would select nothing, and the down alerts fire for ever.
+	optedOut := func(k string, annotations map[string]string) {
+		if annotations["nvidia.com/enable-metrics"] == "false" {
+			v.add(k+".podAnnotations.nvidia.com/enable-metrics", "\"false\" takes the pods out of the monitors observability.enabled creates: remove it, or turn observability off")
+		}
+	}
+	optedOut("frontend", c.Frontend.PodAnnotations)
+	for _, r := range c.Workers() {
+		optedOut(r.Key, r.Config.PodAnnotations)
 	}
 	for _, n := range []string{c.FrontendMonitorName(), c.WorkerMonitorName(), c.AlertRuleName(), c.DashboardName()} {
 		if len(n) > validation.DNS1123SubdomainMaxLength {
@@ -132,9 +160,17 @@ func (o ObservabilityConfig) validate(v validator, key string, c *Config) {
 // promDurationPattern is prometheus-operator's Duration (monitoring/v1's types.go).
 var promDurationPattern = regexp.MustCompile(`^(0|(([0-9]+)y)?(([0-9]+)w)?(([0-9]+)d)?(([0-9]+)h)?(([0-9]+)m)?(([0-9]+)s)?(([0-9]+)ms)?)$`)
 
+// stackLabelKeys are the labels the stack puts on every object it creates, which say whose it is:
+// no configured label may replace them.
+var stackLabelKeys = []string{"app.kubernetes.io/managed-by", "app.kubernetes.io/part-of", "app.kubernetes.io/instance"}
+
 // labels checks label keys and values.
 func (v validator) labels(key string, m map[string]string) {
 	for k, val := range m {
+		if slices.Contains(stackLabelKeys, k) {
+			v.add(key+"."+k, "is a label the stack sets on every object it creates, to say whose it is: choose another label")
+			continue
+		}
 		v.errs(key+"."+k, k, "label key", validation.IsQualifiedName(k))
 		v.errs(key+"."+k, val, "label value", validation.IsValidLabelValue(val))
 	}
@@ -142,12 +178,14 @@ func (v validator) labels(key string, m map[string]string) {
 
 // promDuration checks a Prometheus duration: a Go duration of whole seconds or more, as
 // prometheus-operator's CRDs accept (digits and the units ms, s, m, h, d, w, y).
-func (v validator) promDuration(key, s string) {
+// It says whether s is one.
+func (v validator) promDuration(key, s string) bool {
 	if s == "" || !promDurationPattern.MatchString(s) {
 		v.add(key, "%q is not a Prometheus duration such as 30s, 5m or 1h", s)
-		return
+		return false
 	}
-	if d, err := time.ParseDuration(s); err == nil && d <= 0 {
-		v.add(key, "%q must be longer than zero", s)
-	}
+	return true
 }
+
+// nonZeroDigit matches a duration longer than zero.
+var nonZeroDigit = regexp.MustCompile(`[1-9]`)

@@ -65,7 +65,7 @@ var Rules = []Rule{
 	{"allowed-registries", "images come only from the registries the site allows (the recipe's by default)", ScopeObject, allowedRegistries},
 	{"synthetic-only-for-benchmark", "synthetic speculative acceptance only on a graph labelled for benchmarking (benchmark.enabled)", ScopeObject, syntheticOnlyForBenchmark},
 	{"pod-security", "no pod reaches past itself: no host namespace, hostPath, privileged container, added capability beyond the workers', own ServiceAccount or bound node", ScopeObject, podSecurity},
-	{"monitors-own-namespace", "a PodMonitor scrapes pods of its own namespace only: other teams' pods and metrics are theirs", ScopeObject, monitorsOwnNamespace},
+	{"monitors-own-namespace", "a PodMonitor or ServiceMonitor scrapes its own namespace only: other teams' pods and metrics are theirs", ScopeObject, monitorsOwnNamespace},
 	{"routes-own-backends", "an HTTPRoute sends traffic only to Services of its own namespace", ScopeObject, routesOwnBackends},
 	{"keep-model-cache", "no change replaces or deletes the model cache claim", ScopeChange, keepKind("PersistentVolumeClaim", "the model cache claim holds the downloaded weights; replacing or deleting it loses them")},
 	{"keep-namespace", "no change replaces or deletes the namespace", ScopeChange, keepKind("Namespace", "deleting a namespace deletes everything in it, the model cache claim included")},
@@ -384,7 +384,7 @@ func syntheticOnlyForBenchmark(p Plan) []Violation {
 func monitorsOwnNamespace(p Plan) []Violation {
 	var out []Violation
 	for _, s := range p.Steps {
-		if s.Kind() != "PodMonitor" || s.New == nil {
+		if k := s.Kind(); (k != "PodMonitor" && k != "ServiceMonitor") || s.New == nil {
 			continue
 		}
 		own, _ := at(s.New, "metadata", "namespace").(string)
@@ -413,20 +413,36 @@ func routesOwnBackends(p Plan) []Violation {
 		}
 		own, _ := at(s.New, "metadata", "namespace").(string)
 		rules, _ := at(s.New, "spec", "rules").([]any)
+		check := func(where string, ref map[string]any) {
+			ns, _ := ref["namespace"].(string)
+			kind, _ := ref["kind"].(string)
+			if ns != "" && ns != own {
+				out = append(out, Violation{Resource: s.objectName(), Message: fmt.Sprintf("%s sends traffic to namespace %s, not its own %s", where, ns, own)})
+			}
+			if kind != "" && kind != "Service" {
+				out = append(out, Violation{Resource: s.objectName(), Message: fmt.Sprintf("%s sends traffic to a %s, not a Service", where, kind)})
+			}
+		}
+		// A request mirror is traffic too, on the rule or on one backend.
+		mirrors := func(where string, filters []any) {
+			for k, f := range filters {
+				fm, _ := f.(map[string]any)
+				if ref, ok := at(fm, "requestMirror", "backendRef").(map[string]any); ok {
+					check(fmt.Sprintf("%s.filters[%d].requestMirror.backendRef", where, k), ref)
+				}
+			}
+		}
 		for i, r := range rules {
 			rm, _ := r.(map[string]any)
+			filters, _ := rm["filters"].([]any)
+			mirrors(fmt.Sprintf("rules[%d]", i), filters)
 			refs, _ := rm["backendRefs"].([]any)
 			for j, ref := range refs {
 				m, _ := ref.(map[string]any)
-				ns, _ := m["namespace"].(string)
-				kind, _ := m["kind"].(string)
 				where := fmt.Sprintf("rules[%d].backendRefs[%d]", i, j)
-				if ns != "" && ns != own {
-					out = append(out, Violation{Resource: s.objectName(), Message: fmt.Sprintf("%s sends traffic to namespace %s, not its own %s", where, ns, own)})
-				}
-				if kind != "" && kind != "Service" {
-					out = append(out, Violation{Resource: s.objectName(), Message: fmt.Sprintf("%s sends traffic to a %s, not a Service", where, kind)})
-				}
+				check(where, m)
+				bf, _ := m["filters"].([]any)
+				mirrors(where, bf)
 			}
 		}
 	}

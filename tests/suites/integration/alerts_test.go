@@ -205,9 +205,15 @@ func TestAlertRulesFireAndResolveOnSyntheticSeries(t *testing.T) {
 		})
 	}
 
-	t.Run("cancelled requests are not errors", func(t *testing.T) {
-		cancelled := map[string]string{"cancelled": `dynamo_frontend_requests_total{` + f + `,status="error",error_type="cancelled"} 0+200x80`}
-		assert.Empty(t, alertStates(t, spec, healthy(cancelled), 20)[20])
+	t.Run("cancelled requests and clients' mistakes are not the graph's errors", func(t *testing.T) {
+		// One misbehaving client: a storm of requests the frontend refuses as invalid (a prompt over
+		// the context length) or for a model it does not serve, and requests cancelled by clients.
+		clients := map[string]string{
+			"cancelled":  `dynamo_frontend_requests_total{` + f + `,status="error",error_type="cancelled"} 0+200x80`,
+			"validation": `dynamo_frontend_requests_total{` + f + `,status="error",error_type="validation"} 0+200x80`,
+			"not-found":  `dynamo_frontend_requests_total{` + f + `,status="error",error_type="not_found"} 0+200x80`,
+		}
+		assert.Empty(t, alertStates(t, spec, healthy(clients), 20)[20])
 	})
 
 	t.Run("the thresholds follow the config", func(t *testing.T) {

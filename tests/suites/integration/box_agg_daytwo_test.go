@@ -238,14 +238,18 @@ func TestBoxOneAggStackThroughDayTwoChanges(t *testing.T) {
 						"rules": []any{map[string]any{"backendRefs": []any{map[string]any{"name": "their-frontend", "port": int64(8000)}}}}}}},
 			} {
 				require.NoError(t, box.Client.Create(ctx, obj), obj.GetKind())
+				if obj.GetKind() == "Namespace" {
+					t.Cleanup(func() { _ = box.Client.Delete(context.Background(), obj) })
+				}
 			}
 			s.set(ctx, "minimax-m3:exposure.enabled", "true")
 			s.set(ctx, "minimax-m3:exposure.gateway.namespace", "box-gateways")
 			s.set(ctx, "minimax-m3:exposure.gateway.name", "shared")
+			s.set(ctx, "minimax-m3:exposure.gateway.sectionName", "https")
 			s.set(ctx, "minimax-m3:exposure.hostname", "taken.box.example")
 			_, err = s.preview(ctx)
 			require.Error(t, err)
-			assert.Contains(t, s.log.String(), `minimax-m3:exposure.hostname: "taken.box.example" is already routed on Gateway box-gateways/shared by HTTPRoute box-team-b/their-model (not a stack's)`)
+			assert.Contains(t, s.log.String(), `minimax-m3:exposure.hostname: "taken.box.example" is already routed on Gateway box-gateways/shared by HTTPRoute box-team-b/their-model (not a stack's; its hostnames: taken.box.example)`)
 
 			s.set(ctx, "minimax-m3:exposure.hostname", "m3.box.example")
 			added := map[string]string{
@@ -271,7 +275,7 @@ func TestBoxOneAggStackThroughDayTwoChanges(t *testing.T) {
 			var svc corev1.Service
 			require.NoError(t, box.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: string(spec.Rules[0].BackendRefs[0].Name)}, &svc),
 				"the route's backend is the Service the operator made for the frontend")
-			assert.Equal(t, int32(*spec.Rules[0].BackendRefs[0].Port), svc.Spec.Ports[0].Port)
+			assert.Equal(t, *spec.Rules[0].BackendRefs[0].Port, svc.Spec.Ports[0].Port)
 
 			require.NoError(t, s.stack.RemoveConfig(ctx, "minimax-m3:exposure"))
 			removed := map[string]string{}

@@ -21,7 +21,10 @@ const httpRouteType = "kubernetes:gateway.networking.k8s.io/v1:HTTPRoute"
 // exposureOn routes the frontend through Gateway gateways/shared as llm.example.com, with the
 // given other fields of exposure (JSON values).
 func exposureOn(fields map[string]string) map[string]string {
-	parts := []string{`"enabled": true`, `"gateway": {"namespace": "gateways", "name": "shared"}`, `"hostname": "llm.example.com"`}
+	parts := []string{`"enabled": true`, `"hostname": "llm.example.com"`}
+	if _, ok := fields["gateway"]; !ok {
+		parts = append(parts, `"gateway": {"namespace": "gateways", "name": "shared", "sectionName": "https"}`)
+	}
 	for k, v := range fields {
 		parts = append(parts, fmt.Sprintf("%q: %s", k, v))
 	}
@@ -37,7 +40,7 @@ func TestExposureIsOffByDefault(t *testing.T) {
 }
 
 func TestExposureRoutesTheSitesGatewayToTheFrontend(t *testing.T) {
-	r := mustRun(t, "disagg", exposureOn(map[string]string{"gateway": `{"namespace": "gateways", "name": "shared", "sectionName": "https"}`}))
+	r := mustRun(t, "disagg", exposureOn(nil))
 	route := r.one(t, httpRouteType)
 	assert.Contains(t, route.RPC.GetParent(), "minimax-m3:index:Exposure", "under the graph's component in preview")
 	assert.Equal(t, "inference", decode[string](t, route, "metadata", "namespace"))
@@ -48,7 +51,8 @@ func TestExposureRoutesTheSitesGatewayToTheFrontend(t *testing.T) {
 	assert.Equal(t, []gatewayv1.Hostname{"llm.example.com"}, spec.Hostnames)
 	require.Len(t, spec.Rules, 1)
 	rule := spec.Rules[0]
-	assert.Equal(t, "/", *rule.Matches[0].Path.Value)
+	assert.Equal(t, "/v1", *rule.Matches[0].Path.Value, "the OpenAI API only: not the frontend's metrics, docs or admin endpoints")
+	assert.Empty(t, rule.Filters)
 	assert.Equal(t, gatewayv1.PathMatchPathPrefix, *rule.Matches[0].Path.Type)
 	require.Len(t, rule.BackendRefs, 1)
 	assert.Equal(t, gatewayv1.ObjectName("minimax-m3-disagg-gb200-agentic-frontend"), rule.BackendRefs[0].Name, "the Service the operator makes for the frontend")
@@ -57,23 +61,29 @@ func TestExposureRoutesTheSitesGatewayToTheFrontend(t *testing.T) {
 	assert.Equal(t, gatewayv1.Duration("2h"), *rule.Timeouts.Request, "long completions outlive a gateway's default timeout")
 	assert.Equal(t, "https://llm.example.com", r.outputs["externalUrl"])
 
-	http := mustRun(t, "agg", exposureOn(map[string]string{"scheme": `"http"`, "pathPrefix": `"/m3/"`}))
-	assert.Equal(t, "http://llm.example.com/m3", http.outputs["externalUrl"])
+	http := mustRun(t, "agg", exposureOn(map[string]string{"scheme": `"http"`, "pathPrefix": `"/m3/"`, "gateway": `{"namespace": "gateways", "name": "shared"}`}))
+	assert.Equal(t, "http://llm.example.com/m3", http.outputs["externalUrl"], "clients call <externalUrl>/v1/...")
+	prefixed := decode[gatewayv1.HTTPRouteSpec](t, http.one(t, httpRouteType), "spec").Rules[0]
+	assert.Equal(t, "/m3/v1", *prefixed.Matches[0].Path.Value)
+	require.Len(t, prefixed.Filters, 1)
+	assert.Equal(t, "/v1", *prefixed.Filters[0].URLRewrite.Path.ReplacePrefixMatch, "the frontend serves the API at /v1")
 	assert.Empty(t, policy.Check(plan(t, "agg", exposureOn(nil))), "the program's route passes the policies")
 }
 
 func TestExposureThatCannotRouteNamesItsKey(t *testing.T) {
 	for key, fields := range map[string]map[string]string{
-		"exposure.gateway.name":      {"gateway": `{"namespace": "gateways"}`},
-		"exposure.gateway.namespace": {"gateway": `{"name": "shared"}`},
-		"exposure.hostname":          {"hostname": `"*.example.com"`},
-		"exposure.pathPrefix":        {"pathPrefix": `"v1"`},
-		"exposure.scheme":            {"scheme": `"grpc"`},
-		"exposure.requestTimeout":    {"requestTimeout": `"2 hours"`},
+		"exposure.gateway.name":        {"gateway": `{"namespace": "gateways"}`},
+		"exposure.gateway.namespace":   {"gateway": `{"name": "shared"}`},
+		"exposure.hostname":            {"hostname": `"*.example.com"`},
+		"exposure.pathPrefix":          {"pathPrefix": `"v1"`},
+		"exposure.pathPrefix ":         {"pathPrefix": `"/a/../admin"`},
+		"exposure.gateway.sectionName": {"gateway": `{"namespace": "gateways", "name": "shared"}`},
+		"exposure.scheme":              {"scheme": `"grpc"`},
+		"exposure.requestTimeout":      {"requestTimeout": `"2 hours"`},
 	} {
 		_, err := run(t, "agg", exposureOn(fields))
 		require.Error(t, err, key)
-		assert.Contains(t, err.Error(), "minimax-m3:"+key+":", key)
+		assert.Contains(t, err.Error(), "minimax-m3:"+strings.TrimSpace(key)+":", key)
 	}
 	_, err := run(t, "agg", map[string]string{"minimax-m3:exposure": `{"enabled": true}`})
 	require.Error(t, err)
@@ -109,13 +119,23 @@ func TestExposureKeepsOffAHostnameAnotherStackRoutes(t *testing.T) {
 	}
 	_, err := runWith(t, components.Options{Cluster: routedCluster{served: true, routes: []cluster.Route{theirs}}}, "agg", exposureOn(nil))
 	require.Error(t, err)
-	assert.Contains(t, err.Error(), `minimax-m3:exposure.hostname: "llm.example.com" is already routed on Gateway gateways/shared by HTTPRoute team-b/their-graph (stack organization/minimax-m3/team-b's)`)
+	assert.Contains(t, err.Error(), `minimax-m3:exposure.hostname: "llm.example.com" is already routed on Gateway gateways/shared by HTTPRoute team-b/their-graph (stack organization/minimax-m3/team-b's; its hostnames: llm.example.com)`)
 
 	// A route of no stack (kubectl, another tool) holds it just as well.
 	theirs.LiveObject = cluster.LiveObject{}
 	_, err = runWith(t, components.Options{Cluster: routedCluster{served: true, routes: []cluster.Route{theirs}}}, "agg", exposureOn(nil))
 	require.Error(t, err)
-	assert.Contains(t, err.Error(), "(not a stack's)")
+	assert.Contains(t, err.Error(), "(not a stack's; ")
+
+	// A wildcard over it, or a route of no hostname (every hostname its listener takes), would lose
+	// the traffic to the stack's more specific route.
+	for covers, hostnames := range map[string][]string{"*.example.com": {"*.example.com"}, "none, so every hostname of the listener": nil} {
+		cover := theirs
+		cover.Hostnames = hostnames
+		_, err = runWith(t, components.Options{Cluster: routedCluster{served: true, routes: []cluster.Route{cover}}}, "agg", exposureOn(nil))
+		require.Error(t, err, covers)
+		assert.Contains(t, err.Error(), "its hostnames: "+covers+"): the two routes would split or take each other's traffic")
+	}
 
 	// The same hostname on another Gateway, another hostname on this one, and the stack's own
 	// route are no conflict.
@@ -137,4 +157,12 @@ func TestPolicyRoutesOwnBackends(t *testing.T) {
 	vs := policy.Check(p)
 	assert.Equal(t, []string{"routes-own-backends"}, rules(vs))
 	assert.Contains(t, vs[0].String(), "rules[0].backendRefs[0] sends traffic to namespace team-b, not its own inference")
+
+	// A mirror of the requests is traffic too.
+	delete(ref, "namespace")
+	rule := route.New["spec"].(map[string]any)["rules"].([]any)[0].(map[string]any)
+	rule["filters"] = []any{map[string]any{"type": "RequestMirror", "requestMirror": map[string]any{"backendRef": map[string]any{"name": "tap", "namespace": "team-c", "port": 80}}}}
+	vs = policy.Check(p)
+	assert.Equal(t, []string{"routes-own-backends"}, rules(vs))
+	assert.Contains(t, vs[0].String(), "rules[0].filters[0].requestMirror.backendRef sends traffic to namespace team-c")
 }

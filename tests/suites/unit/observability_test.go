@@ -103,6 +103,9 @@ func TestObservabilityAlertsUseTheBenchmarksSLOsAndTheGraphsShape(t *testing.T) 
 	assert.Contains(t, exprOf(agg[components.AlertTimeToFirstToken]), "> 5", "the default TTFT bound, 5000 ms, in seconds")
 	assert.Equal(t, monitoringv1.Duration("5m"), *agg[components.AlertRequestErrors].For)
 	assert.Equal(t, "critical", agg[components.AlertRequestErrors].Labels["severity"])
+	assert.Equal(t, "warning", agg[components.AlertWorkersDown].Labels["severity"], "a rollout takes a worker down for a while")
+	scaled := alertsOf(t, mustRun(t, "agg", observabilityOn(nil, "minimax-m3:worker", `{"scalingAdapter": true}`)))
+	assert.True(t, strings.HasSuffix(exprOf(scaled[components.AlertWorkersDown]), "< 1"), "an autoscaler owns the count: down is none answering")
 	imex := exprOf(agg[components.AlertIMEXDaemonsNotReady])
 	assert.Contains(t, imex, `daemonset="computedomain-daemon-`+computeDomainUID+`"`, "the DRA driver names the domain's DaemonSet after its UID")
 	assert.Contains(t, imex, `namespace="nvidia-dra-driver-gpu"`)
@@ -137,7 +140,9 @@ func TestObservabilityDashboardGoesWhereGrafanasSidecarLooks(t *testing.T) {
 			} `json:"targets"`
 		} `json:"panels"`
 	}
-	require.NoError(t, json.Unmarshal([]byte(data["minimax-m3-agg-gb200-agentic.json"]), &board))
+	assert.Equal(t, "inference-minimax-m3-agg-gb200-agentic-dashboard", decode[string](t, cm, "metadata", "name"),
+		"the stack's namespace in its name: other stacks' dashboards of the same graphName share Grafana's namespace")
+	require.NoError(t, json.Unmarshal([]byte(data["inference-minimax-m3-agg-gb200-agentic.json"]), &board), "a file name of its own in Grafana's sidecar")
 	assert.Regexp(t, `^minimax-m3-[0-9a-f]{16}$`, board.UID)
 	require.NotEmpty(t, board.Panels)
 	for _, p := range board.Panels {
@@ -156,19 +161,28 @@ func TestObservabilityDashboardGoesWhereGrafanasSidecarLooks(t *testing.T) {
 
 func TestObservabilityConfigThatCannotWorkNamesItsKey(t *testing.T) {
 	for key, fields := range map[string]map[string]string{
-		"observability.scrapeInterval":            {"scrapeInterval": `"15"`},
-		"observability.alerts.for":                {"alerts": `{"for": "five minutes"}`},
-		"observability.alerts.errorRatio":         {"alerts": `{"errorRatio": 5}`},
-		"observability.alerts.kvCacheUsage":       {"alerts": `{"kvCacheUsage": 0}`},
-		"observability.alerts.queuedRequests":     {"alerts": `{"queuedRequests": 0}`},
-		"observability.labels.release":            {"labels": `{"release": "not a label value!"}`},
-		"observability.dashboard.labels.bad key!": {"dashboard": `{"labels": {"bad key!": "1"}}`},
-		"observability.draDriverNamespace":        {"draDriverNamespace": `"Not_A_Namespace"`},
+		"observability.scrapeInterval":                    {"scrapeInterval": `"15"`},
+		"observability.alerts.for":                        {"alerts": `{"for": "five minutes"}`},
+		"observability.alerts.errorRatio":                 {"alerts": `{"errorRatio": 5}`},
+		"observability.alerts.kvCacheUsage":               {"alerts": `{"kvCacheUsage": 0}`},
+		"observability.alerts.queuedRequests":             {"alerts": `{"queuedRequests": 0}`},
+		"observability.labels.release":                    {"labels": `{"release": "not a label value!"}`},
+		"observability.dashboard.labels.bad key!":         {"dashboard": `{"labels": {"bad key!": "1"}}`},
+		"observability.draDriverNamespace":                {"draDriverNamespace": `"Not_A_Namespace"`},
+		"observability.scrapeInterval ":                   {"scrapeInterval": `"0m"`},
+		"observability.alerts.errorRatio ":                {"alerts": `{"errorRatio": "NaN"}`},
+		"observability.alerts.kvCacheUsage ":              {"alerts": `{"kvCacheUsage": "+Inf"}`},
+		"observability.dashboard.namespace":               {"dashboard": `{"namespace": "kube-system"}`},
+		"observability.labels.app.kubernetes.io/instance": {"labels": `{"app.kubernetes.io/instance": "team-b"}`},
 	} {
 		_, err := run(t, "agg", observabilityOn(fields))
 		require.Error(t, err, key)
-		assert.Contains(t, err.Error(), "minimax-m3:"+key+":", key)
+		assert.Contains(t, err.Error(), "minimax-m3:"+strings.TrimSpace(key)+":", key)
 	}
+	// A component that opts out of the operator's metrics label would leave the monitors empty.
+	_, err := run(t, "agg", observabilityOn(nil, "minimax-m3:worker", `{"podAnnotations": {"nvidia.com/enable-metrics": "false"}}`))
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), `minimax-m3:worker.podAnnotations.nvidia.com/enable-metrics: "false" takes the pods out of the monitors`)
 	c := config.Defaults(config.Aggregated)
 	c.Namespace.Name = "ns"
 	assert.Empty(t, config.Validate(&c), "the defaults, observability off")
@@ -190,8 +204,13 @@ func TestObservabilityOnAClusterWithoutPrometheusOperatorIsRefusedBeforeAnything
 	assert.Empty(t, r.byType("kubernetes:core/v1:Namespace"), "nothing is created")
 
 	// Another team's dashboard of the same name is not taken over.
-	theirs := fakeCluster{"configmaps/monitoring/minimax-m3-agg-gb200-agentic-dashboard": {"app.kubernetes.io/managed-by": "grafana-team"}}
+	theirs := fakeCluster{"configmaps/monitoring/inference-minimax-m3-agg-gb200-agentic-dashboard": {"app.kubernetes.io/managed-by": "grafana-team"}}
 	_, err = runOn(t, theirs, "agg", observabilityOn(map[string]string{"dashboard": `{"namespace": "monitoring"}`}))
 	require.Error(t, err)
-	assert.Contains(t, err.Error(), "ConfigMap monitoring/minimax-m3-agg-gb200-agentic-dashboard already exists")
+	assert.Contains(t, err.Error(), "ConfigMap monitoring/inference-minimax-m3-agg-gb200-agentic-dashboard already exists")
+	// Nor with adopt, which takes over the recipe's objects only: this one is in another team's
+	// namespace, and the stack would delete it.
+	_, err = runOn(t, theirs, "agg", observabilityOn(map[string]string{"dashboard": `{"namespace": "monitoring"}`}, "minimax-m3:adopt", "true"))
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "adopt does not take over an object the recipe has no part in")
 }
