@@ -73,14 +73,17 @@ func (s *Sweep) RestartPods(ctx context.Context, beat func(string)) error {
 	}
 	beat(fmt.Sprintf("deleted the graph's %d pods; waiting for their replacements to be Ready", len(old)))
 	shown := map[string]bool{}
-	// oldGone: no old pod is left. Until then the replacements' want of room is the restart's own
-	// (the old pods still hold their GPUs while they terminate), not worth a line.
-	oldGone := false
+	// oldGoneAt: when no old pod was left. Until then the replacements' want of room is the
+	// restart's own (the old pods still hold their GPUs while they terminate), not worth a line; nor
+	// is it for the scheduler's next try after that (a pending pod waits out its back-off, at most
+	// 10 s by default, before the freed GPUs are seen): only a replacement still unschedulable after
+	// that lacks room someone else took.
+	var oldGoneAt time.Time
 	show := func(problem cluster.PodProblem) error {
 		if problem.Terminal {
 			return fmt.Errorf("the graph's pods did not come back: %s (this does not clear without a change)", problem)
 		}
-		if problem.Reason == corev1.PodReasonUnschedulable && !oldGone {
+		if problem.Reason == corev1.PodReasonUnschedulable && (oldGoneAt.IsZero() || time.Since(oldGoneAt) < schedulerRetry) {
 			return nil
 		}
 		if line := problem.String(); !shown[line] {
@@ -95,7 +98,9 @@ func (s *Sweep) RestartPods(ctx context.Context, beat func(string)) error {
 			break
 		}
 		if err == nil {
-			oldGone = !slices.ContainsFunc(list.Items, func(p corev1.Pod) bool { return old[p.UID] })
+			if gone := !slices.ContainsFunc(list.Items, func(p corev1.Pod) bool { return old[p.UID] }); gone && oldGoneAt.IsZero() {
+				oldGoneAt = time.Now()
+			}
 			// What keeps a replacement from running, from its status. A terminal problem ends the
 			// wait (cluster.PodProblem's Terminal: it does not clear without a change).
 			for _, p := range list.Items {
@@ -129,6 +134,11 @@ func (s *Sweep) RestartPods(ctx context.Context, beat func(string)) error {
 	}
 	return s.waitReady(ctx)
 }
+
+// schedulerRetry is how long after the old pods are gone a replacement's Unschedulable still is the
+// restart's own: kube-scheduler's longest back-off for a pending pod (podMaxBackoffSeconds, 10 s by
+// default) and a margin.
+const schedulerRetry = 15 * time.Second
 
 // restarted reports whether none of the old pods remain and as many new ones are Ready.
 func restarted(pods []corev1.Pod, old map[types.UID]bool) bool {
