@@ -8,7 +8,10 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	dynamicfake "k8s.io/client-go/dynamic/fake"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	"minimax-m3/components"
@@ -165,4 +168,38 @@ func TestPolicyRoutesOwnBackends(t *testing.T) {
 	vs = policy.Check(p)
 	assert.Equal(t, []string{"routes-own-backends"}, rules(vs))
 	assert.Contains(t, vs[0].String(), "rules[0].filters[0].requestMirror.backendRef sends traffic to namespace team-c")
+}
+
+// The hostname check reads the cluster's HTTPRoutes: a parent without a namespace is a Gateway in
+// the route's own, a parent of another kind (a Service, for mesh routing) is no Gateway, and a
+// route's hostnames and ownership come as they are.
+func TestReaderListsRoutesWithTheirGateways(t *testing.T) {
+	route := func(ns, name string, hostnames []any, parents ...map[string]any) *unstructured.Unstructured {
+		refs := make([]any, 0, len(parents))
+		for _, p := range parents {
+			refs = append(refs, p)
+		}
+		return &unstructured.Unstructured{Object: map[string]any{
+			"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
+			"metadata": map[string]any{"name": name, "namespace": ns, "annotations": map[string]any{"minimax-m3.io/stack": "organization/minimax-m3/b"}},
+			"spec":     map[string]any{"hostnames": hostnames, "parentRefs": refs},
+		}}
+	}
+	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
+		map[schema.GroupVersionResource]string{components.HTTPRoutes: "HTTPRouteList"},
+		route("team-b", "local", []any{"b.example.com"}, map[string]any{"name": "own-gw"}),
+		route("team-c", "mixed", nil, map[string]any{"name": "shared", "namespace": "gateways"}, map[string]any{"kind": "Service", "name": "mesh"}),
+	)
+	routes, err := cluster.NewFromClients(nil, dyn).Routes(context.Background())
+	require.NoError(t, err)
+	byName := map[string]cluster.Route{}
+	for _, r := range routes {
+		byName[r.Namespace+"/"+r.Name] = r
+	}
+	require.Len(t, byName, 2)
+	assert.Equal(t, []string{"team-b/own-gw"}, byName["team-b/local"].Gateways, "no namespace: the route's own")
+	assert.Equal(t, []string{"b.example.com"}, byName["team-b/local"].Hostnames)
+	assert.Equal(t, "organization/minimax-m3/b", byName["team-b/local"].Annotations["minimax-m3.io/stack"])
+	assert.Equal(t, []string{"gateways/shared"}, byName["team-c/mixed"].Gateways, "a Service parent is no Gateway")
+	assert.Empty(t, byName["team-c/mixed"].Hostnames, "no hostnames: every name its listener takes")
 }
