@@ -1,7 +1,6 @@
 package components
 
 import (
-	"context"
 	"fmt"
 
 	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
@@ -43,52 +42,6 @@ var (
 	PodMonitors     = schema.GroupVersionResource{Group: "monitoring.coreos.com", Version: "v1", Resource: "podmonitors"}
 	PrometheusRules = schema.GroupVersionResource{Group: "monitoring.coreos.com", Version: "v1", Resource: "prometheusrules"}
 )
-
-// APIChecker says whether the cluster serves a resource (cluster.Reader does).
-type APIChecker interface {
-	Served(ctx context.Context, gvr schema.GroupVersionResource) (bool, error)
-}
-
-// checkAPIs refuses observability on a cluster without prometheus-operator's CRDs, and exposure on
-// one without Gateway API's, before anything is created: the provider would otherwise create half
-// the stack and then fail on the first object of the missing kind.
-func checkAPIs(ctx *pulumi.Context, reader ObjectReader, c *config.Config) error {
-	checker, ok := reader.(APIChecker)
-	if !ok {
-		return nil
-	}
-	type need struct {
-		gvr        schema.GroupVersionResource
-		key, whose string
-	}
-	var needs []need
-	if c.Observability.Enabled {
-		needs = append(needs, need{PodMonitors, "observability.enabled", "prometheus-operator's CRDs (kube-prometheus-stack has them), or turn observability off"},
-			need{PrometheusRules, "observability.enabled", "prometheus-operator's CRDs (kube-prometheus-stack has them), or turn observability off"})
-	}
-	if c.Exposure.Enabled {
-		needs = append(needs, need{HTTPRoutes, "exposure.enabled", "Gateway API's CRDs and a Gateway controller, or turn exposure off"})
-	}
-	var ps config.Problems
-	for _, n := range needs {
-		gvr := n.gvr
-		served, err := checker.Served(ctx.Context(), gvr)
-		if err != nil {
-			if c.Kubernetes.RequireRead {
-				return unreadable(fmt.Errorf("reading the cluster's %s API: %w", gvr.Resource, err))
-			}
-			_ = ctx.Log.Warn(fmt.Sprintf("not checking that the cluster serves %s (%s): %v", gvr.Resource, n.key, err), nil)
-			continue
-		}
-		if !served {
-			ps.Add(n.key, "the cluster does not serve %s (%s): install %s", gvr.Resource, gvr.GroupVersion(), n.whose)
-		}
-	}
-	if len(ps) > 0 {
-		return ps
-	}
-	return nil
-}
 
 // MonitoringArgs describes the graph's monitors, alert rules and dashboard.
 type MonitoringArgs struct {

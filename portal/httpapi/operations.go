@@ -121,18 +121,18 @@ func (s *Server) operation(w http.ResponseWriter, r *http.Request) {
 		}
 	}
 	user := userOf(r.Context())
-	// (No namespace at all is validation's problem: 400, namespace.name required.)
-	if ns := req.Config.Namespace.Name; (op == "preview" || op == "up") && ns != "" && !user.MayDeployTo(ns) {
-		// Before any plan is read or any engine starts: the user's grants, not the request, say where it may land.
-		writeError(w, http.StatusForbidden, invalidAt("namespace.name", fmt.Sprintf("%s may not deploy into namespace %q (their namespaces: %s)",
-			nameOf(user), req.Config.Namespace.Name, strings.Join(user.Namespaces, ", "))))
-		return
-	}
-	if o := req.Config.Observability; (op == "preview" || op == "up") && o.Enabled && o.Dashboard.Enabled && o.Dashboard.Namespace != "" && !user.MayDeployTo(o.Dashboard.Namespace) {
-		// The dashboard's ConfigMap is an object in that namespace: the same grants apply.
-		writeError(w, http.StatusForbidden, invalidAt("observability.dashboard.namespace", fmt.Sprintf("%s may not deploy into namespace %q (their namespaces: %s)",
-			nameOf(user), o.Dashboard.Namespace, strings.Join(user.Namespaces, ", "))))
-		return
+	// (No namespace at all is validation's problem: 400, namespace.name required.) Before any plan is
+	// read or any engine starts: the user's grants, not the request, say where it may land, the
+	// stack's namespace and the dashboard's ConfigMap's alike.
+	if op == "preview" || op == "up" {
+		for _, at := range [][2]string{{"namespace.name", req.Config.Namespace.Name}, {"observability.dashboard.namespace", dashboardNamespace(req.Config)}} {
+			key, ns := at[0], at[1]
+			if ns != "" && !user.MayDeployTo(ns) {
+				writeError(w, http.StatusForbidden, invalidAt(key, fmt.Sprintf("%s may not deploy into namespace %q (their namespaces: %s)",
+					nameOf(user), ns, strings.Join(user.Namespaces, ", "))))
+				return
+			}
+		}
 	}
 	log := newOpLog(op, s.MaxEvents)
 	opts := portal.RunOptions{Progress: log.add}
@@ -250,4 +250,13 @@ func (s *Server) operation(w http.ResponseWriter, r *http.Request) {
 	// Published only once the operation holds the stack and has started.
 	s.publish(stack, log)
 	writeJSON(w, http.StatusAccepted, map[string]string{"stack": stack, "operation": op, "events": s.at("/api/stacks/" + stack + "/events")})
+}
+
+// dashboardNamespace is the namespace a request's Grafana dashboard lands in when it names one of
+// its own ("" otherwise: the stack's namespace, or no dashboard).
+func dashboardNamespace(c config.Config) string {
+	if o := c.Observability; o.Enabled && o.Dashboard.Enabled {
+		return o.Dashboard.Namespace
+	}
+	return ""
 }
