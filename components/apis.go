@@ -15,8 +15,9 @@ type APIChecker interface {
 	Served(ctx context.Context, gvr schema.GroupVersionResource) (bool, error)
 }
 
-// checkAPIs refuses observability on a cluster without prometheus-operator's CRDs, and exposure on
-// one without Gateway API's, before anything is created: the provider would otherwise create half
+// checkAPIs refuses observability on a cluster without prometheus-operator's CRDs, exposure on
+// one without Gateway API's (and an InferencePool backend on one without the Inference
+// Extension's), before anything is created: the provider would otherwise create half
 // the stack and then fail on the first object of the missing kind.
 func checkAPIs(ctx *pulumi.Context, reader ObjectReader, c *config.Config) error {
 	checker, ok := reader.(APIChecker)
@@ -34,6 +35,10 @@ func checkAPIs(ctx *pulumi.Context, reader ObjectReader, c *config.Config) error
 	}
 	if c.Exposure.Enabled {
 		needs = append(needs, need{HTTPRoutes, "exposure.enabled", "Gateway API's CRDs and a Gateway controller, or turn exposure off"})
+	}
+	if c.InferencePool() {
+		// The operator refuses an epp component on a cluster without them, or fails the graph.
+		needs = append(needs, need{InferencePools, "exposure.backend", "the Gateway API Inference Extension's CRDs and a gateway that implements it, or use backend frontend"})
 	}
 	var ps config.Problems
 	for _, n := range needs {

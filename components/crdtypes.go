@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 
 	corev1 "k8s.io/api/core/v1"
+	eppv1alpha1 "sigs.k8s.io/gateway-api-inference-extension/apix/config/v1alpha1"
 )
 
 // Typed subsets of the DynamoGraphDeployment (nvidia.com/v1beta1) and ComputeDomain
@@ -31,13 +32,24 @@ type GraphRestartStrategy struct {
 
 // GraphComponent is one service of the graph: the frontend or a worker role.
 type GraphComponent struct {
-	Name                   string                 `json:"name"`
-	Type                   string                 `json:"type"`
-	RuntimeVersionOverride string                 `json:"runtimeVersionOverride,omitempty"`
-	Replicas               int                    `json:"replicas"`
-	SharedMemorySize       string                 `json:"sharedMemorySize,omitempty"`
-	ScalingAdapter         *ScalingAdapter        `json:"scalingAdapter,omitempty"`
-	PodTemplate            corev1.PodTemplateSpec `json:"podTemplate"`
+	Name                   string          `json:"name"`
+	Type                   string          `json:"type"`
+	RuntimeVersionOverride string          `json:"runtimeVersionOverride,omitempty"`
+	Replicas               int             `json:"replicas"`
+	SharedMemorySize       string          `json:"sharedMemorySize,omitempty"`
+	ScalingAdapter         *ScalingAdapter `json:"scalingAdapter,omitempty"`
+	// EPPConfig is the endpoint picker's configuration (type epp only).
+	EPPConfig *EPPConfig `json:"eppConfig,omitempty"`
+	// FrontendSidecar names the container of the pod template the operator makes a frontend of
+	// (port 8000, probes, Dynamo's environment): the endpoint picker's pool routes to it.
+	FrontendSidecar *string                `json:"frontendSidecar,omitempty"`
+	PodTemplate     corev1.PodTemplateSpec `json:"podTemplate"`
+}
+
+// EPPConfig is a component's eppConfig: the Gateway API Inference Extension's own
+// EndpointPickerConfig, which the operator writes into the ConfigMap the picker reads.
+type EPPConfig struct {
+	Config *eppv1alpha1.EndpointPickerConfig `json:"config"`
 }
 
 // ScalingAdapter hands a component's replicas to the graph's scaling adapter. In v1beta1 it is a
@@ -77,6 +89,11 @@ func dropEmptyStructs(v any) {
 	case map[string]any:
 		for k, child := range t {
 			if obj, ok := child.(map[string]any); ok && len(obj) == 0 && (k == "metadata" || k == "resources") {
+				delete(t, k)
+				continue
+			}
+			if child == nil && k == "parameters" {
+				// An endpoint picker plugin without parameters: the upstream type writes null.
 				delete(t, k)
 				continue
 			}

@@ -20,7 +20,7 @@ import (
 // panel on the frontend's or the workers' PodMonitor job. Its data source is a variable, so it works
 // with whichever Prometheus data source the site's Grafana has.
 func Dashboard(c *config.Config) (string, error) {
-	front := fmt.Sprintf(`job=%q`, MonitorJob(c.Namespace.Name, c.FrontendMonitorName()))
+	front := RequestSeries(c)
 	workers := fmt.Sprintf(`job=%q`, MonitorJob(c.Namespace.Name, c.WorkerMonitorName()))
 	ds := common.DataSourceRef{Type: cog.ToPtr("prometheus"), Uid: cog.ToPtr("${datasource}")}
 	panel := func(title, unit string, queries ...[2]string) *timeseries.PanelBuilder {

@@ -14,8 +14,13 @@ import (
 	"minimax-m3/internal/cluster"
 )
 
-// HTTPRoutes are Gateway API's routes, which the stack creates with exposure on.
-var HTTPRoutes = schema.GroupVersionResource{Group: "gateway.networking.k8s.io", Version: "v1", Resource: "httproutes"}
+var (
+	// HTTPRoutes are Gateway API's routes, which the stack creates with exposure on.
+	HTTPRoutes = schema.GroupVersionResource{Group: "gateway.networking.k8s.io", Version: "v1", Resource: "httproutes"}
+	// InferencePools are the Gateway API Inference Extension's pools, one of which the Dynamo
+	// operator makes for the graph's endpoint picker (exposure.backend inferencePool).
+	InferencePools = schema.GroupVersionResource{Group: "inference.networking.k8s.io", Version: "v1", Resource: "inferencepools"}
+)
 
 const (
 	gatewayAPIVersion = "gateway.networking.k8s.io/v1"
@@ -68,15 +73,12 @@ func Route(c *config.Config) gatewayv1.HTTPRouteSpec {
 		parent.SectionName = &section
 	}
 	prefix := gatewayv1.PathMatchPathPrefix
-	port := gatewayv1.PortNumber(config.FrontendPort)
 	timeout := gatewayv1.Duration(e.RequestTimeout)
 	match := c.RoutePrefix() + OpenAIPath
 	rule := gatewayv1.HTTPRouteRule{
-		Matches: []gatewayv1.HTTPRouteMatch{{Path: &gatewayv1.HTTPPathMatch{Type: &prefix, Value: &match}}},
-		BackendRefs: []gatewayv1.HTTPBackendRef{{BackendRef: gatewayv1.BackendRef{BackendObjectReference: gatewayv1.BackendObjectReference{
-			Name: gatewayv1.ObjectName(c.FrontendServiceName()), Port: &port,
-		}}}},
-		Timeouts: &gatewayv1.HTTPRouteTimeouts{Request: &timeout},
+		Matches:     []gatewayv1.HTTPRouteMatch{{Path: &gatewayv1.HTTPPathMatch{Type: &prefix, Value: &match}}},
+		BackendRefs: []gatewayv1.HTTPBackendRef{{BackendRef: gatewayv1.BackendRef{BackendObjectReference: RouteBackend(c)}}},
+		Timeouts:    &gatewayv1.HTTPRouteTimeouts{Request: &timeout},
 	}
 	if c.RoutePrefix() != "" {
 		// The frontend serves the API at /v1: hand it the path without the site's prefix.
@@ -90,6 +92,19 @@ func Route(c *config.Config) gatewayv1.HTTPRouteSpec {
 		Hostnames:       []gatewayv1.Hostname{gatewayv1.Hostname(e.Hostname)},
 		Rules:           []gatewayv1.HTTPRouteRule{rule},
 	}
+}
+
+// RouteBackend is where the route sends requests: the frontend Service the operator creates, or
+// (backend inferencePool) the InferencePool it makes for the graph's endpoint picker, on the port
+// of the workers' frontend sidecars.
+func RouteBackend(c *config.Config) gatewayv1.BackendObjectReference {
+	port := gatewayv1.PortNumber(config.FrontendPort)
+	if c.InferencePool() {
+		group := gatewayv1.Group(InferencePools.Group)
+		kind := gatewayv1.Kind("InferencePool")
+		return gatewayv1.BackendObjectReference{Group: &group, Kind: &kind, Name: gatewayv1.ObjectName(c.InferencePoolName()), Port: &port}
+	}
+	return gatewayv1.BackendObjectReference{Name: gatewayv1.ObjectName(c.FrontendServiceName()), Port: &port}
 }
 
 // OpenAIPath is where the frontend serves the OpenAI API: the only path the route carries (the

@@ -23,7 +23,8 @@ import (
 const SpeculativeConfigChecksum = "minimax-m3.io/speculative-config-sha256"
 
 // GraphSpec builds the DynamoGraphDeployment spec: Frontend first, then the profile's workers, in
-// the recipe's order (the starter's guarded patches rely on these positions).
+// the recipe's order (the starter's guarded patches rely on these positions), then the endpoint
+// picker when the route goes to an InferencePool.
 func GraphSpec(c *config.Config) (DynamoGraphDeploymentSpec, error) {
 	spec := DynamoGraphDeploymentSpec{BackendFramework: "vllm"}
 	if r := c.Restart; r.ID != "" {
@@ -44,6 +45,9 @@ func GraphSpec(c *config.Config) (DynamoGraphDeploymentSpec, error) {
 			return spec, err
 		}
 		spec.Components = append(spec.Components, w)
+	}
+	if c.InferencePool() {
+		spec.Components = append(spec.Components, endpointPickerComponent(c))
 	}
 	return spec, nil
 }
@@ -167,6 +171,9 @@ func workerComponent(c *config.Config, r config.Role, speculativeChecksum string
 	channel := c.ChannelClaimTemplateName()
 	spec.ResourceClaims = []corev1.PodResourceClaim{{Name: channelClaimName, ResourceClaimTemplateName: &channel}}
 	spec.Containers = []corev1.Container{container}
+	if c.InferencePool() {
+		spec.Containers = append(spec.Containers, frontendSidecar(c))
+	}
 	spec.Volumes = []corev1.Volume{{
 		Name:         cacheVolumeName,
 		VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: c.ModelCache.ClaimName}},
@@ -198,7 +205,7 @@ func workerComponent(c *config.Config, r config.Role, speculativeChecksum string
 		// could otherwise replace the node selector terms and drop it.
 		requireNodeLabel(&template.Spec, key, clique)
 	}
-	return GraphComponent{
+	out := GraphComponent{
 		Name:                   r.Name,
 		Type:                   r.Type,
 		RuntimeVersionOverride: c.RuntimeVersion,
@@ -206,7 +213,12 @@ func workerComponent(c *config.Config, r config.Role, speculativeChecksum string
 		SharedMemorySize:       w.SharedMemorySize,
 		ScalingAdapter:         scalingAdapter(w.ScalingAdapter),
 		PodTemplate:            template,
-	}, nil
+	}
+	if c.InferencePool() {
+		sidecar := FrontendSidecarName
+		out.FrontendSidecar = &sidecar
+	}
+	return out, nil
 }
 
 func scalingAdapter(on bool) *ScalingAdapter {

@@ -2,6 +2,7 @@ package components
 
 import (
 	"fmt"
+	"regexp"
 
 	monitoringv1 "github.com/prometheus-operator/prometheus-operator/pkg/apis/monitoring/v1"
 	corev1 "github.com/pulumi/pulumi-kubernetes/sdk/v4/go/kubernetes/core/v1"
@@ -72,13 +73,20 @@ func NewMonitoring(ctx *pulumi.Context, name string, args *MonitoringArgs, opts 
 	for k, v := range c.Observability.Labels {
 		labels[k] = pulumi.String(v)
 	}
-	for _, pm := range []struct {
+	monitors := []struct {
 		name string
 		spec monitoringv1.PodMonitorSpec
 	}{
 		{c.FrontendMonitorName(), FrontendPodMonitor(c)},
 		{c.WorkerMonitorName(), WorkerPodMonitor(c)},
-	} {
+	}
+	if c.InferencePool() {
+		monitors = append(monitors, struct {
+			name string
+			spec monitoringv1.PodMonitorSpec
+		}{c.SidecarMonitorName(), SidecarPodMonitor(c)})
+	}
+	for _, pm := range monitors {
 		if _, err := newObject(ctx, pm.name, objectArgs{
 			APIVersion: monitoringAPIVersion, Kind: "PodMonitor",
 			Name: pm.name, Namespace: args.Namespace, Labels: labels,
@@ -152,6 +160,23 @@ func WorkerPodMonitor(c *config.Config) monitoringv1.PodMonitorSpec {
 	return podMonitor(c, sel, WorkerMetricsPort)
 }
 
+// SidecarPodMonitor scrapes the frontend sidecars of the graph's worker pods on their HTTP port
+// (exposure.backend inferencePool): the requests the site's gateway sends through the pool are
+// theirs, not the frontend component's.
+func SidecarPodMonitor(c *config.Config) monitoringv1.PodMonitorSpec {
+	return podMonitor(c, WorkerPodMonitor(c).Selector, FrontendMetricsPort)
+}
+
+// RequestSeries selects the series of the frontends that serve the graph's requests: the frontend
+// component's and, with the route to an InferencePool, the workers' frontend sidecars'.
+func RequestSeries(c *config.Config) string {
+	front := MonitorJob(c.Namespace.Name, c.FrontendMonitorName())
+	if !c.InferencePool() {
+		return fmt.Sprintf(`job=%q`, front)
+	}
+	return fmt.Sprintf(`job=~%q`, regexp.QuoteMeta(front)+"|"+regexp.QuoteMeta(MonitorJob(c.Namespace.Name, c.SidecarMonitorName())))
+}
+
 func podMonitor(c *config.Config, sel k8smeta.LabelSelector, port string) monitoringv1.PodMonitorSpec {
 	return monitoringv1.PodMonitorSpec{
 		Selector:          sel,
@@ -188,7 +213,8 @@ const ServerErrors = `status="error",error_type!~"cancelled|validation|not_found
 // the domain's IMEX DaemonSet (the DRA driver names it computedomain-daemon-<UID>).
 func AlertRules(c *config.Config, computeDomainUID string) monitoringv1.PrometheusRuleSpec {
 	a := c.Observability.Alerts
-	front := fmt.Sprintf(`job=%q`, MonitorJob(c.Namespace.Name, c.FrontendMonitorName()))
+	up := fmt.Sprintf(`job=%q`, MonitorJob(c.Namespace.Name, c.FrontendMonitorName()))
+	front := RequestSeries(c)
 	workers := fmt.Sprintf(`job=%q`, MonitorJob(c.Namespace.Name, c.WorkerMonitorName()))
 	graph := c.Namespace.Name + "/" + c.GraphName
 	// The workers the graph runs; a role whose replicas an autoscaler owns counts for one (its
@@ -213,7 +239,7 @@ func AlertRules(c *config.Config, computeDomainUID string) monitoringv1.Promethe
 	}
 	rules := []monitoringv1.Rule{
 		rule(AlertFrontendDown, "critical",
-			fmt.Sprintf(`(count(up{%s} == 1) or vector(0)) < 1`, front),
+			fmt.Sprintf(`(count(up{%s} == 1) or vector(0)) < 1`, up),
 			"No frontend of "+graph+" answers Prometheus: clients cannot reach the model."),
 		// A warning: a rolling update takes a worker down for an engine start, which may outlast the
 		// hold on a real tray.

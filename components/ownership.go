@@ -95,7 +95,11 @@ func plannedObjects(c *config.Config) []plannedObject {
 		out = append(out, plannedObject{HTTPRoutes, "HTTPRoute", ns, c.RouteName(), "graphName", "choose another graphName"})
 	}
 	if c.Observability.Enabled {
-		for _, m := range []string{c.FrontendMonitorName(), c.WorkerMonitorName()} {
+		monitors := []string{c.FrontendMonitorName(), c.WorkerMonitorName()}
+		if c.InferencePool() {
+			monitors = append(monitors, c.SidecarMonitorName())
+		}
+		for _, m := range monitors {
 			out = append(out, plannedObject{PodMonitors, "PodMonitor", ns, m, "graphName", "choose another graphName"})
 		}
 		out = append(out, plannedObject{PrometheusRules, "PrometheusRule", ns, c.AlertRuleName(), "graphName", "choose another graphName"})
@@ -197,12 +201,28 @@ func sameComponents(c *config.Config, live map[string]string) config.Problems {
 	for _, r := range c.Workers() {
 		planned = append(planned, r.Name)
 	}
+	if c.InferencePool() {
+		planned = append(planned, EndpointPickerName)
+	}
 	slices.Sort(was)
 	slices.Sort(planned)
 	if slices.Equal(was, planned) {
 		return nil
 	}
 	var ps config.Problems
+	notPicker := func(name string) bool { return name == EndpointPickerName }
+	if slices.Equal(slices.DeleteFunc(slices.Clone(was), notPicker), slices.DeleteFunc(slices.Clone(planned), notPicker)) {
+		// Only the endpoint picker differs: the route moving between the frontend and an
+		// InferencePool on a live graph.
+		has := "has no endpoint picker (component " + EndpointPickerName + ")"
+		if slices.Contains(was, EndpointPickerName) {
+			has = "has an endpoint picker (component " + EndpointPickerName + ")"
+		}
+		ps.Add("exposure.backend", "the live DynamoGraphDeployment %s/%s %s, and the Dynamo operator refuses to add or remove a graph's components: "+
+			"the route cannot move between the frontend and an InferencePool on a live graph; choose another graphName (a new graph beside this one, which the route follows) or destroy the stack first",
+			c.Namespace.Name, c.GraphName, has)
+		return ps
+	}
 	ps.Add("profile", "the live DynamoGraphDeployment %s/%s has the components %s, profile %q has %s: the Dynamo operator refuses to add or remove a graph's components; "+
 		"choose another graphName (a new graph beside this one) or destroy the stack first", c.Namespace.Name, c.GraphName,
 		strings.Join(was, ", "), c.Profile, strings.Join(planned, ", "))

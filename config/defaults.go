@@ -88,7 +88,17 @@ func Defaults(p Profile) Config {
 			Alerts:             AlertsConfig{For: "5m", ErrorRatio: 0.05, QueuedRequests: 64, KVCacheUsage: 0.95},
 			Dashboard:          DashboardConfig{Enabled: true, Labels: map[string]string{"grafana_dashboard": "1"}},
 		},
-		Exposure: ExposureConfig{PathPrefix: "/", Scheme: "https", RequestTimeout: "2h"},
+		Exposure: ExposureConfig{
+			PathPrefix: "/", Scheme: "https", RequestTimeout: "2h", Backend: BackendFrontend,
+			EndpointPicker: EndpointPickerConfig{Resources: Resources{
+				Requests: map[string]string{"cpu": "1", "memory": "2Gi"},
+				Limits:   map[string]string{"cpu": "4", "memory": "8Gi"},
+			}},
+			FrontendSidecar: FrontendSidecarConfig{Resources: Resources{
+				Requests: map[string]string{"cpu": "1", "memory": "4Gi"},
+				Limits:   map[string]string{"cpu": "4", "memory": "16Gi"},
+			}},
+		},
 		// A fixed identifier: a new kubeconfig context for the same cluster updates the provider
 		// instead of replacing every resource. Change it only to move the stack to another cluster.
 		Kubernetes: KubernetesConfig{ClusterIdentifier: "default"},

@@ -26,7 +26,51 @@ type ExposureConfig struct {
 	// RequestTimeout bounds one request through the Gateway (a Gateway API duration such as 2h;
 	// "0s" for none): an agentic completion streams for many minutes, past a gateway's default.
 	RequestTimeout string `json:"requestTimeout"`
+	// Backend is what the route sends requests to: BackendFrontend (the graph's frontend Service,
+	// whose router picks a worker by its KV cache) or BackendInferencePool (the InferencePool the
+	// Dynamo operator makes for the graph's endpoint picker: a gateway that implements the Gateway
+	// API Inference Extension asks the picker which worker takes each request, and sends it to the
+	// frontend sidecar in that worker's pod).
+	Backend string `json:"backend"`
+	// EndpointPicker is the graph's endpoint picker, with backend inferencePool.
+	EndpointPicker EndpointPickerConfig `json:"endpointPicker"`
+	// FrontendSidecar is the frontend container each worker pod gains with backend inferencePool.
+	FrontendSidecar FrontendSidecarConfig `json:"frontendSidecar"`
 }
+
+// FrontendSidecarConfig is the frontend sidecar of each worker pod (backend inferencePool): it
+// runs the runtime image with the frontend's env and extraEnv. Its resources count in the
+// worker pod's, on the tray.
+type FrontendSidecarConfig struct {
+	Resources Resources `json:"resources"`
+}
+
+// The route's backends (exposure.backend).
+const (
+	BackendFrontend      = "frontend"
+	BackendInferencePool = "inferencePool"
+)
+
+// EndpointPickerConfig is the graph's endpoint picker (EPP): a component of type epp the Dynamo
+// operator runs, with the InferencePool it makes for it. It runs where the frontend runs
+// (frontend.scheduling).
+type EndpointPickerConfig struct {
+	// Image is the endpoint picker's image: Dynamo's EPP of the operator's release (the operator
+	// takes the picker's settings as eppConfig). Required with backend inferencePool: Dynamo
+	// publishes no image under a fixed name, so the site names the one it builds or mirrors.
+	Image     string    `json:"image"`
+	Resources Resources `json:"resources"`
+}
+
+// InferencePool reports whether the route goes to the graph's InferencePool (exposure on, with
+// backend inferencePool): the graph then has an endpoint picker, and its workers frontend sidecars.
+func (c *Config) InferencePool() bool {
+	return c.Exposure.Enabled && c.Exposure.Backend == BackendInferencePool
+}
+
+// InferencePoolName is the name of the InferencePool the Dynamo operator makes for the graph's
+// endpoint picker.
+func (c *Config) InferencePoolName() string { return c.GraphName + "-pool" }
 
 // GatewayRef names a Gateway, and optionally one of its listeners.
 type GatewayRef struct {
@@ -86,6 +130,16 @@ func (e ExposureConfig) validate(v validator, key string) {
 	}
 	if !gatewayDurationPattern.MatchString(e.RequestTimeout) {
 		v.add(key+".requestTimeout", "%q is not a Gateway API duration such as 2h, 30m or 0s (none)", e.RequestTimeout)
+	}
+	v.oneOf(key+".backend", e.Backend, BackendFrontend, BackendInferencePool)
+	if e.Backend == BackendInferencePool {
+		if e.EndpointPicker.Image == "" {
+			v.add(key+".endpointPicker.image", "is required with backend %s: the image of Dynamo's endpoint picker (EPP) of the operator's release, as the site builds or mirrors it", BackendInferencePool)
+		} else {
+			v.image(key+".endpointPicker.image", e.EndpointPicker.Image)
+		}
+		e.EndpointPicker.Resources.validate(v, key+".endpointPicker.resources")
+		e.FrontendSidecar.Resources.validate(v, key+".frontendSidecar.resources")
 	}
 }
 

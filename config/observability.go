@@ -90,6 +90,7 @@ func (c *Config) DashboardNamespace() string {
 // Names of the observability objects, from the graph's name.
 func (c *Config) FrontendMonitorName() string { return c.GraphName + "-frontend" }
 func (c *Config) WorkerMonitorName() string   { return c.GraphName + "-workers" }
+func (c *Config) SidecarMonitorName() string  { return c.GraphName + "-sidecars" }
 func (c *Config) AlertRuleName() string       { return c.GraphName + "-alerts" }
 func (c *Config) DashboardName() string       { return c.Namespace.Name + "-" + c.GraphName + "-dashboard" }
 
@@ -150,7 +151,7 @@ func (o ObservabilityConfig) validate(v validator, key string, c *Config) {
 	for _, r := range c.Workers() {
 		optedOut(r.Key, r.Config.PodAnnotations)
 	}
-	for _, n := range []string{c.FrontendMonitorName(), c.WorkerMonitorName(), c.AlertRuleName(), c.DashboardName()} {
+	for _, n := range []string{c.FrontendMonitorName(), c.WorkerMonitorName(), c.SidecarMonitorName(), c.AlertRuleName(), c.DashboardName()} {
 		if len(n) > validation.DNS1123SubdomainMaxLength {
 			v.add("graphName", "the monitoring object name %q derived from it is longer than %d characters", n, validation.DNS1123SubdomainMaxLength)
 		}

@@ -43,6 +43,9 @@ func (c *Config) imageRegistries(v validator) {
 	check("smokeTest.image", c.SmokeTest.Image)
 	check("benchmark.image", c.Benchmark.Image)
 	check("benchmark.helperImage", c.Benchmark.HelperImage)
+	if c.InferencePool() {
+		check("exposure.endpointPicker.image", c.Exposure.EndpointPicker.Image)
+	}
 	patches := map[string]PodTemplatePatch{"frontend.podTemplatePatch": c.Frontend.PodTemplatePatch}
 	if c.Profile == Aggregated || c.Profile == Disaggregated {
 		for _, r := range c.Workers() {

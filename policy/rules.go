@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"regexp"
@@ -66,7 +67,7 @@ var Rules = []Rule{
 	{"synthetic-only-for-benchmark", "synthetic speculative acceptance only on a graph labelled for benchmarking (benchmark.enabled)", ScopeObject, syntheticOnlyForBenchmark},
 	{"pod-security", "no pod reaches past itself: no host namespace, hostPath, privileged container, added capability beyond the workers', own ServiceAccount or bound node", ScopeObject, podSecurity},
 	{"monitors-own-namespace", "a PodMonitor or ServiceMonitor scrapes its own namespace only: other teams' pods and metrics are theirs", ScopeObject, monitorsOwnNamespace},
-	{"routes-own-backends", "an HTTPRoute sends traffic only to Services of its own namespace", ScopeObject, routesOwnBackends},
+	{"routes-own-backends", "an HTTPRoute sends traffic only to Services or InferencePools of its own namespace", ScopeObject, routesOwnBackends},
 	{"keep-model-cache", "no change replaces or deletes the model cache claim", ScopeChange, keepKind("PersistentVolumeClaim", "the model cache claim holds the downloaded weights; replacing or deleting it loses them")},
 	{"keep-namespace", "no change replaces or deletes the namespace", ScopeChange, keepKind("Namespace", "deleting a namespace deletes everything in it, the model cache claim included")},
 	{"keep-adopted", "with adopt, no change replaces or deletes an object the stack took over", ScopeChange, keepAdopted},
@@ -402,8 +403,13 @@ func monitorsOwnNamespace(p Plan) []Violation {
 	return out
 }
 
+// routeBackendKinds are what a route may send traffic to, as group/kind: a Service (the core
+// group, which Gateway API writes as "" and some write as "core"), or the Inference Extension's
+// InferencePool the operator makes for the graph's endpoint picker.
+var routeBackendKinds = map[string]bool{"/Service": true, "core/Service": true, "inference.networking.k8s.io/InferencePool": true}
+
 // routesOwnBackends refuses an HTTPRoute whose backendRefs reach past its own namespace, or to
-// anything but a Service: a route of this stack on the site's Gateway would otherwise carry the
+// anything but a Service or an InferencePool: a route of this stack on the site's Gateway would otherwise carry the
 // stack's hostname to another team's pods.
 func routesOwnBackends(p Plan) []Violation {
 	var out []Violation
@@ -415,12 +421,13 @@ func routesOwnBackends(p Plan) []Violation {
 		rules, _ := at(s.New, "spec", "rules").([]any)
 		check := func(where string, ref map[string]any) {
 			ns, _ := ref["namespace"].(string)
+			group, _ := ref["group"].(string)
 			kind, _ := ref["kind"].(string)
 			if ns != "" && ns != own {
 				out = append(out, Violation{Resource: s.objectName(), Message: fmt.Sprintf("%s sends traffic to namespace %s, not its own %s", where, ns, own)})
 			}
-			if kind != "" && kind != "Service" {
-				out = append(out, Violation{Resource: s.objectName(), Message: fmt.Sprintf("%s sends traffic to a %s, not a Service", where, kind)})
+			if !routeBackendKinds[group+"/"+cmp.Or(kind, "Service")] {
+				out = append(out, Violation{Resource: s.objectName(), Message: fmt.Sprintf("%s sends traffic to a %s, not a Service or an InferencePool", where, strings.TrimPrefix(group+"/"+cmp.Or(kind, "Service"), "/"))})
 			}
 		}
 		// A request mirror is traffic too, on the rule or on one backend.

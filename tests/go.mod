@@ -23,6 +23,7 @@ require (
 	minimax-m3 v0.0.0
 	sigs.k8s.io/controller-runtime v0.25.2
 	sigs.k8s.io/gateway-api v1.6.3
+	sigs.k8s.io/gateway-api-inference-extension v1.2.0
 	sigs.k8s.io/yaml v1.6.0
 )
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"minimax-m3/components"
 	"minimax-m3/portal"
 	"net/http"
 	"path"
@@ -153,8 +154,8 @@ func checkAllowRoll(v string) error {
 		return nil
 	}
 	for _, c := range strings.Split(v, ",") {
-		if !slices.Contains([]string{"Frontend", "Worker", "PrefillWorker", "DecodeWorker"}, c) {
-			return invalidAt("allowRoll", fmt.Sprintf("%q is not a component: Frontend, Worker, PrefillWorker, DecodeWorker, comma-separated, or all", c))
+		if !slices.Contains([]string{"Frontend", "Worker", "PrefillWorker", "DecodeWorker", components.EndpointPickerName}, c) {
+			return invalidAt("allowRoll", fmt.Sprintf("%q is not a component: Frontend, Worker, PrefillWorker, DecodeWorker, %s, comma-separated, or all", c, components.EndpointPickerName))
 		}
 	}
 	return nil

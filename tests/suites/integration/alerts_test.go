@@ -232,4 +232,28 @@ func TestAlertRulesFireAndResolveOnSyntheticSeries(t *testing.T) {
 	})
 }
 
+func TestAlertRulesCountTheFrontendSidecarsOfAnInferencePool(t *testing.T) {
+	t.Parallel()
+	// With the route to an InferencePool the site's traffic is served by the frontend sidecars of the
+	// worker pods (their own PodMonitor's job): their slow first tokens are the graph's, and raise
+	// the alert; with the route to the frontend the same series belong to no frontend of the graph.
+	pool := aggAlerts(t, func(c *config.Config) {
+		c.Exposure.Enabled, c.Exposure.Backend = true, config.BackendInferencePool
+		c.Exposure.Gateway = config.GatewayRef{Namespace: "gateways", Name: "shared", SectionName: "https"}
+		c.Exposure.Hostname, c.Exposure.EndpointPicker.Image = "llm.example.com", "nvcr.io/nvidia/ai-dynamo/dynamo-frontend:1.4.0"
+	})
+	sidecars := `job="inference/minimax-m3-agg-gb200-agentic-sidecars"`
+	slow := map[string]string{}
+	for _, le := range []string{"0.5", "1", "5", "10", "+Inf"} {
+		inc := "0"
+		if le == "10" || le == "+Inf" {
+			inc = "300"
+		}
+		slow["sidecar-ttft-"+le] = fmt.Sprintf(`dynamo_frontend_time_to_first_token_seconds_bucket{%s,pod="worker-0",le=%q} 0+%sx80`, sidecars, le, inc)
+	}
+	assert.Empty(t, alertStates(t, pool, healthy(nil), 20)[20], "healthy")
+	assert.Equal(t, []string{components.AlertTimeToFirstToken}, sortedKeys(alertStates(t, pool, healthy(slow), 20)[20]))
+	assert.Empty(t, alertStates(t, aggAlerts(t, nil), healthy(slow), 20)[20], "not the frontend's requests")
+}
+
 func sortedKeys[V any](m map[string]V) []string { return slices.Sorted(maps.Keys(m)) }

@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"maps"
 	"slices"
 	"strings"
 	"sync"
@@ -21,9 +22,13 @@ import (
 	"k8s.io/apimachinery/pkg/api/meta"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	gaiev1 "sigs.k8s.io/gateway-api-inference-extension/api/v1"
+	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	"minimax-m3/components"
 	kcluster "minimax-m3/internal/cluster"
@@ -66,9 +71,13 @@ func TestBoxStackLifecycle(t *testing.T) {
 		roles            []string
 		gpus             float64
 		flagKey          string
+		// pool: the stack routes the site's Gateway to an InferencePool (exposure.backend
+		// inferencePool) from its first up: the graph then has an endpoint picker and its workers
+		// frontend sidecars.
+		pool bool
 	}{
-		{"agg", "box-agg", aggGraph, []string{"Worker"}, 12, "minimax-m3:worker.vllm.maxNumSeqs"},
-		{"disagg", "box-disagg-" + strings.Repeat("x", 63-len(disaggGraph)-1-len("box-disagg-")), disaggGraph, []string{"PrefillWorker", "DecodeWorker"}, 24, "minimax-m3:prefillWorker.vllm.maxNumSeqs"},
+		{"agg", "box-agg", aggGraph, []string{"Worker"}, 12, "minimax-m3:worker.vllm.maxNumSeqs", false},
+		{"disagg", "box-disagg-" + strings.Repeat("x", 63-len(disaggGraph)-1-len("box-disagg-")), disaggGraph, []string{"PrefillWorker", "DecodeWorker"}, 24, "minimax-m3:prefillWorker.vllm.maxNumSeqs", true},
 	} {
 		t.Run(tc.stack, func(t *testing.T) {
 			t.Parallel()
@@ -76,7 +85,16 @@ func TestBoxStackLifecycle(t *testing.T) {
 			r := addRack(t, rackbox.NVL72("nvl72-"+tc.stack))
 			ns := tc.ns
 			require.LessOrEqual(t, len(ns+"-"+tc.graph), 63)
-			s := newBoxStack(t, tc.stack, ns, r, auto.ConfigMap{"minimax-m3:modelDownload.image": {Value: rackbox.HeldImage}})
+			extra := auto.ConfigMap{"minimax-m3:modelDownload.image": {Value: rackbox.HeldImage}}
+			if tc.pool {
+				maps.Copy(extra, auto.ConfigMap{
+					"minimax-m3:exposure.enabled": {Value: "true"}, "minimax-m3:exposure.backend": {Value: "inferencePool"},
+					"minimax-m3:exposure.gateway.namespace": {Value: "box-gateways"}, "minimax-m3:exposure.gateway.name": {Value: "inference"},
+					"minimax-m3:exposure.gateway.sectionName": {Value: "https"}, "minimax-m3:exposure.hostname": {Value: "disagg.box.example"},
+					"minimax-m3:exposure.endpointPicker.image": {Value: "nvcr.io/nvidia/ai-dynamo/dynamo-frontend:1.4.0"},
+				})
+			}
+			s := newBoxStack(t, tc.stack, ns, r, extra)
 
 			// 1. up, with the download held until the test ends it.
 			type upResult struct {
@@ -136,8 +154,8 @@ func TestBoxStackLifecycle(t *testing.T) {
 			trays := map[string]bool{}
 			for _, p := range pods {
 				require.Equal(t, corev1.PodRunning, p.Status.Phase, "pod %s", p.Name)
-				if p.Labels["nvidia.com/dynamo-component"] == "Frontend" {
-					assert.True(t, strings.HasPrefix(p.Spec.NodeName, "cpu-"), "the frontend runs on a CPU node, not %s", p.Spec.NodeName)
+				if c := p.Labels["nvidia.com/dynamo-component"]; c == "Frontend" || c == components.EndpointPickerName {
+					assert.True(t, strings.HasPrefix(p.Spec.NodeName, "cpu-"), "%s runs on a CPU node, not %s", c, p.Spec.NodeName)
 					continue
 				}
 				require.True(t, slices.Contains(r.NodeNames(), p.Spec.NodeName), "worker %s on the rack's trays, not %s", p.Name, p.Spec.NodeName)
@@ -191,7 +209,12 @@ func TestBoxStackLifecycle(t *testing.T) {
 			require.NoError(t, err)
 			spec := liveGraphSpecOn(t, box.Client, ns, tc.graph)
 			assert.JSONEq(t, toJSON(t, want), toJSON(t, spec))
-			require.Len(t, spec.Components, 1+len(tc.roles))
+			picker := 0
+			if tc.pool {
+				picker = 1
+				assertInferencePool(t, ns, tc.graph, res.Outputs, 3*len(tc.roles))
+			}
+			require.Len(t, spec.Components, 1+len(tc.roles)+picker)
 			for i, role := range tc.roles {
 				c := spec.Components[i+1]
 				assert.Equal(t, role, c.Name)
@@ -243,7 +266,7 @@ func TestBoxStackLifecycle(t *testing.T) {
 			_, ops, err = s.up(ctx)
 			require.NoError(t, err, s.log.String())
 			assert.Equal(t, map[string]string{"kubernetes:nvidia.com/v1beta1:DynamoGraphDeployment graph": "update"}, graphOps(t, ops))
-			for _, c := range liveGraphSpecOn(t, box.Client, ns, tc.graph).Components[1:] {
+			for _, c := range liveGraphSpecOn(t, box.Client, ns, tc.graph).Components[1 : 1+len(tc.roles)] {
 				assert.Equal(t, "speculative-config-synthetic", c.PodTemplate.Spec.Containers[0].Env[1].ValueFrom.ConfigMapKeyRef.Key)
 			}
 			assert.Contains(t, s.log.String(), "BENCHMARK ONLY")
@@ -290,7 +313,8 @@ func TestBoxStackLifecycle(t *testing.T) {
 				}
 				assert.Zero(t, meta.LenList(kind), "%T left in %s", kind, ns)
 			}
-			for _, gvk := range []schema.GroupVersionKind{graphGVK, computeDomainGVK} {
+			pools := schema.GroupVersionKind{Group: components.InferencePools.Group, Version: "v1", Kind: "InferencePool"}
+			for _, gvk := range []schema.GroupVersionKind{graphGVK, computeDomainGVK, pools} {
 				var list unstructured.UnstructuredList
 				list.SetGroupVersionKind(gvk.GroupVersion().WithKind(gvk.Kind + "List"))
 				require.NoError(t, box.Client.List(ctx, &list, client.InNamespace(ns)))
@@ -306,6 +330,49 @@ func TestBoxStackLifecycle(t *testing.T) {
 			assert.Nil(t, nsObj.DeletionTimestamp)
 		})
 	}
+}
+
+// assertInferencePool checks a stack routed to an InferencePool: the real operator made the pool
+// for the graph's endpoint picker, selecting exactly the graph's worker pods, whose frontend
+// sidecars listen on the pool's target port; the picker runs; the route's backend is the pool, and
+// the outputs name the external URL.
+func assertInferencePool(t *testing.T, ns, graph string, outputs auto.OutputMap, workers int) {
+	t.Helper()
+	ctx := context.Background()
+	dyn, err := dynamic.NewForConfig(box.Config)
+	require.NoError(t, err)
+	live, err := dyn.Resource(components.InferencePools).Namespace(ns).Get(ctx, graph+"-pool", metav1.GetOptions{})
+	require.NoError(t, err, "the operator made the InferencePool for the endpoint picker")
+	var pool gaiev1.InferencePool
+	require.NoError(t, runtime.DefaultUnstructuredConverter.FromUnstructured(live.Object, &pool))
+	require.Len(t, pool.Spec.TargetPorts, 1)
+	assert.EqualValues(t, 8000, pool.Spec.TargetPorts[0].Number)
+	assert.Equal(t, gaiev1.ObjectName(graph+"-epp"), pool.Spec.EndpointPickerRef.Name, "the pool asks the picker's Service")
+	labels := map[string]string{}
+	for k, v := range pool.Spec.Selector.MatchLabels {
+		labels[string(k)] = string(v)
+	}
+	pods := podsOf(t, ns, labels)
+	assert.Len(t, pods, workers, "the pool selects the graph's workers")
+	for _, p := range pods {
+		assert.Contains(t, []string{"worker", "prefill", "decode"}, p.Labels["nvidia.com/dynamo-component-type"], p.Name)
+		i := slices.IndexFunc(p.Spec.Containers, func(c corev1.Container) bool { return c.Name == components.FrontendSidecarName })
+		require.GreaterOrEqual(t, i, 0, "pod %s has its frontend sidecar", p.Name)
+		ports := p.Spec.Containers[i].Ports
+		assert.True(t, slices.ContainsFunc(ports, func(cp corev1.ContainerPort) bool {
+			return cp.ContainerPort == 8000 && cp.Name == components.FrontendMetricsPort
+		}),
+			"the sidecar of %s listens on the pool's target port, as the operator made it: %v", p.Name, ports)
+	}
+	assert.Len(t, podsOf(t, ns, client.MatchingLabels{graphLabelKey: graph, "nvidia.com/dynamo-component": components.EndpointPickerName}), 1, "the endpoint picker runs")
+
+	route, err := dyn.Resource(components.HTTPRoutes).Namespace(ns).Get(ctx, graph, metav1.GetOptions{})
+	require.NoError(t, err)
+	var spec gatewayv1.HTTPRouteSpec
+	require.NoError(t, runtime.DefaultUnstructuredConverter.FromUnstructured(route.Object["spec"].(map[string]any), &spec))
+	ref := spec.Rules[0].BackendRefs[0]
+	assert.Equal(t, []string{"inference.networking.k8s.io", "InferencePool", pool.Name}, []string{string(*ref.Group), string(*ref.Kind), string(ref.Name)}, "the route's backend is the pool")
+	assert.Equal(t, "https://disagg.box.example", outputs["externalUrl"].Value)
 }
 
 // assertChannelAllocated checks that a worker's ComputeDomain channel claim was allocated by the

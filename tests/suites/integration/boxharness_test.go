@@ -78,6 +78,9 @@ func rackBox(t *testing.T) *rackbox.Box {
 		if box.err = installGatewayAPICRDs(box.Config); box.err != nil {
 			return
 		}
+		if box.err = installInferencePoolCRD(box.Config); box.err != nil {
+			return
+		}
 		box.operator, box.err = startBoxOperator()
 	})
 	require.NoError(t, box.err, "the rack box cannot start\n%s", boxLogs())
@@ -128,6 +131,20 @@ func installGatewayAPICRDs(cfg *rest.Config) error {
 		paths = append(paths, filepath.Join(dir, "gateway.networking.k8s.io_"+kind+".yaml"))
 	}
 	_, err = envtest.InstallCRDs(cfg, envtest.CRDInstallOptions{Paths: paths, ErrorIfPathMissing: true, MaxTime: time.Minute})
+	return err
+}
+
+// installInferencePoolCRD installs the Gateway API Inference Extension's InferencePool CRD, which
+// the operator makes a pool of for a graph's endpoint picker, from the module the program takes the
+// picker's configuration type from (the release the operator builds with). No gateway implements
+// it here: the pool is an object the tests read.
+func installInferencePoolCRD(cfg *rest.Config) error {
+	out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "sigs.k8s.io/gateway-api-inference-extension").Output()
+	if err != nil {
+		return fmt.Errorf("finding the gateway-api-inference-extension module for its CRDs: %w", err)
+	}
+	path := filepath.Join(strings.TrimSpace(string(out)), "config", "crd", "bases", "inference.networking.k8s.io_inferencepools.yaml")
+	_, err = envtest.InstallCRDs(cfg, envtest.CRDInstallOptions{Paths: []string{path}, ErrorIfPathMissing: true, MaxTime: time.Minute})
 	return err
 }
 
