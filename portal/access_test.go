@@ -70,6 +70,7 @@ func teamsServer(t *testing.T) (http.Handler, *lockedBuffer, func() []string) {
     tokenSHA256: ` + sha(aliceToken) + `
     stacks: ["team-a-*"]
     namespaces: ["team-a"]
+    hostnames: ["*.team-a.example.com"]
   - name: bob@team-b
     tokenSHA256: ` + strings.ToUpper(sha(bobToken)) + `
     stacks: ["team-b-*"]
@@ -158,7 +159,7 @@ func TestAPortalUserReachesOnlyTheirStacks(t *testing.T) {
 
 // A user's preview or up into a namespace not granted to them is refused at namespace.name (403),
 // whatever stack name they use, before any plan is read or engine started; bob's pattern grants
-// team-b-* namespaces too.
+// team-b-* namespaces too. So is a route on a hostname not granted to them.
 func TestAPortalUserDeploysOnlyIntoTheirNamespaces(t *testing.T) {
 	h, audit, calls := teamsServer(t)
 	before := len(calls())
@@ -180,8 +181,27 @@ func TestAPortalUserDeploysOnlyIntoTheirNamespaces(t *testing.T) {
 		assert.Contains(t, body, `"key":"observability.dashboard.namespace"`)
 		assert.Contains(t, body, `user alice@team-a may not deploy into namespace \"monitoring\" (their namespaces: team-a)`)
 	}
+	// A hostname on the site's shared Gateways is granted as a namespace is: alice routes only her
+	// team's names, and bob, granted none, may not route at all.
+	route := func(token, ns, hostname string) (int, string) {
+		return call(h, http.MethodPost, "/api/stacks/team-a-agg/preview", token, map[string]any{
+			"base": "agg", "config": map[string]any{"namespace": map[string]any{"name": ns},
+				"exposure": map[string]any{"enabled": true, "hostname": hostname, "gateway": map[string]any{"namespace": "gateways", "name": "shared", "sectionName": "https"}}}, "plan": nil})
+	}
+	for _, hostname := range []string{"api.example.com", "m3.team-b.example.com", "team-a.example.com.evil.io"} {
+		code, body := route(aliceToken, "team-a", hostname)
+		assert.Equal(t, http.StatusForbidden, code, body)
+		assert.Contains(t, body, `"key":"exposure.hostname"`)
+		assert.Contains(t, body, `user alice@team-a may not route hostname \"`+hostname+`\" on the site's Gateways (their hostnames: *.team-a.example.com)`)
+	}
+	code, body := call(h, http.MethodPost, "/api/stacks/team-b-agg/preview", bobToken, map[string]any{
+		"base": "agg", "config": map[string]any{"namespace": map[string]any{"name": "team-b"},
+			"exposure": map[string]any{"enabled": true, "hostname": "m3.team-b.example.com"}}, "plan": nil})
+	assert.Equal(t, http.StatusForbidden, code, body)
+	assert.Contains(t, body, `"key":"exposure.hostname"`)
+
 	// A body that names no namespace is validation's to refuse: the base profiles name none.
-	code, body := call(h, http.MethodPost, "/api/stacks/team-a-agg/up", aliceToken, map[string]any{"base": "agg"})
+	code, body = call(h, http.MethodPost, "/api/stacks/team-a-agg/up", aliceToken, map[string]any{"base": "agg"})
 	assert.Equal(t, http.StatusBadRequest, code, body)
 	assert.Contains(t, body, `"key":"namespace.name","message":"is required`)
 	assert.Len(t, calls(), before, "nothing ran: %v", calls()[before:])

@@ -123,7 +123,7 @@ func (s *Server) operation(w http.ResponseWriter, r *http.Request) {
 	user := userOf(r.Context())
 	// (No namespace at all is validation's problem: 400, namespace.name required.) Before any plan is
 	// read or any engine starts: the user's grants, not the request, say where it may land, the
-	// stack's namespace and the dashboard's ConfigMap's alike.
+	// stack's namespace and the dashboard's ConfigMap's alike, and which hostname its route takes.
 	if op == "preview" || op == "up" {
 		for _, at := range [][2]string{{"namespace.name", req.Config.Namespace.Name}, {"observability.dashboard.namespace", dashboardNamespace(req.Config)}} {
 			key, ns := at[0], at[1]
@@ -132,6 +132,11 @@ func (s *Server) operation(w http.ResponseWriter, r *http.Request) {
 					nameOf(user), ns, strings.Join(user.Namespaces, ", "))))
 				return
 			}
+		}
+		if e := req.Config.Exposure; e.Enabled && !user.MayRoute(e.Hostname) {
+			writeError(w, http.StatusForbidden, invalidAt("exposure.hostname", fmt.Sprintf("%s may not route hostname %q on the site's Gateways (their hostnames: %s)",
+				nameOf(user), e.Hostname, strings.Join(user.Hostnames, ", "))))
+			return
 		}
 	}
 	log := newOpLog(op, s.MaxEvents)

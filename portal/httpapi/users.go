@@ -31,6 +31,10 @@ type User struct {
 	// Namespaces are the namespaces the user's previews and ups may deploy into (namespace.name), as
 	// patterns; none: the user may read, refresh and destroy their stacks but not deploy.
 	Namespaces []string `yaml:"namespaces"`
+	// Hostnames are the hostnames the user's stacks may route on the site's Gateways
+	// (exposure.hostname), as patterns ("*.team-a.example.com"); none: the user's requests may not
+	// turn exposure on. A hostname on a shared Gateway is the site's to hand out, as a namespace is.
+	Hostnames []string `yaml:"hostnames"`
 
 	hash    [sha256.Size]byte
 	noToken bool
@@ -41,6 +45,11 @@ func (u *User) MayReach(stack string) bool { return matchAny(u.Stacks, stack) }
 
 // MayDeployTo says whether the user's requests may deploy into namespace ns.
 func (u *User) MayDeployTo(ns string) bool { return matchAny(u.Namespaces, ns) }
+
+// MayRoute says whether the user's requests may route hostname on the site's Gateways.
+func (u *User) MayRoute(hostname string) bool {
+	return matchAny(u.Hostnames, strings.ToLower(hostname))
+}
 
 func matchAny(patterns []string, name string) bool {
 	for _, p := range patterns {
@@ -60,7 +69,7 @@ func SingleUser(name, token string) (*Users, error) {
 	if len(token) < 16 {
 		return nil, errors.New("the bearer token must have at least 16 characters")
 	}
-	u := &User{Name: name, Stacks: []string{"*"}, Namespaces: []string{"*"}, hash: sha256.Sum256([]byte(token))}
+	u := &User{Name: name, Stacks: []string{"*"}, Namespaces: []string{"*"}, Hostnames: []string{"*"}, hash: sha256.Sum256([]byte(token))}
 	u.TokenSHA256 = hex.EncodeToString(u.hash[:])
 	return &Users{list: []*User{u}}, nil
 }
@@ -85,6 +94,7 @@ func LoadUsers(file string) (*Users, error) {
 //	    tokenSHA256: 2c26b46b68ffc68ff99b453c1d30413413422d706483bfa0f98a5e886266e7ae
 //	    stacks: ["team-a-*"]
 //	    namespaces: ["team-a"]
+//	    hostnames: ["*.team-a.example.com"]
 //
 // An unknown key, a name or token used twice, a hash that is not 64 hex digits, a bad pattern or a
 // user with no stack is an error naming its key (users[1].tokenSHA256).
@@ -134,7 +144,7 @@ func ParseUsers(data []byte) (*Users, error) {
 		for _, f := range []struct {
 			key      string
 			patterns []string
-		}{{"stacks", u.Stacks}, {"namespaces", u.Namespaces}} {
+		}{{"stacks", u.Stacks}, {"namespaces", u.Namespaces}, {"hostnames", u.Hostnames}} {
 			for j, p := range f.patterns {
 				if _, err := path.Match(p, ""); err != nil || p == "" {
 					problems = append(problems, fmt.Sprintf("%s.%s[%d]: %q is not a pattern (letters, digits, -, *, ?, [a-z])", at, f.key, j, p))

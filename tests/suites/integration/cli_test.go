@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -78,17 +79,28 @@ func TestPlainCLIPreviewOfBothStacks(t *testing.T) {
 }
 
 // Render for GitOps review: every object as YAML with no cluster, then a server-side dry run of
-// the files against the real CRDs.
+// the files against the real CRDs. The disagg stack renders with exposure (to an InferencePool)
+// and observability on, and its dry run is in the rack box, which serves their CRDs.
 func TestRenderedManifestsPassAServerSideDryRun(t *testing.T) {
 	t.Parallel()
 	for _, stack := range []string{"agg", "disagg"} {
 		t.Run(stack, func(t *testing.T) {
 			ns := "render-" + stack
 			out := filepath.Join(t.TempDir(), "manifests")
-			err := automation.Render(context.Background(), automation.RenderOptions{
-				ProjectDir: cluster.root, Stack: stack, OutDir: out,
-				Config: auto.ConfigMap{"minimax-m3:namespace.name": {Value: ns}},
-			})
+			set := auto.ConfigMap{"minimax-m3:namespace.name": {Value: ns}}
+			kubeconfig, kube := cluster.kubeconfig, cluster.client
+			if stack == "disagg" {
+				maps.Copy(set, auto.ConfigMap{
+					"minimax-m3:exposure.enabled": {Value: "true"}, "minimax-m3:exposure.backend": {Value: "inferencePool"},
+					"minimax-m3:exposure.gateway.namespace": {Value: "gateways"}, "minimax-m3:exposure.gateway.name": {Value: "shared"},
+					"minimax-m3:exposure.gateway.sectionName": {Value: "https"}, "minimax-m3:exposure.hostname": {Value: "render.example.com"},
+					"minimax-m3:exposure.endpointPicker.image":   {Value: "nvcr.io/nvidia/ai-dynamo/dynamo-frontend:1.4.0"},
+					"minimax-m3:observability.enabled":           {Value: "true"},
+					"minimax-m3:observability.dashboard.enabled": {Value: "false"},
+				})
+				kubeconfig, kube = rackBox(t).Kubeconfig, box.Client
+			}
+			err := automation.Render(context.Background(), automation.RenderOptions{ProjectDir: cluster.root, Stack: stack, OutDir: out, Config: set})
 			require.NoError(t, err)
 			files, err := filepath.Glob(filepath.Join(out, "1-manifest", "*.yaml"))
 			require.NoError(t, err)
@@ -106,11 +118,15 @@ func TestRenderedManifestsPassAServerSideDryRun(t *testing.T) {
 			for range workerRoles(stack) {
 				want = append(want, "PodDisruptionBudget")
 			}
+			if stack == "disagg" {
+				// The route, and monitors of the frontend, the workers and their frontend sidecars.
+				want = append(want, "HTTPRoute", "PodMonitor", "PodMonitor", "PodMonitor", "PrometheusRule")
+			}
 			assert.ElementsMatch(t, want, kinds, "without HF_TOKEN no Secret is rendered; the second Job is the smoke test; a budget per worker role")
 
 			// A dry run of namespaced objects needs their namespace to exist.
-			require.NoError(t, cluster.client.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
-			cmd := exec.Command("kubectl", "--kubeconfig", cluster.kubeconfig, "apply", "--server-side", "--dry-run=server", "-f", filepath.Join(out, "1-manifest"))
+			require.NoError(t, kube.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
+			cmd := exec.Command("kubectl", "--kubeconfig", kubeconfig, "apply", "--server-side", "--dry-run=server", "-f", filepath.Join(out, "1-manifest"))
 			b, err := cmd.CombinedOutput()
 			require.NoError(t, err, string(b))
 			assert.Contains(t, string(b), "dynamographdeployment.nvidia.com/minimax-m3-"+stack+"-gb200-agentic serverside-applied (server dry run)")
