@@ -2,6 +2,7 @@ package unit
 
 import (
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -81,9 +82,11 @@ type workflow struct {
 	Jobs        map[string]wfJob  `yaml:"jobs"`
 }
 
-func readWorkflow(t *testing.T) workflow {
+func readWorkflow(t *testing.T) workflow { return readWorkflowFile(t, "preview.yml") }
+
+func readWorkflowFile(t *testing.T, file string) workflow {
 	t.Helper()
-	b, err := os.ReadFile(filepath.Join("..", "..", "..", ".github", "workflows", "preview.yml"))
+	b, err := os.ReadFile(filepath.Join("..", "..", "..", ".github", "workflows", file))
 	require.NoError(t, err)
 	var wf workflow
 	require.NoError(t, yaml.Unmarshal(b, &wf))
@@ -114,6 +117,26 @@ exit 0
 // found, sorted and without repeats.
 func runWorkflowJobs(t *testing.T, wf workflow, jobs ...string) []string {
 	t.Helper()
+	return runJobs(t, wf, runOptions{}, jobs...).found
+}
+
+// runOptions are what a run plays beyond the defaults.
+type runOptions struct {
+	// drift: the live state differs from the program's, so a preview that expects no changes fails.
+	drift bool
+	// mayFail: a failing step ends the run (runResult.failed) instead of failing the test.
+	mayFail bool
+}
+
+// runResult is what a run did: the spies' findings, the pulumi commands run (one line each, its
+// arguments), and the step that failed (mayFail).
+type runResult struct {
+	found, pulumi []string
+	failed        string
+}
+
+func runJobs(t *testing.T, wf workflow, o runOptions, jobs ...string) runResult {
+	t.Helper()
 	root := t.TempDir()
 	spyDir := filepath.Join(root, "spy")
 	bin := filepath.Join(spyDir, "bin")
@@ -130,7 +153,13 @@ func runWorkflowJobs(t *testing.T, wf workflow, jobs ...string) []string {
 	writeExec(t, filepath.Join(branch, "go.mod"), "module minimax-m3\n")
 	// The runner's tools: pulumi runs the branch's program (the spy) for a preview; kubectl answers
 	// as a cluster whose preview identity may read, not read Secrets, not write.
-	writeExec(t, filepath.Join(bin, "pulumi"), "#!/usr/bin/env bash\n"+spy+"\necho '{}' > \"$RUNNER_TEMP/out/events.json\"\necho 'no changes'\n")
+	pulumiArgs := filepath.Join(spyDir, "pulumi-args")
+	drift := ""
+	if o.drift {
+		drift = "if [[ \" $* \" == *' --expect-no-changes '* ]]; then echo 'error: no changes were expected but changes were proposed'; exit 255; fi\n"
+	}
+	writeExec(t, filepath.Join(bin, "pulumi"), "#!/usr/bin/env bash\n"+spy+"\nprintf '%s\\n' \"$*\" >> "+pulumiArgs+
+		"\nif [ -d \"$RUNNER_TEMP/out\" ]; then echo '{}' > \"$RUNNER_TEMP/out/events.json\"; fi\n"+drift+"echo 'no changes'\n")
 	writeExec(t, filepath.Join(bin, "kubectl"), "#!/usr/bin/env bash\ncase \"$*\" in *'auth can-i'*) echo no ;; *'create configmap'*) exit 1 ;; esac\nexit 0\n")
 
 	temp := filepath.Join(root, "_temp")
@@ -149,8 +178,11 @@ func runWorkflowJobs(t *testing.T, wf workflow, jobs ...string) []string {
 		"vars.DYNAMO_RECIPE_COMMIT":                     strings.Repeat("ab", 20),
 		"vars.PREVIEW_NAMESPACE":                        "team-a",
 		"vars.PREVIEW_ROLE_ARN":                         "arn:aws:iam::123456789012:role/preview",
+		"vars.DEPLOY_ROLE_ARN":                          "arn:aws:iam::123456789012:role/deploy",
 		"vars.AWS_REGION":                               "eu-west-1",
 	}
+	var failed string
+jobs:
 	for _, name := range jobs {
 		job, ok := wf.Jobs[name]
 		require.True(t, ok, "job %s", name)
@@ -170,8 +202,20 @@ func runWorkflowJobs(t *testing.T, wf workflow, jobs ...string) []string {
 			}
 			expand := func(v string) string { return expandExpr(t, v, ctx, outputs) }
 			if s.Uses != "" {
-				playAction(t, s, expand, branch, ws, env)
-				continue
+				cmd := playAction(t, s, expand, branch, ws, env)
+				if cmd == "" {
+					continue
+				}
+				// The action runs the CLI: played as a script of the step, with its env, and the
+				// backend the action logs in to as the CLI's.
+				s.Run = cmd
+				if u := s.With["cloud-url"]; u != "" {
+					s.Env = maps.Clone(s.Env)
+					if s.Env == nil {
+						s.Env = map[string]string{}
+					}
+					s.Env["PULUMI_BACKEND_URL"] = u
+				}
 			}
 			stepEnv := map[string]string{
 				"PATH": bin + string(os.PathListSeparator) + os.Getenv("PATH"), "HOME": home,
@@ -203,6 +247,10 @@ func runWorkflowJobs(t *testing.T, wf workflow, jobs ...string) []string {
 				cmd.Env = append(cmd.Env, k+"="+v)
 			}
 			out, err := cmd.CombinedOutput()
+			if err != nil && o.mayFail {
+				failed = stepName
+				break jobs
+			}
 			require.NoError(t, err, "job %s, step %q:\n%s", name, stepName, out)
 			for k, v := range readKeyValues(t, files["GITHUB_ENV"]) {
 				env[k] = v
@@ -212,23 +260,32 @@ func runWorkflowJobs(t *testing.T, wf workflow, jobs ...string) []string {
 			}
 		}
 	}
-	b, err := os.ReadFile(spyLog)
+	res := runResult{failed: failed, found: readLines(t, spyLog), pulumi: readLines(t, pulumiArgs)}
+	sort.Strings(res.found)
+	return res
+}
+
+// readLines reads a file's lines, without repeats (none: no file).
+func readLines(t *testing.T, file string) []string {
+	t.Helper()
+	b, err := os.ReadFile(file)
 	if os.IsNotExist(err) {
 		return nil
 	}
 	require.NoError(t, err)
-	var found []string
+	var out []string
 	for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
-		if !slices.Contains(found, l) {
-			found = append(found, l)
+		if !slices.Contains(out, l) {
+			out = append(out, l)
 		}
 	}
-	sort.Strings(found)
-	return found
+	return out
 }
 
-// playAction does what an action does that matters here.
-func playAction(t *testing.T, s wfStep, expand func(string) string, branch, ws string, env map[string]string) {
+// playAction does what an action does that matters here. For pulumi/actions with a command, it
+// returns the CLI command line the action runs (its inputs as the CLI's flags), for the caller to
+// run as the step's script.
+func playAction(t *testing.T, s wfStep, expand func(string) string, branch, ws string, env map[string]string) string {
 	t.Helper()
 	switch name, _, _ := strings.Cut(s.Uses, "@"); name {
 	case "actions/checkout":
@@ -236,7 +293,7 @@ func playAction(t *testing.T, s wfStep, expand func(string) string, branch, ws s
 		if p := s.With["path"]; p != "" {
 			dst = filepath.Join(ws, expand(p))
 			require.NoError(t, os.MkdirAll(filepath.Join(dst, expand(s.With["sparse-checkout"])), 0o755))
-			return
+			return ""
 		}
 		out, err := exec.Command("cp", "-r", branch+"/.", dst).CombinedOutput()
 		require.NoError(t, err, string(out))
@@ -246,13 +303,33 @@ func playAction(t *testing.T, s wfStep, expand func(string) string, branch, ws s
 			env[k] = sentinel + k
 		}
 		env["AWS_REGION"] = expand(s.With["aws-region"])
-	case "actions/setup-go", "pulumi/actions", "actions/upload-artifact", "actions/download-artifact":
+	case "pulumi/actions":
+		for _, v := range s.With {
+			expand(v)
+		}
+		if s.With["command"] == "" {
+			return "" // installs the CLI only
+		}
+		args := []string{s.With["command"], "--stack", s.With["stack-name"], "--non-interactive"}
+		for input, flag := range map[string]string{"refresh": "--refresh", "expect-no-changes": "--expect-no-changes", "diff": "--diff"} {
+			if s.With[input] == "true" {
+				args = append(args, flag)
+			}
+		}
+		for input, flag := range map[string]string{"color": "--color", "policyPacks": "--policy-pack"} {
+			if v := s.With[input]; v != "" {
+				args = append(args, flag, v)
+			}
+		}
+		return "pulumi " + strings.Join(args, " ")
+	case "actions/setup-go", "actions/upload-artifact", "actions/download-artifact":
 		for _, v := range s.With {
 			expand(v)
 		}
 	default:
 		t.Fatalf("step %q uses %s, which this runner does not play: say what it does here", s.Name, s.Uses)
 	}
+	return ""
 }
 
 var exprPattern = regexp.MustCompile(`\$\{\{\s*(.*?)\s*\}\}`)
@@ -316,4 +393,88 @@ func readKeyValues(t *testing.T, file string) map[string]string {
 func writeExec(t *testing.T, path, content string) {
 	t.Helper()
 	require.NoError(t, os.WriteFile(path, []byte(content), 0o755), fmt.Sprint(path))
+}
+
+// The drift check and the deploy on merge, run here as the PR workflow is: their scripts by bash,
+// pulumi/actions' command played as the action runs the CLI (its inputs as the CLI's flags), the
+// CLI a fake that records what it is asked and, with drift, finds the live state changed.
+func TestTheDriftCheckAndTheDeployRunLocally(t *testing.T) {
+	drift := readWorkflowFile(t, "drift.yml")
+	res := runJobs(t, drift, runOptions{mayFail: true}, "drift")
+	assert.Empty(t, res.failed, "no drift: the run passes")
+	require.Len(t, res.pulumi, 1)
+	assert.Equal(t, "preview --stack agg --non-interactive --diff --expect-no-changes --refresh --color never", sortedFlags(res.pulumi[0]))
+	res = runJobs(t, drift, runOptions{drift: true, mayFail: true}, "drift")
+	assert.Equal(t, "Preview against the live state, expecting no changes", res.failed, "drift fails the run")
+
+	deploy := readWorkflowFile(t, "deploy.yml")
+	res = runJobs(t, deploy, runOptions{}, "deploy")
+	require.Len(t, res.pulumi, 1)
+	assert.Equal(t, "up --stack agg --non-interactive --diff --refresh --color never --policy-pack policy/pack", sortedFlags(res.pulumi[0]),
+		"the update runs the CrossGuard pack")
+	assert.Equal(t, []string{
+		"Update, with the policy pack: env ACTIONS_ID_TOKEN_REQUEST_TOKEN",
+		"Update, with the policy pack: env AWS_ACCESS_KEY_ID",
+		"Update, with the policy pack: env AWS_SECRET_ACCESS_KEY",
+		"Update, with the policy pack: env AWS_SESSION_TOKEN",
+		"Update, with the policy pack: env PULUMI_BACKEND_URL",
+		"Update, with the policy pack: env PULUMI_CONFIG_PASSPHRASE",
+		"Update, with the policy pack: file deploy-kubeconfig",
+	}, res.found, "main's program gets the credentials of the update, in the update's step")
+
+	// What makes them safe to run unattended: main only, one at a time, none cancelled halfway,
+	// the update behind an approved environment.
+	var raw struct {
+		On          map[string]any `yaml:"on"`
+		Concurrency struct {
+			Group            string `yaml:"group"`
+			CancelInProgress bool   `yaml:"cancel-in-progress"`
+		} `yaml:"concurrency"`
+		Jobs map[string]struct {
+			If          string `yaml:"if"`
+			Environment string `yaml:"environment"`
+			Strategy    struct {
+				MaxParallel int `yaml:"max-parallel"`
+			} `yaml:"strategy"`
+		} `yaml:"jobs"`
+	}
+	for file, check := range map[string]func(){
+		"drift.yml": func() {
+			assert.Contains(t, raw.On, "schedule")
+			assert.Equal(t, "github.ref == 'refs/heads/main'", raw.Jobs["drift"].If)
+			assert.Equal(t, "drift", raw.Jobs["drift"].Environment)
+		},
+		"deploy.yml": func() {
+			assert.Equal(t, map[string]any{"branches": []any{"main"}}, map[string]any{"branches": raw.On["push"].(map[string]any)["branches"]})
+			assert.Equal(t, "production", raw.Jobs["deploy"].Environment)
+			assert.Equal(t, 1, raw.Jobs["deploy"].Strategy.MaxParallel, "one stack at a time")
+		},
+	} {
+		b, err := os.ReadFile(filepath.Join("..", "..", "..", ".github", "workflows", file))
+		require.NoError(t, err)
+		raw.On, raw.Jobs = nil, nil
+		require.NoError(t, yaml.Unmarshal(b, &raw))
+		assert.False(t, raw.Concurrency.CancelInProgress, "%s: a running update or check is never cancelled", file)
+		check()
+	}
+}
+
+// sortedFlags puts a command line's boolean flags in order (the play ranges over a map).
+func sortedFlags(line string) string {
+	f := strings.Fields(line)
+	var head, bools, valued []string
+	for i := 0; i < len(f); i++ {
+		switch {
+		case i < 4:
+			head = append(head, f[i])
+		case i+1 < len(f) && !strings.HasPrefix(f[i+1], "--"):
+			valued = append(valued, f[i]+" "+f[i+1])
+			i++
+		default:
+			bools = append(bools, f[i])
+		}
+	}
+	sort.Strings(bools)
+	sort.Strings(valued)
+	return strings.Join(append(append(head, bools...), valued...), " ")
 }
