@@ -218,6 +218,12 @@ func sameComponents(c *config.Config, live map[string]string) config.Problems {
 		if slices.Contains(was, EndpointPickerName) {
 			has = "has an endpoint picker (component " + EndpointPickerName + ")"
 		}
+		if !c.Exposure.Enabled {
+			// Turning exposure off would take the picker away.
+			ps.Add("exposure.enabled", "the live DynamoGraphDeployment %s/%s %s, which turning exposure off removes, and the Dynamo operator refuses to add or remove a graph's components: "+
+				"keep exposure on, or destroy the stack first", c.Namespace.Name, c.GraphName, has)
+			return ps
+		}
 		ps.Add("exposure.backend", "the live DynamoGraphDeployment %s/%s %s, and the Dynamo operator refuses to add or remove a graph's components: "+
 			"the route cannot move between the frontend and an InferencePool on a live graph; choose another graphName (a new graph beside this one, which the route follows) or destroy the stack first",
 			c.Namespace.Name, c.GraphName, has)

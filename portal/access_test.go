@@ -188,7 +188,7 @@ func TestAPortalUserDeploysOnlyIntoTheirNamespaces(t *testing.T) {
 			"base": "agg", "config": map[string]any{"namespace": map[string]any{"name": ns},
 				"exposure": map[string]any{"enabled": true, "hostname": hostname, "gateway": map[string]any{"namespace": "gateways", "name": "shared", "sectionName": "https"}}}, "plan": nil})
 	}
-	for _, hostname := range []string{"api.example.com", "m3.team-b.example.com", "team-a.example.com.evil.io"} {
+	for _, hostname := range []string{"api.example.com", "m3.team-b.example.com", "team-a.example.com.evil.io", "team-a.example.com", "m3.evil-team-a.example.com"} {
 		code, body := route(aliceToken, "team-a", hostname)
 		assert.Equal(t, http.StatusForbidden, code, body)
 		assert.Contains(t, body, `"key":"exposure.hostname"`)
@@ -284,7 +284,8 @@ func TestTrustedProxiesNameTheProxy(t *testing.T) {
 }
 
 // A users file is refused whole on any problem, each at its key: a name or token used twice, a
-// hash that is not one, a user with no stack, a bad pattern, an unknown key.
+// hash that is not one, a user with no stack, a bad pattern (a hostname pattern with a wildcard
+// anywhere but the whole leftmost label), an unknown key.
 func TestAUsersFileIsCheckedKeyByKey(t *testing.T) {
 	_, err := httpapi.ParseUsers([]byte(`users:
   - name: alice
@@ -296,9 +297,13 @@ func TestAUsersFileIsCheckedKeyByKey(t *testing.T) {
   - name: "bad name"
     tokenSHA256: abc
     namespaces: ["team-c"]
+    hostnames: ["team-a-*.example.com", "*.team-c.example.com", "M3.Team-C.example.com"]
 `))
 	require.Error(t, err)
 	for _, want := range []string{
+		// A wildcard inside a label would reach into other teams' domains (team-a-x.team-b.example.com).
+		`users[2].hostnames[0]: "team-a-*.example.com" is not a hostname pattern`,
+		`users[2].hostnames[2]: "M3.Team-C.example.com" is not a hostname pattern`,
 		`users[1].name: "alice" is users[0]'s too`,
 		"users[1].tokenSHA256: the token of users[0] too",
 		`users[1].stacks[0]: "[" is not a pattern`,
@@ -308,6 +313,7 @@ func TestAUsersFileIsCheckedKeyByKey(t *testing.T) {
 	} {
 		assert.Contains(t, err.Error(), want)
 	}
+	assert.NotContains(t, err.Error(), "users[2].hostnames[1]", "*.<domain> is a pattern")
 	_, err = httpapi.ParseUsers([]byte("users:\n  - name: a\n    token: plain\n"))
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "field token not found")

@@ -46,9 +46,19 @@ func (u *User) MayReach(stack string) bool { return matchAny(u.Stacks, stack) }
 // MayDeployTo says whether the user's requests may deploy into namespace ns.
 func (u *User) MayDeployTo(ns string) bool { return matchAny(u.Namespaces, ns) }
 
-// MayRoute says whether the user's requests may route hostname on the site's Gateways.
+// MayRoute says whether the user's requests may route hostname on the site's Gateways: a pattern
+// of theirs is the hostname itself, *.<domain> with the hostname under that domain (one or more
+// labels before it, as a Gateway API wildcard), or *.
 func (u *User) MayRoute(hostname string) bool {
-	return matchAny(u.Hostnames, strings.ToLower(hostname))
+	for _, p := range u.Hostnames {
+		if p == "*" || p == hostname {
+			return true
+		}
+		if domain, ok := strings.CutPrefix(p, "*"); ok && strings.HasSuffix(hostname, domain) && len(hostname) > len(domain) {
+			return true
+		}
+	}
+	return false
 }
 
 func matchAny(patterns []string, name string) bool {
@@ -144,11 +154,16 @@ func ParseUsers(data []byte) (*Users, error) {
 		for _, f := range []struct {
 			key      string
 			patterns []string
-		}{{"stacks", u.Stacks}, {"namespaces", u.Namespaces}, {"hostnames", u.Hostnames}} {
+		}{{"stacks", u.Stacks}, {"namespaces", u.Namespaces}} {
 			for j, p := range f.patterns {
 				if _, err := path.Match(p, ""); err != nil || p == "" {
 					problems = append(problems, fmt.Sprintf("%s.%s[%d]: %q is not a pattern (letters, digits, -, *, ?, [a-z])", at, f.key, j, p))
 				}
+			}
+		}
+		for j, p := range u.Hostnames {
+			if p != "*" && !hostnamePattern.MatchString(p) {
+				problems = append(problems, fmt.Sprintf("%s.hostnames[%d]: %q is not a hostname pattern: a lower-case hostname (m3.team-a.example.com), *.<domain> (every name under it: *.team-a.example.com) or * (any)", at, j, p))
 			}
 		}
 	}
@@ -159,6 +174,10 @@ func ParseUsers(data []byte) (*Users, error) {
 }
 
 var userName = regexp.MustCompile(`^[A-Za-z0-9][A-Za-z0-9._@-]{0,127}$`)
+
+// hostnamePattern is a lower-case DNS name, optionally with a leading "*." (a wildcard only as the
+// whole leftmost label: inside a label it would reach into other teams' domains).
+var hostnamePattern = regexp.MustCompile(`^(\*\.)?[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?(\.[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?)*$`)
 
 // byToken is the user whose token t is, or nil. Every user's hash is compared, in constant time.
 func (us *Users) byToken(t string) *User {

@@ -98,7 +98,8 @@ func TestRenderedManifestsPassAServerSideDryRun(t *testing.T) {
 					"minimax-m3:observability.enabled":           {Value: "true"},
 					"minimax-m3:observability.dashboard.enabled": {Value: "false"},
 				})
-				kubeconfig, kube = rackBox(t).Kubeconfig, box.Client
+				b := rackBox(t)
+				kubeconfig, kube = b.Kubeconfig, b.Client
 			}
 			err := automation.Render(context.Background(), automation.RenderOptions{ProjectDir: cluster.root, Stack: stack, OutDir: out, Config: set})
 			require.NoError(t, err)

@@ -245,7 +245,11 @@ func TestTheRouteCannotMoveToOrFromAPoolOnALiveGraph(t *testing.T) {
 	withPicker["@minimax-m3.io/template-sha256.Epp"] = "x"
 	_, err = runOn(t, fakeCluster{graph: withPicker}, "agg", poolOn(nil))
 	require.NoError(t, err, "the picker's graph updates")
-	_, err = runOn(t, fakeCluster{graph: withPicker}, "agg", nil)
+	_, err = runOn(t, fakeCluster{graph: withPicker}, "agg", exposureOn(nil))
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "minimax-m3:exposure.backend: the live DynamoGraphDeployment inference/minimax-m3-agg-gb200-agentic has an endpoint picker (component Epp)")
+	// Turning exposure off would take the picker away too: said at the key the user changed.
+	_, err = runOn(t, fakeCluster{graph: withPicker}, "agg", nil)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "minimax-m3:exposure.enabled: the live DynamoGraphDeployment inference/minimax-m3-agg-gb200-agentic has an endpoint picker (component Epp), which turning exposure off removes")
 }
