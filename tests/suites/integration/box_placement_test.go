@@ -114,77 +114,75 @@ func inRack(r rackbox.Rack, trays ...string) []string {
 // first worker, after which the recipe's pod affinity strands the rest) is left alone. The clique's
 // cordoned tray and its tray without the clique label are avoided. Then, with the other rack freed
 // into the tighter fit, a flag change rolls the workers within the clique they run in.
-func TestBoxAGraphLandsWholeInTheOneCliqueWithRoom(t *testing.T) {
+func TestBoxAGraphLandsWholeInTheOneCliqueWithRoomAgg(t *testing.T) {
 	t.Parallel()
-	t.Run("agg", func(t *testing.T) {
-		t.Parallel()
-		ctx := context.Background()
-		racks := addPool(t, "placement-agg", rackbox.NVL72("pl-agg-a").WithGPUs(16), rackbox.NVL72("pl-agg-b").WithGPUs(24))
-		a, b := racks[0], racks[1]
-		// a: 2 of 4 trays free (8 GPUs); b: 3 of 6 (12 GPUs), beside a tray of the team's, a
-		// cordoned one and one without its clique label.
-		occupy(t, "team-b-agg", a.NodeNames()[0], a.NodeNames()[1], b.NodeNames()[0])
-		cordoned, unlabelled := b.NodeNames()[1], b.NodeNames()[2]
-		patchNode(t, cordoned, func(n *corev1.Node) { n.Spec.Unschedulable = true })
-		patchNode(t, unlabelled, func(n *corev1.Node) { delete(n.Labels, rackbox.CliqueLabel) })
+	ctx := context.Background()
+	racks := addPool(t, "placement-agg", rackbox.NVL72("pl-agg-a").WithGPUs(16), rackbox.NVL72("pl-agg-b").WithGPUs(24))
+	a, b := racks[0], racks[1]
+	// a: 2 of 4 trays free (8 GPUs); b: 3 of 6 (12 GPUs), beside a tray of the team's, a
+	// cordoned one and one without its clique label.
+	occupy(t, "team-b-agg", a.NodeNames()[0], a.NodeNames()[1], b.NodeNames()[0])
+	cordoned, unlabelled := b.NodeNames()[1], b.NodeNames()[2]
+	patchNode(t, cordoned, func(n *corev1.Node) { n.Spec.Unschedulable = true })
+	patchNode(t, unlabelled, func(n *corev1.Node) { delete(n.Labels, rackbox.CliqueLabel) })
 
-		ns := "box-placement-agg"
-		s := newPoolStack(t, "agg", ns, "placement-agg", nil)
-		upOK(t, s)
-		assert.Contains(t, s.log.String(), "placement: the graph's 3 workers go to clique nvidia.com/gpu.clique="+b.Clique())
-		nodes := workerNodes(t, ns, aggGraph)
-		require.Len(t, nodes, 3)
-		for pod, node := range nodes {
-			assert.Contains(t, b.NodeNames(), node, "worker %s lands in the clique with room", pod)
-			assert.NotContains(t, []string{cordoned, unlabelled}, node, "worker %s avoids the cordoned and the unlabelled tray", pod)
-		}
-		assert.Equal(t, rackbox.CliqueLabel+"="+b.Clique(), boxGraph(t, ns, aggGraph).GetAnnotations()[components.PlacementAnnotation])
-		// The budget selects the workers the operator made (the disruption controller counts them).
-		eventually(t, 2*time.Minute, "the Worker budget counts the three workers", func(ctx context.Context) (bool, error) {
-			pdb := &policyv1.PodDisruptionBudget{}
-			err := box.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: aggGraph + "-worker"}, pdb)
-			return err == nil && pdb.Status.ExpectedPods == 3 && pdb.Status.DisruptionsAllowed == 1, client.IgnoreNotFound(err)
-		})
+	ns := "box-placement-agg"
+	s := newPoolStack(t, "agg", ns, "placement-agg", nil)
+	upOK(t, s)
+	assert.Contains(t, s.log.String(), "placement: the graph's 3 workers go to clique nvidia.com/gpu.clique="+b.Clique())
+	nodes := workerNodes(t, ns, aggGraph)
+	require.Len(t, nodes, 3)
+	for pod, node := range nodes {
+		assert.Contains(t, b.NodeNames(), node, "worker %s lands in the clique with room", pod)
+		assert.NotContains(t, []string{cordoned, unlabelled}, node, "worker %s avoids the cordoned and the unlabelled tray", pod)
+	}
+	assert.Equal(t, rackbox.CliqueLabel+"="+b.Clique(), boxGraph(t, ns, aggGraph).GetAnnotations()[components.PlacementAnnotation])
+	// The budget selects the workers the operator made (the disruption controller counts them).
+	eventually(t, 2*time.Minute, "the Worker budget counts the three workers", func(ctx context.Context) (bool, error) {
+		pdb := &policyv1.PodDisruptionBudget{}
+		err := box.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: aggGraph + "-worker"}, pdb)
+		return err == nil && pdb.Status.ExpectedPods == 3 && pdb.Status.DisruptionsAllowed == 1, client.IgnoreNotFound(err)
+	})
 
-		// The other team frees one of a's trays: a (12 free, first by name) is now as tight a fit as
-		// b for a new graph. A flag change rolls the workers where they run.
-		release(t, "team-b-agg", a.NodeNames()[0])
-		s.set(ctx, "minimax-m3:worker.vllm.maxNumSeqs", "128")
-		upOK(t, s)
-		assert.Equal(t, rackbox.CliqueLabel+"="+b.Clique(), boxGraph(t, ns, aggGraph).GetAnnotations()[components.PlacementAnnotation])
-		eventually(t, 2*time.Minute, "the rolled workers run in b", func(ctx context.Context) (bool, error) {
-			pods, err := listPods(ctx, ns, client.MatchingLabels{graphLabelKey: aggGraph, "nvidia.com/dynamo-component": "Worker"})
-			if err != nil {
-				return false, err
-			}
-			n := 0
-			for _, p := range pods {
-				if p.DeletionTimestamp != nil {
-					continue
-				}
-				if !strings.Contains(strings.Join(p.Spec.Containers[0].Args, " "), "--max-num-seqs 128") || len(inRack(b, p.Spec.NodeName)) == 0 {
-					return false, nil
-				}
-				n++
-			}
-			return n == 3, nil
-		})
-	})
-	t.Run("disagg", func(t *testing.T) {
-		t.Parallel()
-		// disagg's default topologyKey keeps its six workers in one clique.
-		racks := addPool(t, "placement-disagg", rackbox.NVL72("pl-dis-a").WithGPUs(32), rackbox.NVL72("pl-dis-b").WithGPUs(32))
-		a, b := racks[0], racks[1]
-		occupy(t, "team-b-disagg", append(a.NodeNames()[:4], b.NodeNames()[:2]...)...) // a: 16 free; b: 24
-		ns := "box-placement-disagg"
-		s := newPoolStack(t, "disagg", ns, "placement-disagg", nil)
-		upOK(t, s)
-		nodes := workerNodes(t, ns, disaggGraph)
-		require.Len(t, nodes, 6)
-		for pod, node := range nodes {
-			assert.Contains(t, b.NodeNames(), node, "worker %s lands in the clique with room", pod)
+	// The other team frees one of a's trays: a (12 free, first by name) is now as tight a fit as
+	// b for a new graph. A flag change rolls the workers where they run.
+	release(t, "team-b-agg", a.NodeNames()[0])
+	s.set(ctx, "minimax-m3:worker.vllm.maxNumSeqs", "128")
+	upOK(t, s)
+	assert.Equal(t, rackbox.CliqueLabel+"="+b.Clique(), boxGraph(t, ns, aggGraph).GetAnnotations()[components.PlacementAnnotation])
+	eventually(t, 2*time.Minute, "the rolled workers run in b", func(ctx context.Context) (bool, error) {
+		pods, err := listPods(ctx, ns, client.MatchingLabels{graphLabelKey: aggGraph, "nvidia.com/dynamo-component": "Worker"})
+		if err != nil {
+			return false, err
 		}
+		n := 0
+		for _, p := range pods {
+			if p.DeletionTimestamp != nil {
+				continue
+			}
+			if !strings.Contains(strings.Join(p.Spec.Containers[0].Args, " "), "--max-num-seqs 128") || len(inRack(b, p.Spec.NodeName)) == 0 {
+				return false, nil
+			}
+			n++
+		}
+		return n == 3, nil
 	})
+}
+
+func TestBoxAGraphLandsWholeInTheOneCliqueWithRoomDisagg(t *testing.T) {
+	t.Parallel()
+	// disagg's default topologyKey keeps its six workers in one clique.
+	racks := addPool(t, "placement-disagg", rackbox.NVL72("pl-dis-a").WithGPUs(32), rackbox.NVL72("pl-dis-b").WithGPUs(32))
+	a, b := racks[0], racks[1]
+	occupy(t, "team-b-disagg", append(a.NodeNames()[:4], b.NodeNames()[:2]...)...) // a: 16 free; b: 24
+	ns := "box-placement-disagg"
+	s := newPoolStack(t, "disagg", ns, "placement-disagg", nil)
+	upOK(t, s)
+	nodes := workerNodes(t, ns, disaggGraph)
+	require.Len(t, nodes, 6)
+	for pod, node := range nodes {
+		assert.Contains(t, b.NodeNames(), node, "worker %s lands in the clique with room", pod)
+	}
 }
 
 // Two cliques each too small for the graph: preview and up refuse before anything is created,

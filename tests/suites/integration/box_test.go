@@ -64,272 +64,279 @@ import (
 //  7. destroy leaves only what docs/day-two.md says it keeps: the cache claim (and the namespace
 //     holding it), with the operator's and the ComputeDomain's finalizers handled by their
 //     controllers.
-func TestBoxStackLifecycle(t *testing.T) {
+//
+// Each stack's lifecycle is a test of its own, not a parallel subtest: parallel subtests wait for
+// a free slot behind every top-level test, so the two longest box tests would start last.
+func TestBoxStackLifecycleAgg(t *testing.T) {
 	t.Parallel()
-	for _, tc := range []struct {
-		stack, ns, graph string
-		roles            []string
-		gpus             float64
-		flagKey          string
-		// pool: the stack routes the site's Gateway to an InferencePool (exposure.backend
-		// inferencePool) from its first up: the graph then has an endpoint picker and its workers
-		// frontend sidecars.
-		pool bool
-	}{
-		{"agg", "box-agg", aggGraph, []string{"Worker"}, 12, "minimax-m3:worker.vllm.maxNumSeqs", false},
-		{"disagg", "box-disagg-" + strings.Repeat("x", 63-len(disaggGraph)-1-len("box-disagg-")), disaggGraph, []string{"PrefillWorker", "DecodeWorker"}, 24, "minimax-m3:prefillWorker.vllm.maxNumSeqs", true},
-	} {
-		t.Run(tc.stack, func(t *testing.T) {
-			t.Parallel()
-			ctx := context.Background()
-			r := addRack(t, rackbox.NVL72("nvl72-"+tc.stack))
-			ns := tc.ns
-			require.LessOrEqual(t, len(ns+"-"+tc.graph), 63)
-			extra := auto.ConfigMap{"minimax-m3:modelDownload.image": {Value: rackbox.HeldImage}}
-			if tc.pool {
-				maps.Copy(extra, auto.ConfigMap{
-					"minimax-m3:exposure.enabled": {Value: "true"}, "minimax-m3:exposure.backend": {Value: "inferencePool"},
-					"minimax-m3:exposure.gateway.namespace": {Value: "box-gateways"}, "minimax-m3:exposure.gateway.name": {Value: "inference"},
-					"minimax-m3:exposure.gateway.sectionName": {Value: "https"}, "minimax-m3:exposure.hostname": {Value: "disagg.box.example"},
-					"minimax-m3:exposure.endpointPicker.image": {Value: "nvcr.io/nvidia/ai-dynamo/dynamo-frontend:1.4.0"},
-				})
-			}
-			s := newBoxStack(t, tc.stack, ns, r, extra)
+	boxStackLifecycle(t, lifecycleCase{"agg", "box-agg", aggGraph, []string{"Worker"}, 12, "minimax-m3:worker.vllm.maxNumSeqs", false})
+}
 
-			// 1. up, with the download held until the test ends it.
-			type upResult struct {
-				res auto.UpResult
-				err error
-			}
-			done := make(chan upResult, 1)
-			go func() {
-				res, _, err := s.up(ctx)
-				done <- upResult{res, err}
-			}()
-			release := heldDownload(t, ns)
-			_, graphExists := getOn(t, box.Client, graphGVK, ns, tc.graph)
-			assert.False(t, graphExists, "the graph waits for the download Job")
-			select {
-			case r := <-done:
-				t.Fatalf("up returned before the download completed: %v", r.err)
-			default:
-			}
-			release()
-			var up upResult
-			select {
-			case up = <-done:
-			case <-time.After(5 * time.Minute):
-				t.Fatal("up did not finish after the download completed")
-			}
-			require.NoError(t, up.err, s.log.String())
-			res := up.res
+func TestBoxStackLifecycleDisagg(t *testing.T) {
+	t.Parallel()
+	boxStackLifecycle(t, lifecycleCase{"disagg", "box-disagg-" + strings.Repeat("x", 63-len(disaggGraph)-1-len("box-disagg-")), disaggGraph,
+		[]string{"PrefillWorker", "DecodeWorker"}, 24, "minimax-m3:prefillWorker.vllm.maxNumSeqs", true})
+}
 
-			pvc := &corev1.PersistentVolumeClaim{}
-			require.NoError(t, box.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "shared-model-cache"}, pvc))
-			assert.Equal(t, corev1.ClaimBound, pvc.Status.Phase, "bound by the PV controller")
-			assert.Equal(t, rackbox.StorageClass, *pvc.Spec.StorageClassName, "the cluster's default class")
-			assert.Equal(t, []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany}, pvc.Spec.AccessModes)
+type lifecycleCase struct {
+	stack, ns, graph string
+	roles            []string
+	gpus             float64
+	flagKey          string
+	// pool: the stack routes the site's Gateway to an InferencePool (exposure.backend
+	// inferencePool) from its first up: the graph then has an endpoint picker and its workers
+	// frontend sidecars.
+	pool bool
+}
 
-			job := &batchv1.Job{}
-			require.NoError(t, box.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "minimax-m3-model-download"}, job))
-			assert.Equal(t, int32(1), job.Status.Succeeded)
-			assert.True(t, jobCondition(job, batchv1.JobComplete), "completed by the Job controller: %v", job.Status.Conditions)
-			for _, p := range podsOf(t, ns, client.MatchingLabels{"batch.kubernetes.io/job-name": job.Name}) {
-				assert.True(t, strings.HasPrefix(p.Spec.NodeName, "cpu-"), "the download ran on a CPU node, not %s", p.Spec.NodeName)
-			}
-			// The namespace the stack made enforces the level its workers need (they run, below)
-			// and warns at baseline: the API server tells whoever creates a pod beyond it.
-			var warnings warningRecorder
-			warned := restConfigOf(t, box.Kubeconfig)
-			warned.WarningHandler = &warnings
-			cs, err := kubernetes.NewForConfig(warned)
-			require.NoError(t, err)
-			escape := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "escape"}, Spec: corev1.PodSpec{HostPID: true,
-				Containers: []corev1.Container{{Name: "main", Image: rackbox.HeldImage}}}}
-			_, err = cs.CoreV1().Pods(ns).Create(ctx, escape, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
-			require.NoError(t, err)
-			assert.Contains(t, warnings.String(), `would violate PodSecurity "baseline:latest": host namespaces (hostPID=true)`)
-
-			pods := podsOf(t, ns, client.MatchingLabels{graphLabelKey: tc.graph})
-			trays := map[string]bool{}
-			for _, p := range pods {
-				require.Equal(t, corev1.PodRunning, p.Status.Phase, "pod %s", p.Name)
-				if c := p.Labels["nvidia.com/dynamo-component"]; c == "Frontend" || c == components.EndpointPickerName {
-					assert.True(t, strings.HasPrefix(p.Spec.NodeName, "cpu-"), "%s runs on a CPU node, not %s", c, p.Spec.NodeName)
-					continue
-				}
-				require.True(t, slices.Contains(r.NodeNames(), p.Spec.NodeName), "worker %s on the rack's trays, not %s", p.Name, p.Spec.NodeName)
-				trays[p.Spec.NodeName] = true
-				node := &corev1.Node{}
-				require.NoError(t, box.Client.Get(ctx, client.ObjectKey{Name: p.Spec.NodeName}, node))
-				assert.Equal(t, r.Clique(), node.Labels[rackbox.CliqueLabel])
-				require.NotNil(t, p.Spec.Affinity.PodAffinity, "placement.topologyKey makes a required pod affinity")
-				assert.Equal(t, rackbox.CliqueLabel, p.Spec.Affinity.PodAffinity.RequiredDuringSchedulingIgnoredDuringExecution[0].TopologyKey)
-				assertChannelAllocated(t, &p)
-			}
-			assert.Len(t, trays, 3*len(tc.roles), "one TP4 worker per 4-GPU tray")
-
-			g := &unstructured.Unstructured{}
-			g.SetGroupVersionKind(graphGVK)
-			require.NoError(t, box.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: tc.graph}, g))
-			ready, _ := kcluster.ReadyCondition(g)
-			assert.Equal(t, []any{"True", "all_resources_are_ready", g.GetGeneration()}, []any{ready.Status, ready.Reason, ready.ObservedGeneration}, "Ready written by the operator")
-			smoke, _ := res.Outputs["smokeTest"].Value.(map[string]any)
-			assert.Equal(t, true, smoke["passed"], "the smoke test ran: %v", res.Outputs["smokeTest"].Value)
-			assert.Contains(t, smoke["reply"], "kwok stage", "its result is the pod's termination message, set by the box")
-
-			out := res.Outputs
-			assert.Equal(t, ns, out["namespace"].Value)
-			assert.Equal(t, tc.graph, out["graphName"].Value)
-			assert.Equal(t, tc.graph+"-frontend", out["frontendService"].Value)
-			assert.EqualValues(t, 8000, out["frontendPort"].Value)
-			assert.Equal(t, "http://"+tc.graph+"-frontend."+ns+".svc.cluster.local:8000", out["frontendUrl"].Value)
-			assert.Equal(t, "kubectl -n "+ns+" port-forward service/"+tc.graph+"-frontend 8000:8000", out["portForwardCommand"].Value)
-			assert.EqualValues(t, tc.gpus, out["gpuCount"].Value)
-			assert.Equal(t, tc.graph+"-cd", out["computeDomain"].Value)
-			cd, found := getOn(t, box.Client, computeDomainGVK, ns, tc.graph+"-cd")
-			require.True(t, found, "the ComputeDomain")
-			assert.Contains(t, cd.GetFinalizers(), rackbox.ComputeDomainFinalizer, "the compute-domain-controller owns the ComputeDomain")
-			imex := client.ObjectKey{Namespace: rackbox.DriverNamespace, Name: "computedomain-daemon-" + string(cd.GetUID())}
-			require.NoError(t, box.Client.Get(ctx, imex, &appsv1.DaemonSet{}), "the controller's IMEX DaemonSet")
-			assert.Equal(t, "shared-model-cache", out["cacheClaimName"].Value)
-			svc := &corev1.Service{}
-			require.NoError(t, box.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: out["frontendService"].Value.(string)}, svc),
-				"the output names the Service the operator created")
-			require.Len(t, svc.Spec.Ports, 1)
-			assert.Equal(t, "http", svc.Spec.Ports[0].Name)
-			assert.Equal(t, float64(svc.Spec.Ports[0].Port), out["frontendPort"].Value, "the output port is the operator's Service port")
-
-			// The live graph is exactly the program's spec for this config: validated by the real
-			// CRD schema on the way in, nothing pruned or rewritten by the API server or the operator.
-			cfg, err := s.stack.Config(ctx)
-			require.NoError(t, err)
-			cfg.Placement.Clique = r.Clique() // the clique `up` chose: the rack's
-			want, err := components.GraphSpec(&cfg)
-			require.NoError(t, err)
-			spec := liveGraphSpecOn(t, box.Client, ns, tc.graph)
-			assert.JSONEq(t, toJSON(t, want), toJSON(t, spec))
-			picker := 0
-			if tc.pool {
-				picker = 1
-				assertInferencePool(t, ns, tc.graph, res.Outputs, 3*len(tc.roles))
-			}
-			require.Len(t, spec.Components, 1+len(tc.roles)+picker)
-			for i, role := range tc.roles {
-				c := spec.Components[i+1]
-				assert.Equal(t, role, c.Name)
-				assert.Equal(t, 3, c.Replicas)
-				assert.Equal(t, tc.graph+"-cd-channel", *c.PodTemplate.Spec.ResourceClaims[0].ResourceClaimTemplateName)
-				assert.Equal(t, "speculative-config", c.PodTemplate.Spec.Containers[0].Env[1].ValueFrom.ConfigMapKeyRef.Key)
-			}
-			cm, ok := getOn(t, box.Client, configMapGVK, ns, tc.graph+"-config")
-			require.True(t, ok)
-			data := cm.Object["data"].(map[string]any)
-			assert.Contains(t, data["speculative-config"], `"num_speculative_tokens": 3`)
-			assert.Contains(t, data["speculative-config-synthetic"], `"synthetic_acceptance_length": 2.89`)
-			secret, ok := getOn(t, box.Client, secretGVK, ns, "hf-token-secret")
-			require.True(t, ok)
-			assert.Contains(t, secret.Object["data"], "HF_TOKEN")
-
-			// 2. A second up and a preview with --expect-no-changes change nothing.
-			_, ops, err := s.up(ctx)
-			require.NoError(t, err, s.log.String())
-			assert.Empty(t, ops, "a second up changes nothing")
-			_, err = s.preview(ctx, optpreview.ExpectNoChanges())
-			require.NoError(t, err, "preview --expect-no-changes\n%s", s.log.String())
-
-			// 3. A vLLM flag updates only the graph; the operator rolls the workers to it.
-			workers := client.MatchingLabels{graphLabelKey: tc.graph, "nvidia.com/dynamo-component": tc.roles[0]}
-			before := podsOf(t, ns, workers)
-			frontend := &appsv1.Deployment{}
-			require.NoError(t, box.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: tc.graph + "-frontend"}, frontend))
-			s.set(ctx, tc.flagKey, "64")
-			_, ops, err = s.up(ctx)
-			require.NoError(t, err, s.log.String())
-			assert.Equal(t, map[string]string{"kubernetes:nvidia.com/v1beta1:DynamoGraphDeployment graph": "update"}, graphOps(t, ops))
-			assert.Contains(t, liveGraphSpecOn(t, box.Client, ns, tc.graph).Components[1].PodTemplate.Spec.Containers[0].Args, "64")
-			for _, p := range podsOf(t, ns, workers) {
-				assert.NotEqual(t, before[0].Labels["pod-template-hash"], p.Labels["pod-template-hash"], "worker %s rolled", p.Name)
-			}
-			// `up` returned on the new generation's Ready, after the operator's rolling update.
-			require.NoError(t, box.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: tc.graph}, g))
-			ready, _ = kcluster.ReadyCondition(g)
-			assert.Equal(t, []any{"True", g.GetGeneration()}, []any{ready.Status, ready.ObservedGeneration})
-			updated, _, _ := unstructured.NestedStringSlice(g.Object, "status", "rollingUpdate", "updatedComponents")
-			assert.Contains(t, updated, tc.roles[0])
-			unchanged := &appsv1.Deployment{}
-			require.NoError(t, box.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: tc.graph + "-frontend"}, unchanged))
-			assert.Equal(t, frontend.Generation, unchanged.Generation, "the frontend was not touched")
-
-			// 4. Synthetic acceptance changes only the workers' ConfigMap key, and says so loudly.
-			s.set(ctx, "minimax-m3:speculativeDecoding.mode", "synthetic")
-			_, ops, err = s.up(ctx)
-			require.NoError(t, err, s.log.String())
-			assert.Equal(t, map[string]string{"kubernetes:nvidia.com/v1beta1:DynamoGraphDeployment graph": "update"}, graphOps(t, ops))
-			for _, c := range liveGraphSpecOn(t, box.Client, ns, tc.graph).Components[1 : 1+len(tc.roles)] {
-				assert.Equal(t, "speculative-config-synthetic", c.PodTemplate.Spec.Containers[0].Env[1].ValueFrom.ConfigMapKeyRef.Key)
-			}
-			assert.Contains(t, s.log.String(), "BENCHMARK ONLY")
-
-			// 5. A new model revision replaces the download Job (this time with an image the box
-			// completes at once) and updates the graph; the claim, namespace and Secret stay.
-			newRevision := "0123456789abcdef0123456789abcdef01234567"
-			s.set(ctx, "minimax-m3:model.revision", newRevision)
-			s.set(ctx, "minimax-m3:modelDownload.image", "python:3.10-slim")
-			_, ops, err = s.up(ctx)
-			require.NoError(t, err, s.log.String())
-			changed := graphOps(t, ops)
-			assert.Contains(t, changed["kubernetes:batch/v1:Job model-download"], "replace")
-			assert.Equal(t, "update", changed["kubernetes:nvidia.com/v1beta1:DynamoGraphDeployment graph"])
-			for k := range changed {
-				assert.NotRegexp(t, "Namespace|Secret|PersistentVolumeClaim|ConfigMap|ComputeDomain", k, "only the Job and the graph change")
-			}
-			assert.Contains(t, liveGraphSpecOn(t, box.Client, ns, tc.graph).Components[1].PodTemplate.Spec.Containers[0].Args, newRevision)
-
-			// 6. No plaintext token in the state, the outputs or the logs.
-			state := s.export()
-			assert.NotContains(t, state, testToken)
-			assert.Contains(t, state, "ciphertext", "the token is encrypted in state")
-			outputs, err := s.stack.Outputs(ctx)
-			require.NoError(t, err)
-			for k, v := range outputs {
-				assert.NotContains(t, toJSON(t, v.Value), testToken, k)
-			}
-			assert.NotContains(t, s.log.String(), testToken)
-			assert.NotContains(t, s.log.String(), "client-key-data")
-
-			// 7. destroy.
-			_, err = s.stack.Destroy(ctx, optdestroy.ProgressStreams(s.log))
-			require.NoError(t, err, s.log.String())
-			eventually(t, 2*time.Minute, "every pod is gone (garbage collector, kwok)", func(ctx context.Context) (bool, error) {
-				pods, err := listPods(ctx, ns, nil)
-				return err == nil && len(pods) == 0, err
-			})
-			for _, kind := range []client.ObjectList{&appsv1.DeploymentList{}, &batchv1.JobList{}, &resourcev1.ResourceClaimList{}, &resourcev1.ResourceClaimTemplateList{}, &corev1.ConfigMapList{}} {
-				require.NoError(t, box.Client.List(ctx, kind, client.InNamespace(ns)))
-				if cms, ok := kind.(*corev1.ConfigMapList); ok {
-					// Every namespace has the API server's root CA bundle.
-					cms.Items = slices.DeleteFunc(cms.Items, func(c corev1.ConfigMap) bool { return c.Name == "kube-root-ca.crt" })
-				}
-				assert.Zero(t, meta.LenList(kind), "%T left in %s", kind, ns)
-			}
-			pools := schema.GroupVersionKind{Group: components.InferencePools.Group, Version: "v1", Kind: "InferencePool"}
-			for _, gvk := range []schema.GroupVersionKind{graphGVK, computeDomainGVK, pools} {
-				var list unstructured.UnstructuredList
-				list.SetGroupVersionKind(gvk.GroupVersion().WithKind(gvk.Kind + "List"))
-				require.NoError(t, box.Client.List(ctx, &list, client.InNamespace(ns)))
-				assert.Empty(t, list.Items, "%v left in %s", gvk, ns)
-			}
-			assert.True(t, apierrors.IsNotFound(box.Client.Get(ctx, imex, &appsv1.DaemonSet{})), "the controller deleted the IMEX DaemonSet before its finalizer")
-			_, exists := getOn(t, box.Client, secretGVK, ns, "hf-token-secret")
-			assert.False(t, exists, "the stack's token Secret is deleted")
-			require.NoError(t, box.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "shared-model-cache"}, pvc), "destroy keeps the cache claim")
-			assert.Equal(t, corev1.ClaimBound, pvc.Status.Phase)
-			nsObj := &corev1.Namespace{}
-			require.NoError(t, box.Client.Get(ctx, client.ObjectKey{Name: ns}, nsObj), "and the namespace that holds it")
-			assert.Nil(t, nsObj.DeletionTimestamp)
+func boxStackLifecycle(t *testing.T, tc lifecycleCase) {
+	ctx := context.Background()
+	r := addRack(t, rackbox.NVL72("nvl72-"+tc.stack))
+	ns := tc.ns
+	require.LessOrEqual(t, len(ns+"-"+tc.graph), 63)
+	extra := auto.ConfigMap{"minimax-m3:modelDownload.image": {Value: rackbox.HeldImage}}
+	if tc.pool {
+		maps.Copy(extra, auto.ConfigMap{
+			"minimax-m3:exposure.enabled": {Value: "true"}, "minimax-m3:exposure.backend": {Value: "inferencePool"},
+			"minimax-m3:exposure.gateway.namespace": {Value: "box-gateways"}, "minimax-m3:exposure.gateway.name": {Value: "inference"},
+			"minimax-m3:exposure.gateway.sectionName": {Value: "https"}, "minimax-m3:exposure.hostname": {Value: "disagg.box.example"},
+			"minimax-m3:exposure.endpointPicker.image": {Value: "nvcr.io/nvidia/ai-dynamo/dynamo-frontend:1.4.0"},
 		})
 	}
+	s := newBoxStack(t, tc.stack, ns, r, extra)
+
+	// 1. up, with the download held until the test ends it.
+	type upResult struct {
+		res auto.UpResult
+		err error
+	}
+	done := make(chan upResult, 1)
+	go func() {
+		res, _, err := s.up(ctx)
+		done <- upResult{res, err}
+	}()
+	release := heldDownload(t, ns)
+	_, graphExists := getOn(t, box.Client, graphGVK, ns, tc.graph)
+	assert.False(t, graphExists, "the graph waits for the download Job")
+	select {
+	case r := <-done:
+		t.Fatalf("up returned before the download completed: %v", r.err)
+	default:
+	}
+	release()
+	var up upResult
+	select {
+	case up = <-done:
+	case <-time.After(5 * time.Minute):
+		t.Fatal("up did not finish after the download completed")
+	}
+	require.NoError(t, up.err, s.log.String())
+	res := up.res
+
+	pvc := &corev1.PersistentVolumeClaim{}
+	require.NoError(t, box.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "shared-model-cache"}, pvc))
+	assert.Equal(t, corev1.ClaimBound, pvc.Status.Phase, "bound by the PV controller")
+	assert.Equal(t, rackbox.StorageClass, *pvc.Spec.StorageClassName, "the cluster's default class")
+	assert.Equal(t, []corev1.PersistentVolumeAccessMode{corev1.ReadWriteMany}, pvc.Spec.AccessModes)
+
+	job := &batchv1.Job{}
+	require.NoError(t, box.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "minimax-m3-model-download"}, job))
+	assert.Equal(t, int32(1), job.Status.Succeeded)
+	assert.True(t, jobCondition(job, batchv1.JobComplete), "completed by the Job controller: %v", job.Status.Conditions)
+	for _, p := range podsOf(t, ns, client.MatchingLabels{"batch.kubernetes.io/job-name": job.Name}) {
+		assert.True(t, strings.HasPrefix(p.Spec.NodeName, "cpu-"), "the download ran on a CPU node, not %s", p.Spec.NodeName)
+	}
+	// The namespace the stack made enforces the level its workers need (they run, below)
+	// and warns at baseline: the API server tells whoever creates a pod beyond it.
+	var warnings warningRecorder
+	warned := restConfigOf(t, box.Kubeconfig)
+	warned.WarningHandler = &warnings
+	cs, err := kubernetes.NewForConfig(warned)
+	require.NoError(t, err)
+	escape := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "escape"}, Spec: corev1.PodSpec{HostPID: true,
+		Containers: []corev1.Container{{Name: "main", Image: rackbox.HeldImage}}}}
+	_, err = cs.CoreV1().Pods(ns).Create(ctx, escape, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
+	require.NoError(t, err)
+	assert.Contains(t, warnings.String(), `would violate PodSecurity "baseline:latest": host namespaces (hostPID=true)`)
+
+	pods := podsOf(t, ns, client.MatchingLabels{graphLabelKey: tc.graph})
+	trays := map[string]bool{}
+	for _, p := range pods {
+		require.Equal(t, corev1.PodRunning, p.Status.Phase, "pod %s", p.Name)
+		if c := p.Labels["nvidia.com/dynamo-component"]; c == "Frontend" || c == components.EndpointPickerName {
+			assert.True(t, strings.HasPrefix(p.Spec.NodeName, "cpu-"), "%s runs on a CPU node, not %s", c, p.Spec.NodeName)
+			continue
+		}
+		require.True(t, slices.Contains(r.NodeNames(), p.Spec.NodeName), "worker %s on the rack's trays, not %s", p.Name, p.Spec.NodeName)
+		trays[p.Spec.NodeName] = true
+		node := &corev1.Node{}
+		require.NoError(t, box.Client.Get(ctx, client.ObjectKey{Name: p.Spec.NodeName}, node))
+		assert.Equal(t, r.Clique(), node.Labels[rackbox.CliqueLabel])
+		require.NotNil(t, p.Spec.Affinity.PodAffinity, "placement.topologyKey makes a required pod affinity")
+		assert.Equal(t, rackbox.CliqueLabel, p.Spec.Affinity.PodAffinity.RequiredDuringSchedulingIgnoredDuringExecution[0].TopologyKey)
+		assertChannelAllocated(t, &p)
+	}
+	assert.Len(t, trays, 3*len(tc.roles), "one TP4 worker per 4-GPU tray")
+
+	g := &unstructured.Unstructured{}
+	g.SetGroupVersionKind(graphGVK)
+	require.NoError(t, box.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: tc.graph}, g))
+	ready, _ := kcluster.ReadyCondition(g)
+	assert.Equal(t, []any{"True", "all_resources_are_ready", g.GetGeneration()}, []any{ready.Status, ready.Reason, ready.ObservedGeneration}, "Ready written by the operator")
+	smoke, _ := res.Outputs["smokeTest"].Value.(map[string]any)
+	assert.Equal(t, true, smoke["passed"], "the smoke test ran: %v", res.Outputs["smokeTest"].Value)
+	assert.Contains(t, smoke["reply"], "kwok stage", "its result is the pod's termination message, set by the box")
+
+	out := res.Outputs
+	assert.Equal(t, ns, out["namespace"].Value)
+	assert.Equal(t, tc.graph, out["graphName"].Value)
+	assert.Equal(t, tc.graph+"-frontend", out["frontendService"].Value)
+	assert.EqualValues(t, 8000, out["frontendPort"].Value)
+	assert.Equal(t, "http://"+tc.graph+"-frontend."+ns+".svc.cluster.local:8000", out["frontendUrl"].Value)
+	assert.Equal(t, "kubectl -n "+ns+" port-forward service/"+tc.graph+"-frontend 8000:8000", out["portForwardCommand"].Value)
+	assert.EqualValues(t, tc.gpus, out["gpuCount"].Value)
+	assert.Equal(t, tc.graph+"-cd", out["computeDomain"].Value)
+	cd, found := getOn(t, box.Client, computeDomainGVK, ns, tc.graph+"-cd")
+	require.True(t, found, "the ComputeDomain")
+	assert.Contains(t, cd.GetFinalizers(), rackbox.ComputeDomainFinalizer, "the compute-domain-controller owns the ComputeDomain")
+	imex := client.ObjectKey{Namespace: rackbox.DriverNamespace, Name: "computedomain-daemon-" + string(cd.GetUID())}
+	require.NoError(t, box.Client.Get(ctx, imex, &appsv1.DaemonSet{}), "the controller's IMEX DaemonSet")
+	assert.Equal(t, "shared-model-cache", out["cacheClaimName"].Value)
+	svc := &corev1.Service{}
+	require.NoError(t, box.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: out["frontendService"].Value.(string)}, svc),
+		"the output names the Service the operator created")
+	require.Len(t, svc.Spec.Ports, 1)
+	assert.Equal(t, "http", svc.Spec.Ports[0].Name)
+	assert.Equal(t, float64(svc.Spec.Ports[0].Port), out["frontendPort"].Value, "the output port is the operator's Service port")
+
+	// The live graph is exactly the program's spec for this config: validated by the real
+	// CRD schema on the way in, nothing pruned or rewritten by the API server or the operator.
+	cfg, err := s.stack.Config(ctx)
+	require.NoError(t, err)
+	cfg.Placement.Clique = r.Clique() // the clique `up` chose: the rack's
+	want, err := components.GraphSpec(&cfg)
+	require.NoError(t, err)
+	spec := liveGraphSpecOn(t, box.Client, ns, tc.graph)
+	assert.JSONEq(t, toJSON(t, want), toJSON(t, spec))
+	picker := 0
+	if tc.pool {
+		picker = 1
+		assertInferencePool(t, ns, tc.graph, res.Outputs, 3*len(tc.roles))
+	}
+	require.Len(t, spec.Components, 1+len(tc.roles)+picker)
+	for i, role := range tc.roles {
+		c := spec.Components[i+1]
+		assert.Equal(t, role, c.Name)
+		assert.Equal(t, 3, c.Replicas)
+		assert.Equal(t, tc.graph+"-cd-channel", *c.PodTemplate.Spec.ResourceClaims[0].ResourceClaimTemplateName)
+		assert.Equal(t, "speculative-config", c.PodTemplate.Spec.Containers[0].Env[1].ValueFrom.ConfigMapKeyRef.Key)
+	}
+	cm, ok := getOn(t, box.Client, configMapGVK, ns, tc.graph+"-config")
+	require.True(t, ok)
+	data := cm.Object["data"].(map[string]any)
+	assert.Contains(t, data["speculative-config"], `"num_speculative_tokens": 3`)
+	assert.Contains(t, data["speculative-config-synthetic"], `"synthetic_acceptance_length": 2.89`)
+	secret, ok := getOn(t, box.Client, secretGVK, ns, "hf-token-secret")
+	require.True(t, ok)
+	assert.Contains(t, secret.Object["data"], "HF_TOKEN")
+
+	// 2. A second up and a preview with --expect-no-changes change nothing.
+	_, ops, err := s.up(ctx)
+	require.NoError(t, err, s.log.String())
+	assert.Empty(t, ops, "a second up changes nothing")
+	_, err = s.preview(ctx, optpreview.ExpectNoChanges())
+	require.NoError(t, err, "preview --expect-no-changes\n%s", s.log.String())
+
+	// 3. A vLLM flag updates only the graph; the operator rolls the workers to it.
+	workers := client.MatchingLabels{graphLabelKey: tc.graph, "nvidia.com/dynamo-component": tc.roles[0]}
+	before := podsOf(t, ns, workers)
+	frontend := &appsv1.Deployment{}
+	require.NoError(t, box.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: tc.graph + "-frontend"}, frontend))
+	s.set(ctx, tc.flagKey, "64")
+	_, ops, err = s.up(ctx)
+	require.NoError(t, err, s.log.String())
+	assert.Equal(t, map[string]string{"kubernetes:nvidia.com/v1beta1:DynamoGraphDeployment graph": "update"}, graphOps(t, ops))
+	assert.Contains(t, liveGraphSpecOn(t, box.Client, ns, tc.graph).Components[1].PodTemplate.Spec.Containers[0].Args, "64")
+	for _, p := range podsOf(t, ns, workers) {
+		assert.NotEqual(t, before[0].Labels["pod-template-hash"], p.Labels["pod-template-hash"], "worker %s rolled", p.Name)
+	}
+	// `up` returned on the new generation's Ready, after the operator's rolling update.
+	require.NoError(t, box.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: tc.graph}, g))
+	ready, _ = kcluster.ReadyCondition(g)
+	assert.Equal(t, []any{"True", g.GetGeneration()}, []any{ready.Status, ready.ObservedGeneration})
+	updated, _, _ := unstructured.NestedStringSlice(g.Object, "status", "rollingUpdate", "updatedComponents")
+	assert.Contains(t, updated, tc.roles[0])
+	unchanged := &appsv1.Deployment{}
+	require.NoError(t, box.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: tc.graph + "-frontend"}, unchanged))
+	assert.Equal(t, frontend.Generation, unchanged.Generation, "the frontend was not touched")
+
+	// 4. Synthetic acceptance changes only the workers' ConfigMap key, and says so loudly.
+	s.set(ctx, "minimax-m3:speculativeDecoding.mode", "synthetic")
+	_, ops, err = s.up(ctx)
+	require.NoError(t, err, s.log.String())
+	assert.Equal(t, map[string]string{"kubernetes:nvidia.com/v1beta1:DynamoGraphDeployment graph": "update"}, graphOps(t, ops))
+	for _, c := range liveGraphSpecOn(t, box.Client, ns, tc.graph).Components[1 : 1+len(tc.roles)] {
+		assert.Equal(t, "speculative-config-synthetic", c.PodTemplate.Spec.Containers[0].Env[1].ValueFrom.ConfigMapKeyRef.Key)
+	}
+	assert.Contains(t, s.log.String(), "BENCHMARK ONLY")
+
+	// 5. A new model revision replaces the download Job (this time with an image the box
+	// completes at once) and updates the graph; the claim, namespace and Secret stay.
+	newRevision := "0123456789abcdef0123456789abcdef01234567"
+	s.set(ctx, "minimax-m3:model.revision", newRevision)
+	s.set(ctx, "minimax-m3:modelDownload.image", "python:3.10-slim")
+	_, ops, err = s.up(ctx)
+	require.NoError(t, err, s.log.String())
+	changed := graphOps(t, ops)
+	assert.Contains(t, changed["kubernetes:batch/v1:Job model-download"], "replace")
+	assert.Equal(t, "update", changed["kubernetes:nvidia.com/v1beta1:DynamoGraphDeployment graph"])
+	for k := range changed {
+		assert.NotRegexp(t, "Namespace|Secret|PersistentVolumeClaim|ConfigMap|ComputeDomain", k, "only the Job and the graph change")
+	}
+	assert.Contains(t, liveGraphSpecOn(t, box.Client, ns, tc.graph).Components[1].PodTemplate.Spec.Containers[0].Args, newRevision)
+
+	// 6. No plaintext token in the state, the outputs or the logs.
+	state := s.export()
+	assert.NotContains(t, state, testToken)
+	assert.Contains(t, state, "ciphertext", "the token is encrypted in state")
+	outputs, err := s.stack.Outputs(ctx)
+	require.NoError(t, err)
+	for k, v := range outputs {
+		assert.NotContains(t, toJSON(t, v.Value), testToken, k)
+	}
+	assert.NotContains(t, s.log.String(), testToken)
+	assert.NotContains(t, s.log.String(), "client-key-data")
+
+	// 7. destroy.
+	_, err = s.stack.Destroy(ctx, optdestroy.ProgressStreams(s.log))
+	require.NoError(t, err, s.log.String())
+	eventually(t, 2*time.Minute, "every pod is gone (garbage collector, kwok)", func(ctx context.Context) (bool, error) {
+		pods, err := listPods(ctx, ns, nil)
+		return err == nil && len(pods) == 0, err
+	})
+	for _, kind := range []client.ObjectList{&appsv1.DeploymentList{}, &batchv1.JobList{}, &resourcev1.ResourceClaimList{}, &resourcev1.ResourceClaimTemplateList{}, &corev1.ConfigMapList{}} {
+		require.NoError(t, box.Client.List(ctx, kind, client.InNamespace(ns)))
+		if cms, ok := kind.(*corev1.ConfigMapList); ok {
+			// Every namespace has the API server's root CA bundle.
+			cms.Items = slices.DeleteFunc(cms.Items, func(c corev1.ConfigMap) bool { return c.Name == "kube-root-ca.crt" })
+		}
+		assert.Zero(t, meta.LenList(kind), "%T left in %s", kind, ns)
+	}
+	pools := schema.GroupVersionKind{Group: components.InferencePools.Group, Version: "v1", Kind: "InferencePool"}
+	for _, gvk := range []schema.GroupVersionKind{graphGVK, computeDomainGVK, pools} {
+		var list unstructured.UnstructuredList
+		list.SetGroupVersionKind(gvk.GroupVersion().WithKind(gvk.Kind + "List"))
+		require.NoError(t, box.Client.List(ctx, &list, client.InNamespace(ns)))
+		assert.Empty(t, list.Items, "%v left in %s", gvk, ns)
+	}
+	assert.True(t, apierrors.IsNotFound(box.Client.Get(ctx, imex, &appsv1.DaemonSet{})), "the controller deleted the IMEX DaemonSet before its finalizer")
+	_, exists := getOn(t, box.Client, secretGVK, ns, "hf-token-secret")
+	assert.False(t, exists, "the stack's token Secret is deleted")
+	require.NoError(t, box.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: "shared-model-cache"}, pvc), "destroy keeps the cache claim")
+	assert.Equal(t, corev1.ClaimBound, pvc.Status.Phase)
+	nsObj := &corev1.Namespace{}
+	require.NoError(t, box.Client.Get(ctx, client.ObjectKey{Name: ns}, nsObj), "and the namespace that holds it")
+	assert.Nil(t, nsObj.DeletionTimestamp)
 }
 
 // assertInferencePool checks a stack routed to an InferencePool: the real operator made the pool
@@ -537,43 +544,41 @@ func TestBoxFullRackFlagChangeRollsWithoutASpareGPU(t *testing.T) {
 // A download pod that fails, and workers that do not fit the rack, each fail `up` with
 // Kubernetes' own reason: the Job controller's BackoffLimitExceeded, the scheduler's Insufficient
 // nvidia.com/gpu.
-func TestBoxFailuresCarryKubernetesReasons(t *testing.T) {
+func TestBoxFailuresCarryKubernetesReasonsDownload(t *testing.T) {
 	t.Parallel()
-	t.Run("download", func(t *testing.T) {
-		t.Parallel()
-		r := addRack(t, rackbox.NVL72("fail-dl").WithGPUs(12))
-		s := newBoxStack(t, "agg", "box-fail-dl", r, auto.ConfigMap{
-			"minimax-m3:modelDownload.image":        {Value: rackbox.FailingImage},
-			"minimax-m3:modelDownload.backoffLimit": {Value: "0"},
-		})
-		_, _, err := s.up(context.Background())
-		require.Error(t, err)
-		assert.Contains(t, s.log.String(), "BackoffLimitExceeded", "the Job controller's reason\n%s", s.log.String())
-		// up failed on the Job's condition, not at the download's timeout, and made no graph.
-		assert.Contains(t, err.Error(), "[BackoffLimitExceeded]")
-		assert.NotContains(t, err.Error(), "timed out")
-		_, exists := getOn(t, box.Client, graphGVK, "box-fail-dl", aggGraph)
-		assert.False(t, exists, "no graph is created without the model")
+	r := addRack(t, rackbox.NVL72("fail-dl").WithGPUs(12))
+	s := newBoxStack(t, "agg", "box-fail-dl", r, auto.ConfigMap{
+		"minimax-m3:modelDownload.image":        {Value: rackbox.FailingImage},
+		"minimax-m3:modelDownload.backoffLimit": {Value: "0"},
 	})
-	t.Run("too few GPUs", func(t *testing.T) {
-		t.Parallel()
-		r := addRack(t, rackbox.NVL72("fail-gpu").WithGPUs(8))
-		// Long enough for the download, the operator and the scheduler's verdict on a box busy
-		// with the parallel tests; the wait runs it out on purpose. The placement check, which
-		// would refuse this graph before anything is created (box_placement_test.go), is off:
-		// this is what `up` shows when the room is gone after the check (another team took it).
-		s := newBoxStack(t, "agg", "box-fail-gpu", r, auto.ConfigMap{
-			"minimax-m3:readiness.timeout": {Value: "60s"},
-			"minimax-m3:placement.check":   {Value: "false"},
-		})
-		_, _, err := s.up(context.Background())
-		require.Error(t, err)
-		assert.Contains(t, s.log.String(), "cannot be scheduled: Unschedulable: 0/", "the scheduler's verdict, in up's output\n%s", s.log.String())
-		assert.Contains(t, s.log.String(), "Insufficient nvidia.com/gpu")
-		assert.Contains(t, err.Error(), "kubernetes:nvidia.com/v1beta1:DynamoGraphDeployment (graph):", "the error names the graph resource")
-		assert.Contains(t, err.Error(), "was not Ready at generation 1 within 1m0s (readiness.timeout, 60s)")
-		assert.Contains(t, err.Error(), "Insufficient nvidia.com/gpu", "and what kept its pods from running")
+	_, _, err := s.up(context.Background())
+	require.Error(t, err)
+	assert.Contains(t, s.log.String(), "BackoffLimitExceeded", "the Job controller's reason\n%s", s.log.String())
+	// up failed on the Job's condition, not at the download's timeout, and made no graph.
+	assert.Contains(t, err.Error(), "[BackoffLimitExceeded]")
+	assert.NotContains(t, err.Error(), "timed out")
+	_, exists := getOn(t, box.Client, graphGVK, "box-fail-dl", aggGraph)
+	assert.False(t, exists, "no graph is created without the model")
+}
+
+func TestBoxFailuresCarryKubernetesReasonsTooFewGPUs(t *testing.T) {
+	t.Parallel()
+	r := addRack(t, rackbox.NVL72("fail-gpu").WithGPUs(8))
+	// Long enough for the download, the operator and the scheduler's verdict on a box busy
+	// with the parallel tests; the wait runs it out on purpose. The placement check, which
+	// would refuse this graph before anything is created (box_placement_test.go), is off:
+	// this is what `up` shows when the room is gone after the check (another team took it).
+	s := newBoxStack(t, "agg", "box-fail-gpu", r, auto.ConfigMap{
+		"minimax-m3:readiness.timeout": {Value: "60s"},
+		"minimax-m3:placement.check":   {Value: "false"},
 	})
+	_, _, err := s.up(context.Background())
+	require.Error(t, err)
+	assert.Contains(t, s.log.String(), "cannot be scheduled: Unschedulable: 0/", "the scheduler's verdict, in up's output\n%s", s.log.String())
+	assert.Contains(t, s.log.String(), "Insufficient nvidia.com/gpu")
+	assert.Contains(t, err.Error(), "kubernetes:nvidia.com/v1beta1:DynamoGraphDeployment (graph):", "the error names the graph resource")
+	assert.Contains(t, err.Error(), "was not Ready at generation 1 within 1m0s (readiness.timeout, 60s)")
+	assert.Contains(t, err.Error(), "Insufficient nvidia.com/gpu", "and what kept its pods from running")
 }
 
 // warningRecorder keeps the warnings the API server sends a client.
