@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"strings"
 
 	"github.com/blang/semver"
 	"github.com/pulumi/pulumi/sdk/v3/go/common/resource"
@@ -49,6 +50,22 @@ func pack() (policyx.PolicyPack, error) {
 	return policyx.NewPolicyPack("minimax-m3", semver.MustParse("1.0.0"), policyx.EnforcementLevelMandatory, ps)
 }
 
+// RegistriesEnv names the site's image registries for rule allowed-registries, comma-separated, as
+// cmd/policy's -image-registries takes them (unset: the recipe's): the workflow that deploys sets it
+// from the same repository variable the PR check reads, never from a stack file a change could edit.
+const RegistriesEnv = "MINIMAX_M3_IMAGE_REGISTRIES"
+
+// Registries splits a comma-separated list of registries, dropping empty entries.
+func Registries(list string) []string {
+	var out []string
+	for _, r := range strings.Split(list, ",") {
+		if r = strings.TrimSpace(r); r != "" {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
 // report checks resources as objects the change creates, and reports each violation at the
 // resource it names (the stack, when it names several).
 func report(m policyx.PolicyManager, r policy.Rule, rs []policyx.AnalyzerResource) {
@@ -63,7 +80,7 @@ func report(m policyx.PolicyManager, r policy.Rule, rs []policyx.AnalyzerResourc
 	if len(rs) == 1 {
 		urn = rs[0].URN
 	}
-	for _, v := range r.Check(policy.Plan{Steps: steps}) {
+	for _, v := range r.Check(policy.Plan{Steps: steps, ImageRegistries: Registries(os.Getenv(RegistriesEnv))}) {
 		m.ReportViolation(v.Resource+": "+v.Message, urn)
 	}
 }

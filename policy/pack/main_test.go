@@ -1,6 +1,7 @@
 package main
 
 import (
+	"os"
 	"testing"
 
 	"github.com/pulumi/pulumi/sdk/v3/go/common/resource"
@@ -75,4 +76,31 @@ func TestReportNamesTheResource(t *testing.T) {
 	report(&m, rule, []policyx.AnalyzerResource{job})
 	require.Len(t, m.reported, 1)
 	assert.Equal(t, job.URN+` Job inference/download container main: image "busybox" has no tag or digest (it means latest)`, m.reported[0])
+}
+
+// The site's registries come from MINIMAX_M3_IMAGE_REGISTRIES, as the deploy workflow sets them from
+// the repository variable the PR check reads: an image of the site's mirror passes
+// allowed-registries with it, and only with it.
+func TestTheSitesRegistriesComeFromTheEnvironment(t *testing.T) {
+	var rule policy.Rule
+	for _, r := range policy.Rules {
+		if r.Name == "allowed-registries" {
+			rule = r
+		}
+	}
+	job := policyx.AnalyzerResource{Type: "kubernetes:batch/v1:Job", URN: "urn:pulumi:s::p::kubernetes:batch/v1:Job::download", Name: "download"}
+	job.Properties = resource.FromResourcePropertyMap(resource.NewPropertyMapFromMap(map[string]any{
+		"metadata": map[string]any{"name": "download", "namespace": "inference"},
+		"spec": map[string]any{"template": map[string]any{"spec": map[string]any{
+			"containers": []any{map[string]any{"name": "main", "image": "mirror.example.com/nvidia/vllm-runtime:1.0"}},
+		}}},
+	}))
+	var m manager
+	report(&m, rule, []policyx.AnalyzerResource{job})
+	assert.Len(t, m.reported, 1, "the recipe's registries by default")
+	t.Setenv(RegistriesEnv, " mirror.example.com/nvidia, ,nvcr.io/nvidia")
+	m = manager{}
+	report(&m, rule, []policyx.AnalyzerResource{job})
+	assert.Empty(t, m.reported)
+	assert.Equal(t, []string{"mirror.example.com/nvidia", "nvcr.io/nvidia"}, Registries(os.Getenv(RegistriesEnv)))
 }

@@ -126,6 +126,8 @@ type runOptions struct {
 	drift bool
 	// mayFail: a failing step ends the run (runResult.failed) instead of failing the test.
 	mayFail bool
+	// staleHead: main has moved on since the commit the run checks out (a re-run of an old run).
+	staleHead bool
 }
 
 // runResult is what a run did: the spies' findings, the pulumi commands run (one line each, its
@@ -160,6 +162,12 @@ func runJobs(t *testing.T, wf workflow, o runOptions, jobs ...string) runResult 
 	}
 	writeExec(t, filepath.Join(bin, "pulumi"), "#!/usr/bin/env bash\n"+spy+"\nprintf '%s\\n' \"$*\" >> "+pulumiArgs+
 		"\nif [ -d \"$RUNNER_TEMP/out\" ]; then echo '{}' > \"$RUNNER_TEMP/out/events.json\"; fi\n"+drift+"echo 'no changes'\n")
+	// gh answers the API's question of main's head: the run's commit, or a newer one.
+	head := "\"$GITHUB_SHA\""
+	if o.staleHead {
+		head = strings.Repeat("f", 40)
+	}
+	writeExec(t, filepath.Join(bin, "gh"), "#!/usr/bin/env bash\ncase \"$*\" in *git/ref/heads/main*) echo "+head+" ;; esac\n")
 	writeExec(t, filepath.Join(bin, "kubectl"), "#!/usr/bin/env bash\ncase \"$*\" in *'auth can-i'*) echo no ;; *'create configmap'*) exit 1 ;; esac\nexit 0\n")
 
 	temp := filepath.Join(root, "_temp")
@@ -179,6 +187,8 @@ func runJobs(t *testing.T, wf workflow, o runOptions, jobs ...string) runResult 
 		"vars.PREVIEW_NAMESPACE":                        "team-a",
 		"vars.PREVIEW_ROLE_ARN":                         "arn:aws:iam::123456789012:role/preview",
 		"vars.DEPLOY_ROLE_ARN":                          "arn:aws:iam::123456789012:role/deploy",
+		"vars.DRIFT_ROLE_ARN":                           "arn:aws:iam::123456789012:role/drift",
+		"vars.IMAGE_REGISTRIES":                         "mirror.example.com/nvidia",
 		"vars.AWS_REGION":                               "eu-west-1",
 	}
 	var failed string
@@ -219,7 +229,7 @@ jobs:
 			}
 			stepEnv := map[string]string{
 				"PATH": bin + string(os.PathListSeparator) + os.Getenv("PATH"), "HOME": home,
-				"RUNNER_TEMP": temp, "GITHUB_WORKSPACE": ws, "GITHUB_REPOSITORY": ctx["github.repository"],
+				"RUNNER_TEMP": temp, "GITHUB_WORKSPACE": ws, "GITHUB_REPOSITORY": ctx["github.repository"], "GITHUB_SHA": strings.Repeat("c", 40),
 				"SPY_LOG": spyLog, "SPY_ROOT": root, "SPY_STEP": stepName,
 			}
 			if perms["id-token"] == "write" {
@@ -397,7 +407,10 @@ func writeExec(t *testing.T, path, content string) {
 
 // The drift check and the deploy on merge, run here as the PR workflow is: their scripts by bash,
 // pulumi/actions' command played as the action runs the CLI (its inputs as the CLI's flags), the
-// CLI a fake that records what it is asked and, with drift, finds the live state changed.
+// CLI a fake that records what it is asked and, with drift, finds the live state changed. What the
+// play leaves out: the action is a Node process that logs in to cloud-url (played as the CLI's
+// PULUMI_BACKEND_URL) and passes its own runner tokens on to the CLI; the job-level `if`s are
+// read, not evaluated.
 func TestTheDriftCheckAndTheDeployRunLocally(t *testing.T) {
 	drift := readWorkflowFile(t, "drift.yml")
 	res := runJobs(t, drift, runOptions{mayFail: true}, "drift")
@@ -421,6 +434,12 @@ func TestTheDriftCheckAndTheDeployRunLocally(t *testing.T) {
 		"Update, with the policy pack: env PULUMI_CONFIG_PASSPHRASE",
 		"Update, with the policy pack: file deploy-kubeconfig",
 	}, res.found, "main's program gets the credentials of the update, in the update's step")
+
+	// A re-run of an old deploy, after main moved on, stops before the update: it would roll the
+	// newer changes back.
+	res = runJobs(t, deploy, runOptions{staleHead: true, mayFail: true}, "deploy")
+	assert.Equal(t, "The commit is main's head (a re-run of an older deploy would roll newer changes back)", res.failed)
+	assert.Empty(t, res.pulumi)
 
 	// What makes them safe to run unattended: main only, one at a time, none cancelled halfway,
 	// the update behind an approved environment.
@@ -446,6 +465,7 @@ func TestTheDriftCheckAndTheDeployRunLocally(t *testing.T) {
 		},
 		"deploy.yml": func() {
 			assert.Equal(t, map[string]any{"branches": []any{"main"}}, map[string]any{"branches": raw.On["push"].(map[string]any)["branches"]})
+			assert.Equal(t, "github.ref == 'refs/heads/main'", raw.Jobs["deploy"].If, "a manual run from another branch deploys nothing")
 			assert.Equal(t, "production", raw.Jobs["deploy"].Environment)
 			assert.Equal(t, 1, raw.Jobs["deploy"].Strategy.MaxParallel, "one stack at a time")
 		},
