@@ -57,21 +57,7 @@ func (m *manager) ReportViolation(message, urn string) {
 
 // A violation is reported at the resource the rule read.
 func TestReportNamesTheResource(t *testing.T) {
-	var rule policy.Rule
-	for _, r := range policy.Rules {
-		if r.Name == "pinned-images" {
-			rule = r
-		}
-	}
-	job := policyx.AnalyzerResource{
-		Type: "kubernetes:batch/v1:Job", URN: "urn:pulumi:s::p::kubernetes:batch/v1:Job::download", Name: "download",
-	}
-	job.Properties = resource.FromResourcePropertyMap(resource.NewPropertyMapFromMap(map[string]any{
-		"metadata": map[string]any{"name": "download", "namespace": "inference"},
-		"spec": map[string]any{"template": map[string]any{"spec": map[string]any{
-			"containers": []any{map[string]any{"name": "main", "image": "busybox"}},
-		}}},
-	}))
+	rule, job := ruleNamed(t, "pinned-images"), downloadJob("busybox")
 	var m manager
 	report(&m, rule, []policyx.AnalyzerResource{job})
 	require.Len(t, m.reported, 1)
@@ -82,19 +68,7 @@ func TestReportNamesTheResource(t *testing.T) {
 // the repository variable the PR check reads: an image of the site's mirror passes
 // allowed-registries with it, and only with it.
 func TestTheSitesRegistriesComeFromTheEnvironment(t *testing.T) {
-	var rule policy.Rule
-	for _, r := range policy.Rules {
-		if r.Name == "allowed-registries" {
-			rule = r
-		}
-	}
-	job := policyx.AnalyzerResource{Type: "kubernetes:batch/v1:Job", URN: "urn:pulumi:s::p::kubernetes:batch/v1:Job::download", Name: "download"}
-	job.Properties = resource.FromResourcePropertyMap(resource.NewPropertyMapFromMap(map[string]any{
-		"metadata": map[string]any{"name": "download", "namespace": "inference"},
-		"spec": map[string]any{"template": map[string]any{"spec": map[string]any{
-			"containers": []any{map[string]any{"name": "main", "image": "mirror.example.com/nvidia/vllm-runtime:1.0"}},
-		}}},
-	}))
+	rule, job := ruleNamed(t, "allowed-registries"), downloadJob("mirror.example.com/nvidia/vllm-runtime:1.0")
 	var m manager
 	report(&m, rule, []policyx.AnalyzerResource{job})
 	assert.Len(t, m.reported, 1, "the recipe's registries by default")
@@ -103,4 +77,27 @@ func TestTheSitesRegistriesComeFromTheEnvironment(t *testing.T) {
 	report(&m, rule, []policyx.AnalyzerResource{job})
 	assert.Empty(t, m.reported)
 	assert.Equal(t, []string{"mirror.example.com/nvidia", "nvcr.io/nvidia"}, Registries(os.Getenv(RegistriesEnv)))
+}
+
+func ruleNamed(t *testing.T, name string) policy.Rule {
+	t.Helper()
+	for _, r := range policy.Rules {
+		if r.Name == name {
+			return r
+		}
+	}
+	t.Fatalf("no rule %s", name)
+	return policy.Rule{}
+}
+
+// downloadJob is a Job inference/download whose one container runs image, as the engine hands it over.
+func downloadJob(image string) policyx.AnalyzerResource {
+	job := policyx.AnalyzerResource{Type: "kubernetes:batch/v1:Job", URN: "urn:pulumi:s::p::kubernetes:batch/v1:Job::download", Name: "download"}
+	job.Properties = resource.FromResourcePropertyMap(resource.NewPropertyMapFromMap(map[string]any{
+		"metadata": map[string]any{"name": "download", "namespace": "inference"},
+		"spec": map[string]any{"template": map[string]any{"spec": map[string]any{
+			"containers": []any{map[string]any{"name": "main", "image": image}},
+		}}},
+	}))
+	return job
 }
