@@ -128,6 +128,8 @@ type runOptions struct {
 	mayFail bool
 	// staleHead: main has moved on since the commit the run checks out (a re-run of an old run).
 	staleHead bool
+	// refused: the policies refuse the preview `cmd/policy -up` checks, so nothing is applied.
+	refused bool
 }
 
 // runResult is what a run did: the spies' findings, the pulumi commands run (one line each, its
@@ -162,6 +164,13 @@ func runJobs(t *testing.T, wf workflow, o runOptions, jobs ...string) runResult 
 	}
 	writeExec(t, filepath.Join(bin, "pulumi"), "#!/usr/bin/env bash\n"+spy+"\nprintf '%s\\n' \"$*\" >> "+pulumiArgs+
 		"\nif [ -d \"$RUNNER_TEMP/out\" ]; then echo '{}' > \"$RUNNER_TEMP/out/events.json\"; fi\n"+drift+"echo 'no changes'\n")
+	// go runs main's own tools (`go run ./cmd/policy -up`): played, it records what it is asked and,
+	// refused, fails as the tool does on a violation.
+	refuse := ""
+	if o.refused {
+		refuse = "echo 'stack agg: 1 violations'; exit 1\n"
+	}
+	writeExec(t, filepath.Join(bin, "go"), "#!/usr/bin/env bash\n"+spy+"\nprintf 'go %s\\n' \"$*\" >> "+pulumiArgs+"\n"+refuse+"echo 'no violations'\n")
 	// gh answers the API's question of main's head: the run's commit, or a newer one.
 	head := "\"$GITHUB_SHA\""
 	if o.staleHead {
@@ -422,18 +431,20 @@ func TestTheDriftCheckAndTheDeployRunLocally(t *testing.T) {
 
 	deploy := readWorkflowFile(t, "deploy.yml")
 	res = runJobs(t, deploy, runOptions{}, "deploy")
-	require.Len(t, res.pulumi, 1)
-	assert.Equal(t, "up --stack agg --non-interactive --diff --refresh --color never --policy-pack policy/pack", sortedFlags(res.pulumi[0]),
-		"the update runs the CrossGuard pack")
+	assert.Equal(t, []string{"go run ./cmd/policy -stack agg -up -allow-roll all -image-registries mirror.example.com/nvidia"}, res.pulumi,
+		"the update is main's own: a preview, every policy on it (the site's registries), and exactly its plan applied")
+	update := "Preview, check every policy on that preview, and apply exactly its plan"
 	assert.Equal(t, []string{
-		"Update, with the policy pack: env ACTIONS_ID_TOKEN_REQUEST_TOKEN",
-		"Update, with the policy pack: env AWS_ACCESS_KEY_ID",
-		"Update, with the policy pack: env AWS_SECRET_ACCESS_KEY",
-		"Update, with the policy pack: env AWS_SESSION_TOKEN",
-		"Update, with the policy pack: env PULUMI_BACKEND_URL",
-		"Update, with the policy pack: env PULUMI_CONFIG_PASSPHRASE",
-		"Update, with the policy pack: file deploy-kubeconfig",
+		update + ": env ACTIONS_ID_TOKEN_REQUEST_TOKEN",
+		update + ": env AWS_ACCESS_KEY_ID",
+		update + ": env AWS_SECRET_ACCESS_KEY",
+		update + ": env AWS_SESSION_TOKEN",
+		update + ": env PULUMI_BACKEND_URL",
+		update + ": env PULUMI_CONFIG_PASSPHRASE",
+		update + ": file deploy-kubeconfig",
 	}, res.found, "main's program gets the credentials of the update, in the update's step")
+	res = runJobs(t, deploy, runOptions{refused: true, mayFail: true}, "deploy")
+	assert.Equal(t, update, res.failed, "a refusal of the policies fails the run")
 
 	// A re-run of an old deploy, after main moved on, stops before the update: it would roll the
 	// newer changes back.
