@@ -22,8 +22,6 @@ const (
 	EndpointPickerName = "Epp"
 	// FrontendSidecarName is the container of each worker pod the operator makes a frontend of.
 	FrontendSidecarName = "sidecar-frontend"
-	// componentTypeLabel is the label the operator puts the component's type in on its pods.
-	componentTypeLabel = "nvidia.com/dynamo-component-type"
 )
 
 // endpointPickerComponent is the graph's epp component: Dynamo's endpoint picker, told the model,
@@ -75,7 +73,7 @@ func endpointPickerComponent(c *config.Config) GraphComponent {
 func EndpointPickerConfig(c *config.Config) *eppv1alpha1.EndpointPickerConfig {
 	one := 1
 	filter := func(name, role string) eppv1alpha1.PluginSpec {
-		params, _ := json.Marshal(map[string]any{"label": componentTypeLabel, "validValues": []string{role}, "allowsNoLabel": false}) // cannot fail: plain values
+		params, _ := json.Marshal(map[string]any{"label": ComponentTypeLabel, "validValues": []string{role}, "allowsNoLabel": false}) // cannot fail: plain values
 		return eppv1alpha1.PluginSpec{Name: name, Type: "label-filter", Parameters: params}
 	}
 	profile := func(name, filter, scorer string) eppv1alpha1.SchedulingProfile {

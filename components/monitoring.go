@@ -73,18 +73,13 @@ func NewMonitoring(ctx *pulumi.Context, name string, args *MonitoringArgs, opts 
 	for k, v := range c.Observability.Labels {
 		labels[k] = pulumi.String(v)
 	}
-	monitors := []struct {
+	type monitor struct {
 		name string
 		spec monitoringv1.PodMonitorSpec
-	}{
-		{c.FrontendMonitorName(), FrontendPodMonitor(c)},
-		{c.WorkerMonitorName(), WorkerPodMonitor(c)},
 	}
+	monitors := []monitor{{c.FrontendMonitorName(), FrontendPodMonitor(c)}, {c.WorkerMonitorName(), WorkerPodMonitor(c)}}
 	if c.InferencePool() {
-		monitors = append(monitors, struct {
-			name string
-			spec monitoringv1.PodMonitorSpec
-		}{c.SidecarMonitorName(), SidecarPodMonitor(c)})
+		monitors = append(monitors, monitor{c.SidecarMonitorName(), SidecarPodMonitor(c)})
 	}
 	for _, pm := range monitors {
 		if _, err := newObject(ctx, pm.name, objectArgs{
