@@ -3,6 +3,7 @@ package components
 import (
 	"fmt"
 
+	"github.com/pulumi/pulumi-kubernetes/sdk/v4/go/kubernetes"
 	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
 
 	"minimax-m3/config"
@@ -34,6 +35,12 @@ type MiniMaxM3Args struct {
 	GraphReadyBefore int64
 	// Rendering writes manifests instead of applying them: no object gets a UID.
 	Rendering bool
+	// Packaged is a Deployment another program (or language) builds through the package: its
+	// resources have no aliases from the program's first naming scheme.
+	Packaged bool
+	// Provider, when set, is made as the component's own Kubernetes provider (a child, used by every
+	// object under it); nil uses the provider the component's options give.
+	Provider *kubernetes.ProviderArgs
 }
 
 // MiniMaxM3 is one stack's deployment: namespace, token Secret, model cache, ComputeDomain and the
@@ -64,11 +71,21 @@ func NewMiniMaxM3(ctx *pulumi.Context, name string, args *MiniMaxM3Args, opts ..
 	c := args.Config
 	d := &MiniMaxM3{}
 	legacy := c.GraphName // the logical name every resource had under the first naming scheme
+	if args.Packaged {
+		legacy = ""
+	}
 	opts = append(opts, legacyAlias(ctx, legacy, deploymentType))
 	if err := ctx.RegisterComponentResource(deploymentType, name, d, opts...); err != nil {
 		return nil, err
 	}
-	parent := pulumi.Parent(d)
+	var parent pulumi.ResourceOption = pulumi.Parent(d)
+	if args.Provider != nil {
+		p, err := kubernetes.NewProvider(ctx, "kubernetes", args.Provider, parent)
+		if err != nil {
+			return nil, err
+		}
+		parent = pulumi.Composite(parent, pulumi.Providers(p))
+	}
 
 	ns, err := NewNamespace(ctx, "namespace", &NamespaceArgs{
 		Name:   c.Namespace.Name,
@@ -77,7 +94,7 @@ func NewMiniMaxM3(ctx *pulumi.Context, name string, args *MiniMaxM3Args, opts ..
 		// claim; so is one the stack adopted: it existed before, with whatever it holds.
 		RetainOnDelete: c.ModelCache.Create && !c.ModelCache.DeleteOnDestroy || args.Meta.Adopted("Namespace", c.Namespace.Name),
 		Meta:           args.Meta,
-		LegacyName:     legacy + "-namespace",
+		LegacyName:     legacySuffixed(legacy, "-namespace"),
 	}, parent)
 	if err != nil {
 		return nil, err
@@ -90,10 +107,10 @@ func NewMiniMaxM3(ctx *pulumi.Context, name string, args *MiniMaxM3Args, opts ..
 		Model:       c.Model,
 		PullSecrets: c.ImagePullSecrets,
 		Meta:        args.Meta,
-		LegacyName:  legacy + "-model-cache",
+		LegacyName:  legacySuffixed(legacy, "-model-cache"),
 	}
 	if c.ModelDownload.Enabled {
-		tokenArgs := &HFTokenSecretArgs{Namespace: ns.Name, SecretName: c.HuggingFace.SecretName, Meta: args.Meta, LegacyName: legacy + "-hf-token"}
+		tokenArgs := &HFTokenSecretArgs{Namespace: ns.Name, SecretName: c.HuggingFace.SecretName, Meta: args.Meta, LegacyName: legacySuffixed(legacy, "-hf-token")}
 		if !c.HuggingFace.ExistingSecret {
 			tokenArgs.Token = args.HFToken
 		}
@@ -115,13 +132,13 @@ func NewMiniMaxM3(ctx *pulumi.Context, name string, args *MiniMaxM3Args, opts ..
 		ChannelClaimTemplate: c.ChannelClaimTemplateName(),
 		Create:               c.ComputeDomain.Create,
 		Meta:                 args.Meta,
-		LegacyName:           legacy + "-compute-domain",
+		LegacyName:           legacySuffixed(legacy, "-compute-domain"),
 	}, parent)
 	if err != nil {
 		return nil, err
 	}
 
-	graph, err := NewGraph(ctx, "graph", &GraphArgs{Namespace: ns.Name, Config: c, Meta: args.Meta, LegacyName: legacy + "-graph", Status: args.GraphStatus, ReadyBefore: args.GraphReadyBefore},
+	graph, err := NewGraph(ctx, "graph", &GraphArgs{Namespace: ns.Name, Config: c, Meta: args.Meta, LegacyName: legacySuffixed(legacy, "-graph"), Status: args.GraphStatus, ReadyBefore: args.GraphReadyBefore},
 		parent, pulumi.DependsOn(append(append([]pulumi.Resource{}, cd.Ready...), cache.Ready...)))
 	if err != nil {
 		return nil, err

@@ -75,7 +75,7 @@ func NewGraph(ctx *pulumi.Context, name string, args *GraphArgs, opts ...pulumi.
 		Metadata: &metav1.ObjectMetaArgs{Name: pulumi.String(c.ConfigMapName()), Namespace: args.Namespace, Labels: stackLabels(ctx),
 			Annotations: args.Meta.annotations(ctx, "ConfigMap", c.ConfigMapName(), nil)},
 		Data: pulumi.ToStringMap(SpeculativeConfigs(c)),
-	}, pulumi.Parent(g), legacyAlias(ctx, args.LegacyName+"-config", deploymentType, graphType, "kubernetes:core/v1:ConfigMap"))
+	}, pulumi.Parent(g), legacyAlias(ctx, legacySuffixed(args.LegacyName, "-config"), deploymentType, graphType, "kubernetes:core/v1:ConfigMap"))
 	if err != nil {
 		return nil, err
 	}
@@ -107,7 +107,10 @@ func NewGraph(ctx *pulumi.Context, name string, args *GraphArgs, opts ...pulumi.
 		labels[BenchmarkLabel] = pulumi.String("true")
 	}
 
-	aliases := []pulumi.Alias{{URN: legacyURN(ctx, args.LegacyName, deploymentType, graphType, graphTypeToken("nvidia.com/v1beta1"))}}
+	var aliases []pulumi.Alias
+	if args.LegacyName != "" {
+		aliases = append(aliases, pulumi.Alias{URN: legacyURN(ctx, args.LegacyName, deploymentType, graphType, graphTypeToken("nvidia.com/v1beta1"))})
+	}
 	for _, v := range previousGraphAPIVersions {
 		aliases = append(aliases, pulumi.Alias{Type: pulumi.String(graphTypeToken(v))})
 	}

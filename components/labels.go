@@ -92,7 +92,19 @@ func stackLabels(ctx *pulumi.Context) pulumi.StringMap {
 // program's first naming scheme), with the same component nesting: types lists the types from the
 // top-level component down to the resource's own.
 func legacyAlias(ctx *pulumi.Context, name string, types ...string) pulumi.ResourceOption {
+	if name == "" {
+		return pulumi.Composite()
+	}
 	return pulumi.Aliases([]pulumi.Alias{{URN: legacyURN(ctx, name, types...)}})
+}
+
+// legacySuffixed is a legacy name with a suffix, or "" (no alias) when there is none: a Deployment
+// built as a package's component has no legacy names.
+func legacySuffixed(name, suffix string) string {
+	if name == "" {
+		return ""
+	}
+	return name + suffix
 }
 
 func legacyURN(ctx *pulumi.Context, name string, types ...string) pulumi.URNInput {

@@ -201,6 +201,6 @@ func newDownloadJob(ctx *pulumi.Context, args *ModelCacheArgs, parent *ModelCach
 		pulumi.DeleteBeforeReplace(true),
 		// Leave Kubernetes' activeDeadlineSeconds the first word on a slow download.
 		pulumi.Timeouts(&pulumi.CustomTimeouts{Create: (whole + 10*time.Minute).String(), Update: (whole + 10*time.Minute).String()}),
-		legacyAlias(ctx, args.LegacyName+"-download", deploymentType, modelCacheType, "kubernetes:batch/v1:Job"),
+		legacyAlias(ctx, legacySuffixed(args.LegacyName, "-download"), deploymentType, modelCacheType, "kubernetes:batch/v1:Job"),
 	)
 }

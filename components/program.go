@@ -57,6 +57,30 @@ func Deploy(ctx *pulumi.Context, o Options) (pulumi.Map, error) {
 	if err != nil {
 		return nil, err
 	}
+	d, err := deploy(ctx, "minimax-m3", &c, raw, o, nil)
+	if err != nil {
+		return nil, err
+	}
+	outputs := Outputs(&c, d)
+	outputs[IdentityOutput] = pulumi.String(StackIdentity(ctx))
+	return outputs, nil
+}
+
+// target is where deploy registers the Deployment: nil as a stack's program (its own provider
+// beside the component, the stack's previous outputs read back), else as a component of another
+// program (the package).
+type target struct {
+	// opts are the component's options (parent, providers, transforms).
+	opts []pulumi.ResourceOption
+	// ownProvider makes the component a Kubernetes provider of its own from the config; false
+	// leaves the provider to opts.
+	ownProvider bool
+	// token is the Hugging Face token, which may be unknown until another resource exists.
+	token pulumi.StringInput
+}
+
+// deploy checks c against the cluster and registers the Deployment named name.
+func deploy(ctx *pulumi.Context, name string, c *config.Config, raw config.Raw, o Options, as *target) (*MiniMaxM3, error) {
 	// One reader of the cluster, on the provider's kubeconfig (a test's own reader instead), for
 	// the ownership check and the smoke test's result. A render reads no cluster.
 	var (
@@ -88,20 +112,26 @@ func Deploy(ctx *pulumi.Context, o Options) (pulumi.Map, error) {
 			}
 		}
 		if reader != nil {
-			previous, err := previousOutputs(ctx)
-			if err != nil {
+			// A component in another program has no outputs of its own to read back: it starts
+			// from none, as a new stack does.
+			var previous previousStack
+			if as == nil {
+				var err error
+				if previous, err = previousOutputs(ctx); err != nil {
+					return nil, err
+				}
+			}
+			if err := checkAPIs(ctx, reader, c); err != nil {
 				return nil, err
 			}
-			if err := checkAPIs(ctx, reader, &c); err != nil {
+			if err := checkRouteHostname(ctx, reader, c, previous.identity); err != nil {
 				return nil, err
 			}
-			if err := checkRouteHostname(ctx, reader, &c, previous.identity); err != nil {
+			var err error
+			if meta, err = checkOwnership(ctx, reader, c, previous.identity); err != nil {
 				return nil, err
 			}
-			if meta, err = checkOwnership(ctx, reader, &c, previous.identity); err != nil {
-				return nil, err
-			}
-			if err := place(ctx, reader, &c, meta, previous); err != nil {
+			if err := place(ctx, reader, c, meta, previous); err != nil {
 				return nil, err
 			}
 			if previous.namespace == c.Namespace.Name && previous.graphName == c.GraphName {
@@ -138,21 +168,25 @@ func Deploy(ctx *pulumi.Context, o Options) (pulumi.Map, error) {
 		// render directory: say "none" explicitly, a render reads no cluster.
 		providerArgs = &kubernetes.ProviderArgs{RenderYamlToDirectory: pulumi.String(dir), Kubeconfig: pulumi.String("")}
 	}
+	args := &MiniMaxM3Args{Config: c, Meta: meta, Results: jobResults(reader), GraphStatus: graphStatus(reader), GraphReadyBefore: readyBefore, Rendering: o.RenderDirectory != ""}
+	if as != nil {
+		args.Packaged = true
+		if as.token != nil {
+			args.HFToken = pulumi.ToSecret(as.token).(pulumi.StringOutput)
+		}
+		if as.ownProvider {
+			args.Provider = providerArgs
+		}
+		return NewMiniMaxM3(ctx, name, args, as.opts...)
+	}
 	provider, err := kubernetes.NewProvider(ctx, "kubernetes", providerArgs)
 	if err != nil {
 		return nil, err
 	}
-	var token pulumi.StringInput
 	if t := raw.HFToken(); t != "" {
-		token = pulumi.ToSecret(pulumi.String(t)).(pulumi.StringOutput)
+		args.HFToken = pulumi.ToSecret(pulumi.String(t)).(pulumi.StringOutput)
 	}
-	d, err := NewMiniMaxM3(ctx, "minimax-m3", &MiniMaxM3Args{Config: &c, Meta: meta, HFToken: token, Results: jobResults(reader), GraphStatus: graphStatus(reader), GraphReadyBefore: readyBefore, Rendering: o.RenderDirectory != ""}, pulumi.Provider(provider))
-	if err != nil {
-		return nil, err
-	}
-	outputs := Outputs(&c, d)
-	outputs[IdentityOutput] = pulumi.String(StackIdentity(ctx))
-	return outputs, nil
+	return NewMiniMaxM3(ctx, name, args, pulumi.Provider(provider))
 }
 
 // previousStack is what the stack's last update exported ("" before the first).
@@ -215,13 +249,20 @@ func LoadConfig(ctx *pulumi.Context, keys []string) (config.Config, config.Raw, 
 			raw.Secrets[k] = ctx.IsConfigSecret(full)
 		}
 	}
+	c, err := ParseConfig(raw)
+	return c, raw, err
+}
+
+// ParseConfig builds and validates a Config from config values (as a stack or the package's inputs
+// hold them), the flags extraArgs may not repeat included.
+func ParseConfig(raw config.Raw) (config.Config, error) {
 	c, err := config.Parse(raw)
 	if err == nil {
 		if ps := RepeatedFlags(&c); len(ps) > 0 {
 			err = ps
 		}
 	}
-	return c, raw, err
+	return c, err
 }
 
 // checkKubeconfig refuses a kubeconfig (minimax-m3:kubeconfig) that is not one, or that lacks the

@@ -75,6 +75,17 @@ func Parse(raw Raw) (Config, error) {
 	return c, nil
 }
 
+// Check validates a Config built in Go (from Defaults) rather than parsed from a stack: every value,
+// and that a model download has exactly one source of the token (hasToken: one is given). The
+// error lists every problem, each naming its key.
+func Check(c *Config, hasToken bool) error {
+	ps := append(validateToken(c, hasToken), Validate(c)...)
+	if len(ps) > 0 {
+		return ps.sorted()
+	}
+	return nil
+}
+
 func unusedRoles(p Profile) []string {
 	switch p {
 	case Aggregated:

@@ -23,30 +23,10 @@ const SchemaFile = "schema/stack-config.schema.json"
 // hfToken and kubeconfig only as secrets ({secure: …}). commentsDir is the
 // config package's source directory, for the descriptions ("" leaves them out).
 func StackFileSchema(commentsDir string) ([]byte, error) {
-	r := &jsonschema.Reflector{
-		ExpandedStruct:            true,
-		AllowAdditionalProperties: false,
-		DoNotReference:            false,
-		// Every field is optional: the program's defaults (Defaults) fill what a stack leaves out.
-		RequiredFromJSONSchemaTags: true,
-		Namer:                      func(t reflect.Type) string { return t.Name() },
+	root, err := Schema(commentsDir)
+	if err != nil {
+		return nil, err
 	}
-	if commentsDir != "" {
-		// The comments are keyed by import path joined with each file's directory: read them
-		// under a stand-in base, then key them by this package's path, wherever dir is.
-		read := &jsonschema.Reflector{}
-		if err := read.AddGoComments("_", commentsDir); err != nil {
-			return nil, fmt.Errorf("reading the config package's comments: %w", err)
-		}
-		prefix := path.Join("_", filepath.ToSlash(filepath.Clean(commentsDir)))
-		r.CommentMap = map[string]string{}
-		for k, v := range read.CommentMap {
-			if rest, ok := strings.CutPrefix(k, prefix); ok {
-				r.CommentMap["minimax-m3/config"+rest] = v
-			}
-		}
-	}
-	root := r.Reflect(&Config{})
 	// Never stricter than the program (decodeValue): every form it takes, the schema takes.
 	loosen(reflect.TypeFor[Config](), root, root.Definitions, map[string]bool{})
 	secret := &jsonschema.Schema{Type: "object", Required: []string{"secure"},
@@ -111,6 +91,37 @@ func StackFileSchema(commentsDir string) ([]byte, error) {
 		return nil, err
 	}
 	return append(b, '\n'), nil
+}
+
+// Schema is the JSON Schema of Config as the Go types give it (every top-level key a property, each
+// struct type a definition, the Go doc comments from the config package's source directory
+// commentsDir as descriptions; "" leaves them out), before the stack file's loosening: what the
+// package schema is made from.
+func Schema(commentsDir string) (*jsonschema.Schema, error) {
+	r := &jsonschema.Reflector{
+		ExpandedStruct:            true,
+		AllowAdditionalProperties: false,
+		DoNotReference:            false,
+		// Every field is optional: the program's defaults (Defaults) fill what a stack leaves out.
+		RequiredFromJSONSchemaTags: true,
+		Namer:                      func(t reflect.Type) string { return t.Name() },
+	}
+	if commentsDir != "" {
+		// The comments are keyed by import path joined with each file's directory: read them
+		// under a stand-in base, then key them by this package's path, wherever dir is.
+		read := &jsonschema.Reflector{}
+		if err := read.AddGoComments("_", commentsDir); err != nil {
+			return nil, fmt.Errorf("reading the config package's comments: %w", err)
+		}
+		prefix := path.Join("_", filepath.ToSlash(filepath.Clean(commentsDir)))
+		r.CommentMap = map[string]string{}
+		for k, v := range read.CommentMap {
+			if rest, ok := strings.CutPrefix(k, prefix); ok {
+				r.CommentMap["minimax-m3/config"+rest] = v
+			}
+		}
+	}
+	return r.Reflect(&Config{}), nil
 }
 
 // loosen makes the schema of struct type t (s, its properties; defs, the shared definitions) take

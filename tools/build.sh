@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the pinned toolchain the tests and the offline main job need, from Go modules:
-# the Pulumi CLI, the Go language host, the Kubernetes provider plugin, kube-apiserver, etcd,
+# the Pulumi CLI, the Go and YAML language hosts, the Kubernetes provider plugin, kube-apiserver, etcd,
 # golangci-lint, actionlint, the rest of the local control plane (kube-controller-manager,
 # kube-scheduler), kwok (the simulated GB200 rack's nodes), the Dynamo operator and the NVIDIA DRA
 # driver's compute-domain-controller.
@@ -35,6 +35,7 @@ version() { bash "$tools/version.sh" "$1"; }
 # Each assignment on its own line: a failed look-up then stops the script (set -e).
 PULUMI_VERSION=$(version pulumi)
 LANGUAGE_GO_VERSION=$(version pulumi-language-go)
+LANGUAGE_YAML_VERSION=$(version pulumi-language-yaml)
 KUBERNETES_PROVIDER_VERSION=$(version pulumi-resource-kubernetes)
 KUBERNETES_VERSION=$(version kubernetes)
 ETCD_VERSION=$(version etcd)
@@ -123,6 +124,10 @@ build pulumi-language-go "$LANGUAGE_GO_VERSION" "$tools/pulumi-language-go" gith
 rm -f "$bin/pulumi-language-go" "$plugins/pulumi-language-go"
 install_script "$tools/pulumi-language-go.sh" "$pulumi_dir/pulumi-language-go" \
   "s|@HOST@|$language_go_dir/pulumi-language-go|"
+
+# The YAML language host, for programs that use the package from YAML: beside the CLI too.
+build pulumi-language-yaml "$LANGUAGE_YAML_VERSION" "$tools/pulumi-language-yaml" github.com/pulumi/pulumi-yaml/cmd/pulumi-language-yaml \
+  "-X github.com/pulumi/pulumi-yaml/pkg/version.Version=$LANGUAGE_YAML_VERSION" "$pulumi_dir"
 
 build etcd "$ETCD_VERSION" "$tools/etcd" .
 

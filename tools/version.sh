@@ -19,6 +19,7 @@ required() {
 case "${1:-}" in
   pulumi) required "$tools/pulumi/go.mod" github.com/pulumi/pulumi/pkg/v3 ;;
   pulumi-language-go) required "$tools/pulumi-language-go/go.mod" github.com/pulumi/pulumi/sdk/v3 ;;
+  pulumi-language-yaml) required "$tools/pulumi-language-yaml/go.mod" github.com/pulumi/pulumi-yaml ;;
   pulumi-resource-kubernetes)
     # The provider's source is pinned by commit in its tools module, which names the tag it is in a
     # "// provider vX.Y.Z" line: the two must agree, or the plugin would carry a version its code
@@ -35,5 +36,5 @@ case "${1:-}" in
   etcd) required "$tools/etcd/go.mod" go.etcd.io/etcd/server/v3 ;;
   golangci-lint) required "$tools/golangci-lint/go.mod" github.com/golangci/golangci-lint/v2 ;;
   actionlint) required "$tools/actionlint/go.mod" github.com/rhysd/actionlint ;;
-  *) echo "usage: tools/version.sh pulumi|pulumi-language-go|pulumi-resource-kubernetes|kubernetes|kwok|etcd|golangci-lint|actionlint" >&2; exit 2 ;;
+  *) echo "usage: tools/version.sh pulumi|pulumi-language-go|pulumi-language-yaml|pulumi-resource-kubernetes|kubernetes|kwok|etcd|golangci-lint|actionlint" >&2; exit 2 ;;
 esac
