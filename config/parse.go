@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"maps"
 	"reflect"
+	"regexp"
 	"slices"
 	"strings"
 )
@@ -44,6 +45,8 @@ func Parse(raw Raw) (Config, error) {
 
 	v := reflect.ValueOf(&c).Elem()
 	fields := structFields(v.Type())
+	// setRoles are the top-level keys that set something.
+	setRoles := map[string]bool{}
 	for _, k := range slices.Sorted(maps.Keys(raw.Values)) {
 		if IsSecretKey(k) {
 			if !raw.Secrets[k] {
@@ -52,18 +55,31 @@ func Parse(raw Raw) (Config, error) {
 			}
 			continue
 		}
-		i, ok := fields[k]
-		if !ok {
+		top, rest, dotted := strings.Cut(k, ".")
+		i, ok := fields[top]
+		if !ok || dotted && !literalPath.MatchString(rest) {
 			ps.Add(k, "unknown key (known keys: %s)", strings.Join(Keys(), ", "))
 			continue
 		}
 		if raw.Secrets[k] {
 			ps.Add(k, "is not a secret value; set it without --secret")
 		}
-		decodeTopLevel(&ps, k, raw.Values[k], v.Field(i))
+		text := raw.Values[k]
+		switch {
+		case dotted:
+			// A key set without --path (pulumi config set minimax-m3:worker.replicas 2, or a
+			// prompt of `pulumi new`) is the path it names.
+			decodeValue(&ps, top, nestUnder(strings.Split(rest, "."), text), v.Field(i))
+			setRoles[top] = true
+		case unset(text):
+			// The project file's declared default: the profile's own default applies.
+		default:
+			decodeTopLevel(&ps, k, text, v.Field(i))
+			setRoles[k] = true
+		}
 	}
 	for _, role := range unusedRoles(profile) {
-		if _, set := raw.Values[role]; set {
+		if setRoles[role] {
 			ps.Add(role, "is not used by profile %q; remove it", profile)
 		}
 	}
@@ -84,6 +100,39 @@ func Check(c *Config, hasToken bool) error {
 		return ps.sorted()
 	}
 	return nil
+}
+
+// literalPath is the rest of a key set without --path that names a field path: dotted names.
+var literalPath = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9]*(\.[A-Za-z][A-Za-z0-9]*)*$`)
+
+// unset reports whether a top-level value is the empty value Pulumi.yaml declares as its default
+// ("" for a name, {} for an object): it sets nothing, so the profile's default applies. (An empty
+// top-level name is never a setting of its own: the program would refuse it.) Lists are declared
+// with their defaults, since an empty list is a setting (no registry allowed is refused).
+func unset(text string) bool {
+	switch strings.TrimSpace(text) {
+	case "", "{}":
+		return true
+	}
+	return false
+}
+
+// nestUnder is a value set at a path of fields, as the object that sets it: text as JSON when it
+// is an object or a list, else as it is (decodeValue takes numbers and booleans as text).
+func nestUnder(path []string, text string) any {
+	var value any = text
+	if t := strings.TrimSpace(text); strings.HasPrefix(t, "{") || strings.HasPrefix(t, "[") {
+		dec := json.NewDecoder(strings.NewReader(t))
+		dec.UseNumber()
+		var parsed any
+		if dec.Decode(&parsed) == nil {
+			value = parsed
+		}
+	}
+	for i := len(path) - 1; i >= 0; i-- {
+		value = map[string]any{path[i]: value}
+	}
+	return value
 }
 
 func unusedRoles(p Profile) []string {

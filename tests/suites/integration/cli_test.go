@@ -78,6 +78,46 @@ func TestPlainCLIPreviewOfBothStacks(t *testing.T) {
 	assert.Contains(t, string(out), `minimax-m3:worker.vllm.maxNumSeqs: must be a whole number, got "lots"`)
 }
 
+// `pulumi new` from the project as a template (Pulumi.yaml's template:) makes a stack that
+// previews: its questions (namespace, storage class; --yes takes -c answers) land as keys set
+// without --path, which the program reads as the paths they spell, and `pulumi config` lists every
+// declared key with its default. What is played: the new project's dependency install ends in an
+// attempt to download a plugin the Go SDK's modules advertise (cloud-sdk), which no offline machine
+// can; the stack and its config are made before it, so the test goes on from there when that
+// download is the only failure.
+func TestPulumiNewFromTheTemplateMakesAStackThatPreviews(t *testing.T) {
+	t.Parallel()
+	template := copyProgram(t)
+	dir := t.TempDir()
+	env := os.Environ()
+	for k, v := range pulumiEnv(t) {
+		env = append(env, k+"="+v)
+	}
+	run := func(args ...string) (string, error) {
+		cmd := exec.Command("pulumi", append(args, "--non-interactive")...)
+		cmd.Env, cmd.Dir = env, dir
+		out, err := cmd.CombinedOutput()
+		return string(out), err
+	}
+	out, err := run("new", template, "--yes", "--stack", "site", "--name", "minimax-m3",
+		"-c", "minimax-m3:namespace.name=team-new", "-c", "minimax-m3:modelCache.storageClass=rwx-fast")
+	if err != nil {
+		require.Contains(t, out, "failed to download plugin", "only the offline plugin download may fail:\n%s", out)
+	}
+	out, err = run("config", "set", "--secret", "minimax-m3:hfToken", testToken)
+	require.NoError(t, err, out)
+	out, err = run("config", "--json")
+	require.NoError(t, err, out)
+	for _, k := range []string{"minimax-m3:graphName", "minimax-m3:worker", "minimax-m3:readiness", "minimax-m3:namespace.name", "minimax-m3:profile"} {
+		assert.Contains(t, out, `"`+k+`"`, "pulumi config lists %s", k)
+	}
+	out, err = run("preview", "--diff")
+	require.NoError(t, err, out)
+	assert.Contains(t, out, "team-new", "the namespace the template asked for")
+	assert.Contains(t, out, "rwx-fast", "the storage class it asked for")
+	assert.Contains(t, out, "kubernetes:nvidia.com/v1beta1:DynamoGraphDeployment")
+}
+
 // Render for GitOps review: every object as YAML with no cluster, then a server-side dry run of
 // the files against the real CRDs. The disagg stack renders with exposure (to an InferencePool)
 // and observability on, and its dry run is in the rack box, which serves their CRDs.
