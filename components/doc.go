@@ -17,11 +17,15 @@
 //     PodDisruptionBudget per worker role (disruptionbudget.go);
 //   - the smoke test Job (SmokeTest), run once the graph is Ready.
 //
+// Another program builds the same Deployment as a component of its own with NewDeployment
+// (packaged.go): typed config instead of stack config, the caller's provider, parent and
+// transformations, the same checks; package pulumipackage serves it to programs in other languages.
+//
 // Every object carries the stack's labels and identity annotations (labels.go), which the
 // ownership check (ownership.go) reads back. The package holds Pulumi components only: reading the
 // cluster lives in internal/cluster, the benchmark's Jobs in package benchmark, policies in package
 // policy.
 //
-// Imports run one way: components imports config, placement and internal/...; automation, benchmark, policy
-// and the commands import components, never the reverse.
+// Imports run one way: components imports config, placement and internal/...; automation, benchmark, policy,
+// pulumipackage and the commands import components, never the reverse.
 package components
