@@ -35,6 +35,7 @@ func TestTheWorkflowsStepsRunLocallyAndTheBranchFindsNoSecret(t *testing.T) {
 		"Preview (the only step running the branch's code; its diff is commented and its steps are checked): env AWS_ACCESS_KEY_ID",
 		"Preview (the only step running the branch's code; its diff is commented and its steps are checked): env AWS_SECRET_ACCESS_KEY",
 		"Preview (the only step running the branch's code; its diff is commented and its steps are checked): env AWS_SESSION_TOKEN",
+		"Preview (the only step running the branch's code; its diff is commented and its steps are checked): env PULUMI_ACCESS_TOKEN",
 		"Preview (the only step running the branch's code; its diff is commented and its steps are checked): env PULUMI_BACKEND_URL",
 		"Preview (the only step running the branch's code; its diff is commented and its steps are checked): env PULUMI_CONFIG_PASSPHRASE",
 		"Preview (the only step running the branch's code; its diff is commented and its steps are checked): file preview-kubeconfig",
@@ -199,6 +200,8 @@ func runJobs(t *testing.T, wf workflow, o runOptions, jobs ...string) runResult 
 		"vars.DRIFT_ROLE_ARN":                           "arn:aws:iam::123456789012:role/drift",
 		"vars.IMAGE_REGISTRIES":                         "mirror.example.com/nvidia",
 		"vars.AWS_REGION":                               "eu-west-1",
+		"vars.PULUMI_ORGANIZATION":                      "platform",
+		"vars.PULUMI_TEAM":                              "minimax-m3-preview",
 	}
 	var failed string
 jobs:
@@ -322,6 +325,13 @@ func playAction(t *testing.T, s wfStep, expand func(string) string, branch, ws s
 			env[k] = sentinel + k
 		}
 		env["AWS_REGION"] = expand(s.With["aws-region"])
+	case "pulumi/auth-actions":
+		// The real action exchanges the job's OIDC token for a Pulumi Cloud access token of the
+		// team the environment names, and exports it to every later step of the job.
+		for _, v := range s.With {
+			expand(v)
+		}
+		env["PULUMI_ACCESS_TOKEN"] = sentinel + "PULUMI_ACCESS_TOKEN"
 	case "pulumi/actions":
 		for _, v := range s.With {
 			expand(v)
@@ -439,6 +449,7 @@ func TestTheDriftCheckAndTheDeployRunLocally(t *testing.T) {
 		update + ": env AWS_ACCESS_KEY_ID",
 		update + ": env AWS_SECRET_ACCESS_KEY",
 		update + ": env AWS_SESSION_TOKEN",
+		update + ": env PULUMI_ACCESS_TOKEN",
 		update + ": env PULUMI_BACKEND_URL",
 		update + ": env PULUMI_CONFIG_PASSPHRASE",
 		update + ": file deploy-kubeconfig",
