@@ -180,12 +180,19 @@ func (s Stack) readKeys(ctx context.Context) error {
 }
 
 // keysFromSettings lists the keys of the stack's settings file (Pulumi.<stack>.yaml), when no
-// other source adds any: the project file sets no config and the stack imports no environment.
+// other source adds any the program would not read anyway: the project file declares only
+// top-level keys (which the program reads whether the stack sets them or not) and the stack imports
+// no environment.
 func (s Stack) keysFromSettings(ctx context.Context) ([]string, bool) {
 	ws := s.Workspace()
 	project, err := ws.ProjectSettings(ctx)
-	if err != nil || len(project.Config) > 0 {
+	if err != nil {
 		return nil, false
+	}
+	for k := range project.Config {
+		if !slices.Contains(config.Keys(), strings.TrimPrefix(k, config.Namespace+":")) {
+			return nil, false
+		}
 	}
 	settings, err := ws.StackSettings(ctx, s.Name())
 	if err != nil || settings.Environment != nil {

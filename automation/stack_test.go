@@ -103,8 +103,14 @@ config:
 	assert.Equal(t, []string{"minimax-m3:hfToken", "minimax-m3:namespace", "minimax-m3:typo"}, keys)
 	assert.False(t, ranConfig, "no `pulumi config` run")
 
+	// The project file declares or sets only top-level keys, which the program reads whether the
+	// stack sets them or not: the settings file still lists what the stack adds.
+	keys, ranConfig = keysOf("config:\n  image:\n    type: string\n    default: \"\"\n  minimax-m3:worker: {}\n", "config:\n  minimax-m3:typo: \"1\"\n")
+	assert.Equal(t, []string{"minimax-m3:typo"}, keys)
+	assert.False(t, ranConfig, "no `pulumi config` run")
+
 	for name, c := range map[string]struct{ project, settings string }{
-		"the project file sets config": {"config:\n  minimax-m3:image: x\n", "config:\n  minimax-m3:typo: \"1\"\n"},
+		"the project file sets a key the program does not read": {"config:\n  minimax-m3:typo: x\n", "config:\n  minimax-m3:typo: \"1\"\n"},
 		"an environment is imported":   {"", "environment:\n  - team/agg\nconfig:\n  minimax-m3:typo: \"1\"\n"},
 		"no settings file":             {"", ""},
 	} {

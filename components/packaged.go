@@ -23,15 +23,18 @@ type DeploymentArgs struct {
 	// with the context kubernetes.context.
 	Kubeconfig string
 	// ProviderGiven says the Kubernetes provider comes with the options in a form NewDeployment
-	// cannot see (another language's provider reference: the package sets it). A *kubernetes.Provider
-	// in pulumi.Provider or pulumi.Providers is seen without it. Without a given provider the
-	// component makes its own from Config.Kubernetes and Kubeconfig, as the program does.
+	// cannot see: another language's provider reference (the package sets it), or a provider the
+	// parent carries. A *kubernetes.Provider in pulumi.Provider or pulumi.Providers is seen without
+	// it. Without a given provider the component makes its own from Config.Kubernetes and
+	// Kubeconfig, as the program does. With one, a cluster the component cannot read (Kubeconfig, or
+	// KUBECONFIG) stops it: the checks must read the cluster the provider writes to.
 	ProviderGiven bool
 	// Options are the program's options (a test's reader of the cluster).
 	Options Options
 }
 
-// NewDeployment registers a Deployment as a component of the calling program: the same checks
+// NewDeployment registers a Deployment as a component of the calling program (one per stack: its
+// objects carry the stack's identity): the same checks
 // against the cluster as the program's `up` (ownership, placement, the APIs the config needs) and
 // the same objects, under the caller's parent, provider and transforms. Bad config stops it before
 // any resource is registered, each problem named by its config key. Unlike the program it reads no

@@ -103,6 +103,13 @@ func deploy(ctx *pulumi.Context, name string, c *config.Config, raw config.Raw, 
 				r, err = cluster.NewFromKubeconfig([]byte(kubeconfig), c.Kubernetes.Context)
 			}
 			switch {
+			case err != nil && as != nil && !as.ownProvider:
+				// The objects go through the caller's provider, whose cluster the component cannot
+				// ask it for: it must be able to read one itself, or no check would run.
+				var ps config.Problems
+				ps.Add(config.KubeconfigKey, "the cluster cannot be read, so no check can run before anything is touched (ownership, placement): "+
+					"pass the kubeconfig of the cluster the Deployment's provider writes to (the kubeconfig input, or KUBECONFIG): %v", err)
+				return nil, ps
 			case err != nil && c.Kubernetes.RequireRead:
 				return nil, unreadable(err)
 			case err != nil:

@@ -68,7 +68,12 @@ func Parse(raw Raw) (Config, error) {
 		switch {
 		case dotted:
 			// A key set without --path (pulumi config set minimax-m3:worker.replicas 2, or a
-			// prompt of `pulumi new`) is the path it names.
+			// prompt of `pulumi new`) is the path it names, unless another key sets the same
+			// place: Pulumi keeps both, so which one wins would be a guess.
+			if other := alsoSets(raw.Values, k); other != "" {
+				ps.Add(k, "is set without --path, and %s sets the same value: keep one (pulumi config rm %s)", Key(other), Key(k))
+				continue
+			}
 			decodeValue(&ps, top, nestUnder(strings.Split(rest, "."), text), v.Field(i))
 			setRoles[top] = true
 		case unset(text):
@@ -115,6 +120,42 @@ func unset(text string) bool {
 		return true
 	}
 	return false
+}
+
+// alsoSets names another key of values that sets the place the dotted key k names, or part of it:
+// another dotted key on the same path (above, below or the same), or the object its first name holds
+// (with --path, pulumi config set keeps the object there) when that object holds a value on the path.
+func alsoSets(values map[string]string, k string) string {
+	path := strings.Split(k, ".")
+	for _, other := range slices.Sorted(maps.Keys(values)) {
+		o := strings.Split(other, ".")
+		n := min(len(o), len(path))
+		if other == k || !slices.Equal(o[:n], path[:n]) {
+			continue
+		}
+		if len(o) > 1 || holds(values[other], path[1:]) {
+			return other
+		}
+	}
+	return ""
+}
+
+// holds reports whether the JSON object text holds a value at path.
+func holds(text string, path []string) bool {
+	var obj any
+	if json.Unmarshal([]byte(text), &obj) != nil {
+		return false
+	}
+	for _, name := range path {
+		m, ok := obj.(map[string]any)
+		if !ok {
+			return false
+		}
+		if obj, ok = m[name]; !ok {
+			return false
+		}
+	}
+	return true
 }
 
 // nestUnder is a value set at a path of fields, as the object that sets it: text as JSON when it

@@ -6,6 +6,8 @@ import (
 	"path"
 	"path/filepath"
 	"reflect"
+	"regexp"
+	"slices"
 	"strings"
 
 	"github.com/invopop/jsonschema"
@@ -70,7 +72,9 @@ func StackFileSchema(commentsDir string) ([]byte, error) {
 	}
 	configSchema := &jsonschema.Schema{Type: "object", Properties: keys,
 		// A minimax-m3 key is one of these; other namespaces' keys are anything.
-		PropertyNames: &jsonschema.Schema{AnyOf: []*jsonschema.Schema{{Enum: known}, {Not: &jsonschema.Schema{Pattern: "^" + Namespace + ":"}}}},
+		// A key set without --path (a field's path under a top-level key) is a key too, as the
+		// program reads it.
+		PropertyNames: &jsonschema.Schema{AnyOf: []*jsonschema.Schema{{Enum: known}, {Pattern: dottedKeyPattern()}, {Not: &jsonschema.Schema{Pattern: "^" + Namespace + ":"}}}},
 		Description:   "the stack's config: minimax-m3 keys are checked here; other namespaces' keys (kubernetes:, pulumi:) belong to their owners"}
 	file := &jsonschema.Schema{
 		Version:     jsonschema.Version,
@@ -91,6 +95,16 @@ func StackFileSchema(commentsDir string) ([]byte, error) {
 		return nil, err
 	}
 	return append(b, '\n'), nil
+}
+
+// dottedKeyPattern matches a key set without --path: a top-level key and a field path under it.
+func dottedKeyPattern() string {
+	var tops []string
+	for k := range structFields(reflect.TypeFor[Config]()) {
+		tops = append(tops, regexp.QuoteMeta(k))
+	}
+	slices.Sort(tops)
+	return "^" + Namespace + ":(" + strings.Join(tops, "|") + ")" + `(\.[A-Za-z][A-Za-z0-9]*)+$`
 }
 
 // Schema is the JSON Schema of Config as the Go types give it (every top-level key a property, each

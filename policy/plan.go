@@ -3,9 +3,12 @@ package policy
 import (
 	"bufio"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
+	"path/filepath"
 	"sort"
 	"strings"
 
@@ -157,23 +160,61 @@ func at(m map[string]any, path ...string) any {
 }
 
 // StackFileAdopts reads `adopt` from a stack file (Pulumi.<stack>.yaml): whether the stack took
-// over objects it did not create, which Plan.Adopted protects.
+// over objects it did not create, which Plan.Adopted protects. A stack that does not set it takes
+// what the project file beside it (Pulumi.yaml) gives `adopt`: a value, or a declared default.
 func StackFileAdopts(path string) (bool, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return false, err
-	}
 	var file struct {
 		Config map[string]any `yaml:"config"`
 	}
-	if err := yaml.Unmarshal(b, &file); err != nil {
-		return false, fmt.Errorf("%s: %w", path, err)
+	if err := readYAML(path, &file); err != nil {
+		return false, err
 	}
-	switch v := file.Config["minimax-m3:adopt"].(type) {
-	case bool:
-		return v, nil
-	case string:
-		return v == "true", nil
+	if v, ok := file.Config["minimax-m3:adopt"]; ok {
+		return adopts(v), nil
+	}
+	var project struct {
+		Config map[string]any `yaml:"config"`
+	}
+	projectFile := filepath.Join(filepath.Dir(path), "Pulumi.yaml")
+	if err := readYAML(projectFile, &project); err != nil {
+		if errors.Is(err, fs.ErrNotExist) {
+			return false, nil
+		}
+		return false, err
+	}
+	for _, k := range []string{"adopt", "minimax-m3:adopt"} {
+		switch v := project.Config[k].(type) {
+		case map[string]any:
+			if value, ok := v["value"]; ok {
+				return adopts(value), nil
+			}
+			return adopts(v["default"]), nil
+		case nil:
+		default:
+			return adopts(v), nil
+		}
 	}
 	return false, nil
+}
+
+func readYAML(path string, v any) error {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return err
+	}
+	if err := yaml.Unmarshal(b, v); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	return nil
+}
+
+// adopts reads a value of `adopt` as the program does.
+func adopts(v any) bool {
+	switch v := v.(type) {
+	case bool:
+		return v
+	case string:
+		return strings.EqualFold(strings.TrimSpace(v), "true")
+	}
+	return false
 }

@@ -205,3 +205,25 @@ func TestARequestCannotWidenTheRegistries(t *testing.T) {
 	_, statErr := os.Stat(filepath.Join(m.o.StateDir, workspace("agg-team-a")))
 	assert.ErrorIs(t, statErr, os.ErrNotExist, "nothing written")
 }
+
+// A base stack file with a key set without --path is refused: the request's checked objects
+// replace the base's whole, and such a key would sit beside them, unchecked (a namespace, a
+// context or requireRead of the base's instead of the request's).
+func TestABaseStackFileKeySetWithoutPathIsRefused(t *testing.T) {
+	FakePulumi(t, false)
+	dir := t.TempDir()
+	for _, f := range []string{"Pulumi.yaml", "Pulumi.disagg.yaml"} {
+		b, err := os.ReadFile(filepath.Join("..", f))
+		require.NoError(t, err)
+		require.NoError(t, os.WriteFile(filepath.Join(dir, f), b, 0o644))
+	}
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "Pulumi.agg.yaml"),
+		[]byte("config:\n  minimax-m3:profile: agg\n  minimax-m3:kubernetes.requireRead: \"false\"\n"), 0o644))
+	m, err := New(Options{ProjectDir: dir, StateDir: t.TempDir()})
+	require.NoError(t, err)
+	r := NewRequest("agg", "agg-team-a")
+	r.Config.Namespace.Name, r.HFToken = "team-a", "hf_test"
+	_, err = m.Preview(context.Background(), r, RunOptions{})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "minimax-m3:kubernetes.requireRead is set without --path")
+}

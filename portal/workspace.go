@@ -108,6 +108,11 @@ func (m *Manager) baseValues(base string) (map[string]string, error) {
 	out := map[string]string{}
 	for k, v := range plain {
 		if key, ok := strings.CutPrefix(k, config.Namespace+":"); ok {
+			if strings.Contains(key, ".") {
+				// The request's checked values replace the base's objects whole; a key set without
+				// --path would sit beside them, unchecked.
+				return nil, fmt.Errorf("base stack file of %s: %s is set without --path: write it as part of its object (pulumi config set --path)", base, k)
+			}
 			out[key] = v
 		}
 	}
@@ -132,8 +137,15 @@ func (m *Manager) configure(ctx context.Context, s automation.Stack, r Request) 
 	if err != nil {
 		return err
 	}
+	// What the stack's own file sets (have also holds the project file's declared defaults,
+	// which no stack file removes).
+	settings, err := s.Workspace().StackSettings(ctx, s.Name())
+	if err != nil {
+		return err
+	}
 	var stale []string
-	for full := range have {
+	for key := range settings.Config {
+		full := key.String()
 		k, ok := strings.CutPrefix(full, config.Namespace+":")
 		if !ok || (k == config.HFTokenKey && !r.Config.HuggingFace.ExistingSecret) {
 			// The stored token stays unless the request switches to an existing Secret, which
@@ -187,6 +199,11 @@ func (m *Manager) prepare(ctx context.Context, r Request, op string, o RunOption
 	}
 	if len(ps) > 0 {
 		return nil, automation.Stack{}, nil, ScrubError(&InvalidRequestError{Problems: ps}, r.HFToken)
+	}
+	// The base stack file is the site's; one the portal cannot use stops the request before
+	// anything runs.
+	if _, err := m.baseValues(r.Base); err != nil {
+		return nil, automation.Stack{}, nil, err
 	}
 	ctx, release, err := m.acquire(ctx, r.Name(), op, o.Wait)
 	if err != nil {

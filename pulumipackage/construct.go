@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+	"strings"
 
 	"github.com/pulumi/pulumi/sdk/v3/go/common/resource"
 	"github.com/pulumi/pulumi/sdk/v3/go/common/resource/plugin"
@@ -112,7 +113,13 @@ func Raw(inputs resource.PropertyMap) (config.Raw, error) {
 	}) {
 		v := inputs[resource.PropertyKey(k)]
 		if k == config.HFTokenKey {
-			if !v.IsNull() {
+			// A token is a non-empty string, or not known yet (another resource's output).
+			token, _, known := plainValue(v)
+			switch s, ok := token.(string); {
+			case v.IsNull():
+			case known && (!ok || strings.TrimSpace(s) == ""):
+				ps.Add(k, "must be the Hugging Face token, a non-empty string")
+			default:
 				raw.Values[k], raw.Secrets[k] = "<given>", true
 			}
 			continue

@@ -83,8 +83,8 @@ func Schema(commentsDir string) ([]byte, error) {
 	}
 	inputs := properties(root, root.Definitions)
 	if p, ok := inputs["profile"].(map[string]any); ok {
-		p["description"] = fmt.Sprintf("The serving profile: %q (frontend and TP4 workers) or %q (frontend, prefill and decode workers). Default %q.",
-			config.Aggregated, config.Disaggregated, config.Aggregated)
+		p["description"] = fmt.Sprintf("The serving profile: %q (frontend and TP4 workers) or %q (frontend, prefill and decode workers).",
+			config.Aggregated, config.Disaggregated)
 	}
 	for k, d := range secretInputs {
 		inputs[k] = map[string]any{"type": "string", "secret": true, "description": d}
@@ -114,8 +114,11 @@ func Schema(commentsDir string) ([]byte, error) {
 				"description": "A MiniMax M3 deployment: namespace, Hugging Face token Secret, model cache and its download, " +
 					"ComputeDomain, the DynamoGraphDeployment and its smoke test. Its inputs are the program's config keys; " +
 					"they must be known when it is previewed (they decide which objects exist, and are checked against the " +
-					"cluster before any is touched). Pass a Kubernetes provider in its options, or it makes its own.",
+					"cluster before any is touched). Pass a Kubernetes provider in its options, or it makes its own. One per stack: " +
+					"the stack's identity marks its objects.",
 				"inputProperties": inputs,
+				// What the program requires of every stack: the profile and the namespace's name.
+				"requiredInputs": []string{"namespace", "profile"},
 				"properties":      props,
 				"required":        required,
 			},

@@ -114,6 +114,7 @@ outputs:
 	out2, err := run("preview")
 	require.Error(t, err, out2)
 	assert.Contains(t, out2, "worker.replicas: must be at least 1")
+	assert.NotContains(t, out2, "kubernetes:", "nothing of the Deployment was registered")
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "Pulumi.yaml"), []byte(program), 0o644))
 
 	out2, err = run("up", "--yes", "--skip-preview")
@@ -175,7 +176,13 @@ outputs:
 		out, err := exec.Command("cp", "-r", filepath.Join(cluster.root, p), src).CombinedOutput()
 		require.NoError(t, err, string(out))
 	}
-	schema, err := exec.Command("sh", "-c", `cd "$1" && pulumi package get-schema . 2>/dev/null`, "sh", filepath.Join(src, "provider")).Output()
+	getSchema := exec.Command("pulumi", "package", "get-schema", ".")
+	getSchema.Dir = filepath.Join(src, "provider") // the v3.66 Go host builds from its working directory
+	getSchema.Env = os.Environ()
+	for k, v := range env {
+		getSchema.Env = append(getSchema.Env, k+"="+v)
+	}
+	schema, err := getSchema.Output()
 	require.NoError(t, err)
 	committed, err := os.ReadFile(filepath.Join(cluster.root, "provider", "schema.json"))
 	require.NoError(t, err)

@@ -100,6 +100,13 @@ func TestThePackageReadsInputsAsConfig(t *testing.T) {
 	assert.Contains(t, err.Error(), "minimax-m3:namespace: is not known yet")
 	assert.Contains(t, err.Error(), "minimax-m3:graphName: is not known yet")
 
+	// A token is a non-empty string.
+	for _, token := range []resource.PropertyValue{resource.NewProperty(""), resource.NewProperty(3.0), resource.MakeSecret(resource.NewProperty(" "))} {
+		_, err = pulumipackage.Raw(resource.PropertyMap{"hfToken": token})
+		require.Error(t, err, token.String())
+		assert.Contains(t, err.Error(), "minimax-m3:hfToken: must be the Hugging Face token", token.String())
+	}
+
 	// A secret where a plain setting belongs is refused by the config's own rule.
 	raw, err = pulumipackage.Raw(resource.PropertyMap{"image": resource.MakeSecret(resource.NewProperty("nvcr.io/x:1"))})
 	require.NoError(t, err)

@@ -277,6 +277,24 @@ func TestStackFileAdopts(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, want, got, body)
 	}
+	// A stack that does not set it takes the project file's value or declared default: a branch
+	// that turns the default on adopts for every stack, and the rule sees it.
+	for project, want := range map[string]bool{
+		"config:\n  adopt:\n    type: boolean\n    default: true\n":  true,
+		"config:\n  adopt:\n    type: boolean\n    default: false\n": false,
+		"config:\n  minimax-m3:adopt: true\n":                        true,
+		"config:\n  adopt:\n    value: \"True\"\n":                   true,
+	} {
+		dir := t.TempDir()
+		require.NoError(t, os.WriteFile(filepath.Join(dir, "Pulumi.yaml"), []byte("name: minimax-m3\nruntime: go\n"+project), 0o644))
+		require.NoError(t, os.WriteFile(filepath.Join(dir, "Pulumi.agg.yaml"), []byte("config:\n  minimax-m3:profile: agg\n"), 0o644))
+		got, err := policy.StackFileAdopts(filepath.Join(dir, "Pulumi.agg.yaml"))
+		require.NoError(t, err)
+		assert.Equal(t, want, got, project)
+	}
+	got, err := policy.StackFileAdopts(filepath.Join("..", "..", "..", "Pulumi.agg.yaml"))
+	require.NoError(t, err)
+	assert.False(t, got, "the project's own stacks do not adopt")
 }
 
 func rolledComponents(rolls []policy.Roll) []string {

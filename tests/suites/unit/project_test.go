@@ -2,6 +2,7 @@ package unit
 
 import (
 	"encoding/json"
+	"maps"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -143,6 +144,26 @@ func TestAKeySetWithoutPathIsItsPath(t *testing.T) {
 	assert.Equal(t, 2, c.Worker.Replicas)
 	assert.Equal(t, map[string]string{"pool": "gb200"}, c.Worker.Scheduling.NodeSelector)
 	assert.False(t, c.Placement.Check)
+
+	// Set both ways, Pulumi keeps both keys and the program refuses to guess: after `pulumi new`
+	// wrote namespace.name, `pulumi config set --path minimax-m3:namespace.name` writes the object.
+	for name, values := range map[string]map[string]string{
+		"the object":       {"namespace.name": "team-a", "namespace": `{"name":"team-b"}`},
+		"the object above": {"worker.scheduling.nodeSelector": `{"a":"b"}`, "worker": `{"scheduling":{"nodeSelector":{"c":"d"}}}`},
+		"a key above":      {"worker.scheduling": `{"schedulerName":"x"}`, "worker.scheduling.schedulerName": "y"},
+	} {
+		bad := config.Raw{Values: map[string]string{config.HFTokenKey: testToken, "profile": "agg", "namespace.name": "team-a"}, Secrets: raw.Secrets}
+		maps.Copy(bad.Values, values)
+		_, err := config.Parse(bad)
+		require.Error(t, err, name)
+		assert.Contains(t, err.Error(), "sets the same value: keep one", name)
+	}
+	// An object that leaves the path alone merges with it.
+	ok := config.Raw{Values: map[string]string{config.HFTokenKey: testToken, "profile": "agg", "namespace.name": "team-a", "namespace": `{"create":false}`}, Secrets: raw.Secrets}
+	c, err = config.Parse(ok)
+	require.NoError(t, err)
+	assert.Equal(t, "team-a", c.Namespace.Name)
+	assert.False(t, c.Namespace.Create)
 
 	for key, want := range map[string]string{
 		"worker.replicass":           "worker.replicass",

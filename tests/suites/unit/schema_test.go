@@ -66,6 +66,8 @@ func TestTheStackFileSchemaIsTheConfigTypes(t *testing.T) {
 		"config:\n  minimax-m3:profile: agg\n  minimax-m3:namespace: {name: x}\n  minimax-m3:worker: {scheduling: {tolerations: \"[]\"}}\n",
 		"config:\n  minimax-m3:profile: agg\n  minimax-m3:namespace: {name: x}\n  minimax-m3:worker: {resources: {limits: {cpu: 72, memory: null}}}\n",
 		"config:\n  minimax-m3:profile: agg\n  minimax-m3:namespace: \"{\\\"name\\\": \\\"x\\\"}\"\n  minimax-m3:gpusPerNode: \" +4 \"\n  minimax-m3:adopt: \" True \"\n",
+		// What `pulumi new` writes for its questions: keys set without --path.
+		"config:\n  minimax-m3:profile: agg\n  minimax-m3:namespace.name: x\n  minimax-m3:modelCache.storageClass: \"\"\n",
 	} {
 		assert.NoError(t, schema.Validate(yamlValue(t, []byte(stored))), stored)
 		assert.NoError(t, parseStackFile(t, []byte(stored), true), stored)
@@ -76,6 +78,7 @@ func TestTheStackFileSchemaIsTheConfigTypes(t *testing.T) {
 		{"config:\n  minimax-m3:profile: agg\n  minimax-m3:namespace: {name: x}\n  minimax-m3:worker: {replicas: two}\n", "worker"},
 		{"config:\n  minimax-m3:profile: aggregated\n  minimax-m3:namespace: {name: x}\n", "profile"},
 		{"config:\n  minimax-m3:profile: agg\n  minimax-m3:namespace: {name: x, creat: true}\n", "namespace"},
+		{"config:\n  minimax-m3:profile: agg\n  minimax-m3:namespace: {name: x}\n  minimax-m3:workers.replicas: 2\n", "workers.replicas"},
 		{"config:\n  minimax-m3:profile: agg\n  minimax-m3:namespace: {name: x}\n  minimax-m3:hfToken: hf_in_plain_text\n", "hfToken"},
 		{"config:\n  minimax-m3:profile: agg\n  minimax-m3:namespace: {name: x}\n  minimax-m3:graphName: {secure: v1:abc}\n", "graphName"},
 	} {
