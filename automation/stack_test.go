@@ -111,8 +111,8 @@ config:
 
 	for name, c := range map[string]struct{ project, settings string }{
 		"the project file sets a key the program does not read": {"config:\n  minimax-m3:typo: x\n", "config:\n  minimax-m3:typo: \"1\"\n"},
-		"an environment is imported":   {"", "environment:\n  - team/agg\nconfig:\n  minimax-m3:typo: \"1\"\n"},
-		"no settings file":             {"", ""},
+		"an environment is imported":                            {"", "environment:\n  - team/agg\nconfig:\n  minimax-m3:typo: \"1\"\n"},
+		"no settings file":                                      {"", ""},
 	} {
 		keys, ranConfig := keysOf(c.project, c.settings)
 		assert.Equal(t, []string{"minimax-m3:fromTheCLI"}, keys, name)

@@ -119,8 +119,8 @@ func Schema(commentsDir string) ([]byte, error) {
 				"inputProperties": inputs,
 				// What the program requires of every stack: the profile and the namespace's name.
 				"requiredInputs": []string{"namespace", "profile"},
-				"properties":      props,
-				"required":        required,
+				"properties":     props,
+				"required":       required,
 			},
 		},
 		"types": types,
