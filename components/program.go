@@ -95,6 +95,11 @@ func deploy(ctx *pulumi.Context, name string, c *config.Config, raw config.Raw, 
 			return nil, ps
 		}
 	}
+	if as != nil && !as.ownProvider {
+		// The objects go through the caller's provider, whose cluster the component cannot ask it
+		// for: a read that fails stops it, or no check would run.
+		c.Kubernetes.RequireRead = true
+	}
 	if o.RenderDirectory == "" {
 		reader = o.Cluster
 		if reader == nil {

@@ -123,8 +123,8 @@ func unset(text string) bool {
 }
 
 // alsoSets names another key of values that sets the place the dotted key k names, or part of it:
-// another dotted key on the same path (above, below or the same), or the object its first name holds
-// (with --path, pulumi config set keeps the object there) when that object holds a value on the path.
+// the same key, or a key above or below it on the same path (the object its first name holds, where
+// pulumi config set --path keeps it, included) whose value holds something on the other's path.
 func alsoSets(values map[string]string, k string) string {
 	path := strings.Split(k, ".")
 	for _, other := range slices.Sorted(maps.Keys(values)) {
@@ -133,7 +133,13 @@ func alsoSets(values map[string]string, k string) string {
 		if other == k || !slices.Equal(o[:n], path[:n]) {
 			continue
 		}
-		if len(o) > 1 || holds(values[other], path[1:]) {
+		// The shorter key's value reaches the longer one's path, or they name the same place.
+		switch {
+		case len(o) == len(path):
+			return other
+		case len(o) < len(path) && holds(values[other], path[len(o):]):
+			return other
+		case len(o) > len(path) && holds(values[k], o[len(path):]):
 			return other
 		}
 	}

@@ -75,7 +75,9 @@ func StackFileSchema(commentsDir string) ([]byte, error) {
 		// A key set without --path (a field's path under a top-level key) is a key too, as the
 		// program reads it.
 		PropertyNames: &jsonschema.Schema{AnyOf: []*jsonschema.Schema{{Enum: known}, {Pattern: dottedKeyPattern()}, {Not: &jsonschema.Schema{Pattern: "^" + Namespace + ":"}}}},
-		Description:   "the stack's config: minimax-m3 keys are checked here; other namespaces' keys (kubernetes:, pulumi:) belong to their owners"}
+		// Such a key holds a plain value: the two secrets are top-level keys.
+		PatternProperties: map[string]*jsonschema.Schema{dottedKeyPattern(): {Not: secret}},
+		Description:       "the stack's config: minimax-m3 keys are checked here; other namespaces' keys (kubernetes:, pulumi:) belong to their owners"}
 	file := &jsonschema.Schema{
 		Version:     jsonschema.Version,
 		ID:          "https://minimax-m3.invalid/" + SchemaFile,

@@ -161,10 +161,12 @@ func at(m map[string]any, path ...string) any {
 
 // StackFileAdopts reads `adopt` from a stack file (Pulumi.<stack>.yaml): whether the stack took
 // over objects it did not create, which Plan.Adopted protects. A stack that does not set it takes
-// what the project file beside it (Pulumi.yaml) gives `adopt`: a value, or a declared default.
+// what the project file beside it (Pulumi.yaml) gives `adopt`: a value, or a declared default; one
+// that imports an ESC environment must set it (the environment may, unseen here).
 func StackFileAdopts(path string) (bool, error) {
 	var file struct {
-		Config map[string]any `yaml:"config"`
+		Config      map[string]any `yaml:"config"`
+		Environment any            `yaml:"environment"`
 	}
 	if err := readYAML(path, &file); err != nil {
 		return false, err
@@ -172,15 +174,26 @@ func StackFileAdopts(path string) (bool, error) {
 	if v, ok := file.Config["minimax-m3:adopt"]; ok {
 		return adopts(v), nil
 	}
+	if file.Environment != nil {
+		// An environment the stack imports may set it, and no file here says what it holds.
+		return false, fmt.Errorf("%s imports an ESC environment and does not set minimax-m3:adopt: set it in the stack file (true or false), so that the policies know whether the stack adopted objects", path)
+	}
 	var project struct {
 		Config map[string]any `yaml:"config"`
 	}
-	projectFile := filepath.Join(filepath.Dir(path), "Pulumi.yaml")
-	if err := readYAML(projectFile, &project); err != nil {
-		if errors.Is(err, fs.ErrNotExist) {
-			return false, nil
+	found := false
+	for _, name := range []string{"Pulumi.yaml", "Pulumi.yml"} {
+		err := readYAML(filepath.Join(filepath.Dir(path), name), &project)
+		if err == nil {
+			found = true
+			break
 		}
-		return false, err
+		if !errors.Is(err, fs.ErrNotExist) {
+			return false, err
+		}
+	}
+	if !found {
+		return false, nil
 	}
 	for _, k := range []string{"adopt", "minimax-m3:adopt"} {
 		switch v := project.Config[k].(type) {

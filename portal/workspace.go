@@ -6,11 +6,13 @@ import (
 	"crypto/rand"
 	"fmt"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
 	"strings"
 
 	"github.com/pulumi/pulumi/sdk/v3/go/auto"
+	pulumiconfig "github.com/pulumi/pulumi/sdk/v3/go/common/resource/config"
 	"gopkg.in/yaml.v3"
 
 	"minimax-m3/automation"
@@ -139,12 +141,16 @@ func (m *Manager) configure(ctx context.Context, s automation.Stack, r Request) 
 	}
 	// What the stack's own file sets (have also holds the project file's declared defaults,
 	// which no stack file removes).
-	settings, err := s.Workspace().StackSettings(ctx, s.Name())
-	if err != nil {
-		return err
+	var own pulumiconfig.Map
+	if _, err := os.Stat(filepath.Join(s.Workspace().WorkDir(), "Pulumi."+path.Base(s.Name())+".yaml")); err == nil {
+		settings, err := s.Workspace().StackSettings(ctx, s.Name())
+		if err != nil {
+			return err
+		}
+		own = settings.Config
 	}
 	var stale []string
-	for key := range settings.Config {
+	for key := range own {
 		full := key.String()
 		k, ok := strings.CutPrefix(full, config.Namespace+":")
 		if !ok || (k == config.HFTokenKey && !r.Config.HuggingFace.ExistingSecret) {

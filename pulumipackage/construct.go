@@ -116,7 +116,7 @@ func Raw(inputs resource.PropertyMap) (config.Raw, error) {
 			// A token is a non-empty string, or not known yet (another resource's output).
 			token, _, known := plainValue(v)
 			switch s, ok := token.(string); {
-			case v.IsNull():
+			case v.IsNull() || known && token == nil: // none given (a secret or output of null too)
 			case known && (!ok || strings.TrimSpace(s) == ""):
 				ps.Add(k, "must be the Hugging Face token, a non-empty string")
 			default:

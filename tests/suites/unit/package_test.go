@@ -107,6 +107,11 @@ func TestThePackageReadsInputsAsConfig(t *testing.T) {
 		assert.Contains(t, err.Error(), "minimax-m3:hfToken: must be the Hugging Face token", token.String())
 	}
 
+	// None given: null, as a secret too.
+	raw, err = pulumipackage.Raw(resource.PropertyMap{"hfToken": resource.MakeSecret(resource.NewNullProperty())})
+	require.NoError(t, err)
+	assert.NotContains(t, raw.Values, config.HFTokenKey)
+
 	// A secret where a plain setting belongs is refused by the config's own rule.
 	raw, err = pulumipackage.Raw(resource.PropertyMap{"image": resource.MakeSecret(resource.NewProperty("nvcr.io/x:1"))})
 	require.NoError(t, err)

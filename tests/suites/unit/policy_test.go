@@ -292,7 +292,18 @@ func TestStackFileAdopts(t *testing.T) {
 		require.NoError(t, err)
 		assert.Equal(t, want, got, project)
 	}
-	got, err := policy.StackFileAdopts(filepath.Join("..", "..", "..", "Pulumi.agg.yaml"))
+	// An environment may set it: the stack file must say.
+	path := filepath.Join(t.TempDir(), "Pulumi.agg.yaml")
+	require.NoError(t, os.WriteFile(path, []byte("environment:\n  - site/gb200\nconfig:\n  minimax-m3:profile: agg\n"), 0o644))
+	_, err := policy.StackFileAdopts(path)
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "set minimax-m3:adopt")
+	require.NoError(t, os.WriteFile(path, []byte("environment:\n  - site/gb200\nconfig:\n  minimax-m3:adopt: false\n"), 0o644))
+	got, err := policy.StackFileAdopts(path)
+	require.NoError(t, err)
+	assert.False(t, got)
+
+	got, err = policy.StackFileAdopts(filepath.Join("..", "..", "..", "Pulumi.agg.yaml"))
 	require.NoError(t, err)
 	assert.False(t, got, "the project's own stacks do not adopt")
 }

@@ -158,6 +158,14 @@ func TestAKeySetWithoutPathIsItsPath(t *testing.T) {
 		require.Error(t, err, name)
 		assert.Contains(t, err.Error(), "sets the same value: keep one", name)
 	}
+	// A key above whose value leaves the path alone merges with it too.
+	ok2 := config.Raw{Values: map[string]string{config.HFTokenKey: testToken, "profile": "agg", "namespace.name": "team-a",
+		"worker.scheduling": `{"schedulerName":"x"}`, "worker.scheduling.nodeSelector.pool": "gb200"}, Secrets: raw.Secrets}
+	c, err = config.Parse(ok2)
+	require.NoError(t, err)
+	assert.Equal(t, "x", c.Worker.Scheduling.SchedulerName)
+	assert.Equal(t, map[string]string{"pool": "gb200"}, c.Worker.Scheduling.NodeSelector)
+
 	// An object that leaves the path alone merges with it.
 	ok := config.Raw{Values: map[string]string{config.HFTokenKey: testToken, "profile": "agg", "namespace.name": "team-a", "namespace": `{"create":false}`}, Secrets: raw.Secrets}
 	c, err = config.Parse(ok)

@@ -79,6 +79,7 @@ func TestTheStackFileSchemaIsTheConfigTypes(t *testing.T) {
 		{"config:\n  minimax-m3:profile: aggregated\n  minimax-m3:namespace: {name: x}\n", "profile"},
 		{"config:\n  minimax-m3:profile: agg\n  minimax-m3:namespace: {name: x, creat: true}\n", "namespace"},
 		{"config:\n  minimax-m3:profile: agg\n  minimax-m3:namespace: {name: x}\n  minimax-m3:workers.replicas: 2\n", "workers.replicas"},
+		{"config:\n  minimax-m3:profile: agg\n  minimax-m3:namespace.name: {secure: v1:abc}\n", "namespace.name"},
 		{"config:\n  minimax-m3:profile: agg\n  minimax-m3:namespace: {name: x}\n  minimax-m3:hfToken: hf_in_plain_text\n", "hfToken"},
 		{"config:\n  minimax-m3:profile: agg\n  minimax-m3:namespace: {name: x}\n  minimax-m3:graphName: {secure: v1:abc}\n", "graphName"},
 	} {
