@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"slices"
 	"strings"
 
 	"github.com/pulumi/pulumi/sdk/v3/go/common/resource"
@@ -104,14 +103,8 @@ func (p *Provider) Construct(ctx context.Context, req *pulumirpc.ConstructReques
 func Raw(inputs resource.PropertyMap) (config.Raw, error) {
 	raw := config.Raw{Values: map[string]string{}, Secrets: map[string]bool{}}
 	var ps config.Problems
-	for _, k := range slices.Sorted(func(yield func(string) bool) {
-		for k := range inputs {
-			if !yield(string(k)) {
-				return
-			}
-		}
-	}) {
-		v := inputs[resource.PropertyKey(k)]
+	for _, key := range inputs.StableKeys() {
+		k, v := string(key), inputs[key]
 		if k == config.HFTokenKey {
 			// A token is a non-empty string, or not known yet (another resource's output).
 			token, _, known := plainValue(v)

@@ -48,13 +48,7 @@ func TestThePulumiYamlDeclaresTheConfigKeys(t *testing.T) {
 			want = append(want, k)
 		}
 	}
-	declared := slices.Sorted(func(yield func(string) bool) {
-		for k := range project.Config {
-			if !yield(k) {
-				return
-			}
-		}
-	})
+	declared := slices.Sorted(maps.Keys(project.Config))
 	assert.Equal(t, want, declared, "every top-level key is declared, the secrets aside")
 
 	fields := map[string]reflect.StructField{}
