@@ -13,10 +13,13 @@ import (
 	"sync"
 
 	"github.com/pulumi/pulumi/sdk/v3/go/auto"
+	"github.com/pulumi/pulumi/sdk/v3/go/auto/optdestroy"
 	"github.com/pulumi/pulumi/sdk/v3/go/auto/optpreview"
 	"github.com/pulumi/pulumi/sdk/v3/go/auto/optrefresh"
 	"github.com/pulumi/pulumi/sdk/v3/go/auto/optup"
+	"github.com/pulumi/pulumi/sdk/v3/go/common/tokens"
 	"github.com/pulumi/pulumi/sdk/v3/go/common/util/cmdutil"
+	"github.com/pulumi/pulumi/sdk/v3/go/common/workspace"
 	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
 
 	"minimax-m3/components"
@@ -72,15 +75,15 @@ func (k *configKeys) get() []string {
 
 // NewStack creates or selects the stack and applies Options.Config.
 func NewStack(ctx context.Context, o Options) (Stack, error) {
-	return stack(ctx, o, auto.UpsertStackInlineSource)
+	return stack(ctx, o, auto.UpsertStack)
 }
 
 // SelectStack selects an existing stack (an error if it does not exist) and applies Options.Config.
 func SelectStack(ctx context.Context, o Options) (Stack, error) {
-	return stack(ctx, o, auto.SelectStackInlineSource)
+	return stack(ctx, o, auto.SelectStack)
 }
 
-func stack(ctx context.Context, o Options, open func(context.Context, string, string, pulumi.RunFunc, ...auto.LocalWorkspaceOption) (auto.Stack, error)) (Stack, error) {
+func stack(ctx context.Context, o Options, open func(context.Context, string, auto.Workspace) (auto.Stack, error)) (Stack, error) {
 	keys := &configKeys{keys: []string{}}
 	programOptions := o.Program
 	if programOptions.Kubeconfig == "" {
@@ -109,7 +112,15 @@ func stack(ctx context.Context, o Options, open func(context.Context, string, st
 	if o.SecretsProvider != "" {
 		wsOpts = append(wsOpts, auto.SecretsProvider(o.SecretsProvider))
 	}
-	s, err := open(ctx, o.Stack, ProjectName, program, wsOpts...)
+	if !hasProjectFile(o.ProjectDir) {
+		// As the Automation API's inline stacks do without a project file: a Go project.
+		wsOpts = append(wsOpts, auto.Project(workspace.Project{Name: tokens.PackageName(ProjectName), Runtime: workspace.NewProjectRuntimeInfo("go", nil)}))
+	}
+	ws, err := auto.NewLocalWorkspace(ctx, append(wsOpts, auto.Program(program))...)
+	if err != nil {
+		return Stack{}, fmt.Errorf("stack %s: %w", o.Stack, err)
+	}
+	s, err := open(ctx, o.Stack, outputsWorkspace{ws})
 	if err != nil {
 		return Stack{}, fmt.Errorf("stack %s: %w", o.Stack, err)
 	}
@@ -167,7 +178,8 @@ func PulumiCommand() (auto.PulumiCommand, error) {
 func (s Stack) readKeys(ctx context.Context) error {
 	keys, ok := s.keysFromSettings(ctx)
 	if !ok {
-		cfg, err := s.GetAllConfig(ctx)
+		// Keys only: secret values stay encrypted.
+		cfg, err := s.Workspace().GetAllConfigWithOptions(ctx, s.Name(), &auto.GetAllConfigOptions{})
 		if err != nil {
 			return fmt.Errorf("stack %s: reading config: %w", s.Name(), err)
 		}
@@ -214,20 +226,33 @@ func (s Stack) Preview(ctx context.Context, opts ...optpreview.Option) (auto.Pre
 	return s.Stack.Preview(ctx, opts...)
 }
 
-// Up is auto.Stack.Up with the stack's current config keys.
+// Up is auto.Stack.Up with the stack's current config keys. Its summary's config keeps secret
+// values masked unless opts say optup.ShowSecrets(true) (hiddenSummarySecrets).
 func (s Stack) Up(ctx context.Context, opts ...optup.Option) (auto.UpResult, error) {
 	if err := s.readKeys(ctx); err != nil {
 		return auto.UpResult{}, err
 	}
-	return s.Stack.Up(ctx, opts...)
+	return s.Stack.Up(ctx, append([]optup.Option{optup.ShowSecrets(false)}, opts...)...)
 }
 
-// Refresh is auto.Stack.Refresh with the stack's current config keys.
+// Refresh is auto.Stack.Refresh with the stack's current config keys. Its summary's config keeps
+// secret values masked unless opts say optrefresh.ShowSecrets(true) (hiddenSummarySecrets).
 func (s Stack) Refresh(ctx context.Context, opts ...optrefresh.Option) (auto.RefreshResult, error) {
 	if err := s.readKeys(ctx); err != nil {
 		return auto.RefreshResult{}, err
 	}
-	return s.Stack.Refresh(ctx, opts...)
+	return s.Stack.Refresh(ctx, append([]optrefresh.Option{optrefresh.ShowSecrets(false)}, opts...)...)
+}
+
+// Destroy is auto.Stack.Destroy. Its summary's config keeps secret values masked unless opts say
+// optdestroy.ShowSecrets(true) (hiddenSummarySecrets).
+//
+// hiddenSummarySecrets: after an operation the Automation API reads its summary back with `pulumi
+// stack history`, by default with --show-secrets, which decrypts the stack's secret config (the
+// token) into a summary nobody here reads, and with a passphrase stack derives its key once more
+// (a quarter second of CPU for each operation).
+func (s Stack) Destroy(ctx context.Context, opts ...optdestroy.Option) (auto.DestroyResult, error) {
+	return s.Stack.Destroy(ctx, append([]optdestroy.Option{optdestroy.ShowSecrets(false)}, opts...)...)
 }
 
 // CopyProject copies the project's Pulumi.yaml and stack files into dir, so runs never rewrite the
@@ -307,17 +332,12 @@ func (s Stack) Restart(ctx context.Context, id, strategy string, opts ...optup.O
 // the CLI's standard input: the Automation API's SetConfig passes it as an argument, which every
 // process of the host can read in /proc/<pid>/cmdline.
 func SetSecret(ctx context.Context, s auto.Stack, key, value string, path bool) error {
-	ws := s.Workspace()
-	var env []string
-	for k, v := range ws.GetEnvVars() {
-		env = append(env, k+"="+v)
-	}
-	args := []string{"config", "set", "--secret", "--stack", s.Name(), "--non-interactive"}
+	args := []string{"config", "set", "--secret", "--stack", s.Name()}
 	if path {
 		args = append(args, "--path")
 	}
 	args = append(args, key)
-	_, stderr, _, err := ws.PulumiCommand().Run(ctx, ws.WorkDir(), strings.NewReader(value), nil, nil, env, args...)
+	_, stderr, _, err := run(ctx, s.Workspace(), strings.NewReader(value), args...)
 	if err != nil {
 		return fmt.Errorf("stack %s: storing %s as a secret: %v: %s", s.Name(), key, err, strings.ReplaceAll(stderr, value, "[secret]"))
 	}
@@ -328,12 +348,7 @@ func SetSecret(ctx context.Context, s auto.Stack, key, value string, path bool) 
 // stay "[secret]", and nothing of the state is decrypted (auto.Stack.Outputs decrypts every secret
 // output with --show-secrets).
 func PlainOutputs(ctx context.Context, s auto.Stack) (map[string]any, error) {
-	ws := s.Workspace()
-	var env []string
-	for k, v := range ws.GetEnvVars() {
-		env = append(env, k+"="+v)
-	}
-	stdout, stderr, _, err := ws.PulumiCommand().Run(ctx, ws.WorkDir(), nil, nil, nil, env, "stack", "output", "--json", "--stack", s.Name())
+	stdout, stderr, _, err := run(ctx, s.Workspace(), nil, "stack", "output", "--json", "--stack", s.Name())
 	if err != nil {
 		return nil, fmt.Errorf("stack %s: reading outputs: %v: %s", s.Name(), err, stderr)
 	}
@@ -347,12 +362,7 @@ func PlainOutputs(ctx context.Context, s auto.Stack) (map[string]any, error) {
 // PendingOperations are the URNs of the operations an interrupted update left pending in the
 // stack's state, read with `pulumi stack export` without --show-secrets (nothing is decrypted).
 func PendingOperations(ctx context.Context, s auto.Stack) ([]string, error) {
-	ws := s.Workspace()
-	var env []string
-	for k, v := range ws.GetEnvVars() {
-		env = append(env, k+"="+v)
-	}
-	stdout, stderr, _, err := ws.PulumiCommand().Run(ctx, ws.WorkDir(), nil, nil, nil, env, "stack", "export", "--stack", s.Name())
+	stdout, stderr, _, err := run(ctx, s.Workspace(), nil, "stack", "export", "--stack", s.Name())
 	if err != nil {
 		return nil, fmt.Errorf("stack %s: reading its state: %v: %s", s.Name(), err, stderr)
 	}

@@ -135,7 +135,9 @@ func (m *Manager) configure(ctx context.Context, s automation.Stack, r Request) 
 	for k, v := range site {
 		want[k] = v
 	}
-	have, err := s.GetAllConfig(ctx)
+	// Secret values stay encrypted: a secret is set again whatever it holds (below), so reading
+	// them back (and, on a passphrase stack, deriving its key) buys nothing.
+	have, err := s.Workspace().GetAllConfigWithOptions(ctx, s.Name(), &auto.GetAllConfigOptions{})
 	if err != nil {
 		return err
 	}
