@@ -21,10 +21,11 @@ import (
 	"minimax-m3/policy"
 )
 
-// copyProgram copies what `pulumi preview` builds: the Go module and the stack files.
+// copyProgram copies what `pulumi preview` builds, the Go module and the stack files, with no
+// program built: the CLI's first run builds it, as in a fresh clone.
 func copyProgram(t *testing.T) string {
 	dir := t.TempDir()
-	copyProgramInto(t, dir)
+	copySourceInto(t, dir)
 	require.NoError(t, automation.CopyProject(cluster.root, dir))
 	return dir
 }

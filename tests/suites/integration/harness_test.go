@@ -288,13 +288,36 @@ func policyUp(t *testing.T, s *testStack, args ...string) (string, int) {
 }
 
 // copyProgramInto copies the Go module the CLI builds into dir (a stack's project copy holds only
-// Pulumi.yaml and the stack files, for the Automation API's inline program).
+// Pulumi.yaml and the stack files, for the Automation API's inline program), and the program as
+// the suite built it once into the copy's build target (builtProgramInto).
 func copyProgramInto(t *testing.T, dir string) {
+	t.Helper()
+	copySourceInto(t, dir)
+	builtProgramInto(t, dir)
+}
+
+// copySourceInto copies the program's Go module into dir: the language host builds it there on
+// the first run, as from a fresh clone.
+func copySourceInto(t *testing.T, dir string) {
 	t.Helper()
 	for _, p := range []string{"go.mod", "go.sum", "main.go", "config", "components", "internal", "placement"} {
 		out, err := exec.Command("cp", "-r", filepath.Join(cluster.root, p), dir).CombinedOutput()
 		require.NoError(t, err, string(out))
 	}
+}
+
+// builtProgramInto copies the program, built once for the suite, into dir's build target (where
+// the toolchain's language host builds it, .toolchain/program/minimax-m3). The host still runs `go
+// build` there, which finds the binary up to date (the same sources, built with the same flags,
+// -trimpath, so the same build ID) instead of linking the 80 MB binary again for each copy; a
+// copy whose sources differ is built anew.
+func builtProgramInto(t *testing.T, dir string) {
+	t.Helper()
+	program := builtProgram(t)
+	target := filepath.Join(dir, ".toolchain", "program")
+	require.NoError(t, os.MkdirAll(target, 0o755))
+	out, err := exec.Command("cp", program, filepath.Join(target, "minimax-m3")).CombinedOutput()
+	require.NoError(t, err, string(out))
 }
 
 func recipeDir(t *testing.T) string {

@@ -127,20 +127,45 @@ var built struct {
 // command builds one of the project's packages (./cmd/policy, ./tests/cmd/prcheck) once, as name, and returns its path.
 func command(t *testing.T, pkg, name string) string {
 	t.Helper()
-	built.mu.Lock()
-	defer built.mu.Unlock()
-	out := filepath.Join(built.dir, name)
-	err, ok := built.done[out]
-	if !ok {
+	return buildOnce(t, name, func(out string) *exec.Cmd {
 		cmd := exec.Command("go", "build", "-o", out, pkg)
 		cmd.Dir = cluster.root
 		if rest, ok := strings.CutPrefix(pkg, "./tests/"); ok { // the tests' module
 			cmd = exec.Command("go", "build", "-o", out, "./"+rest)
 			cmd.Dir = filepath.Join(cluster.root, "tests")
 		}
-		b, berr := cmd.CombinedOutput()
+		return cmd
+	})
+}
+
+// builtProgram is the program built once for the suite as the language host builds it in a
+// project copy: `go build -o <target>` in a copy of its sources, outside the clone's git checkout
+// (so no VCS stamp sets it apart from a copy's build).
+func builtProgram(t *testing.T) string {
+	t.Helper()
+	return buildOnce(t, "minimax-m3", func(out string) *exec.Cmd {
+		src := filepath.Join(built.dir, "program-source")
+		require.NoError(t, os.MkdirAll(src, 0o755))
+		copySourceInto(t, src)
+		cmd := exec.Command("go", "build", "-o", out)
+		cmd.Dir = src
+		return cmd
+	})
+}
+
+// buildOnce runs the build cmd(out) makes the first time name is asked for, and returns out, the
+// path it builds.
+func buildOnce(t *testing.T, name string, cmd func(out string) *exec.Cmd) string {
+	t.Helper()
+	built.mu.Lock()
+	defer built.mu.Unlock()
+	out := filepath.Join(built.dir, name)
+	err, ok := built.done[out]
+	if !ok {
+		c := cmd(out)
+		b, berr := c.CombinedOutput()
 		if berr != nil {
-			err = fmt.Errorf("go build %s: %w\n%s", pkg, berr, b)
+			err = fmt.Errorf("%s: %w\n%s", strings.Join(c.Args, " "), berr, b)
 		}
 		if built.done == nil {
 			built.done = map[string]error{}
