@@ -146,7 +146,7 @@ func healthy(overrides map[string]string) string {
 }
 
 func TestAlertRulesFireAndResolveOnSyntheticSeries(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	spec := aggAlerts(t, nil)
 	f := `job="inference/minimax-m3-agg-gb200-agentic-frontend"`
 	w := `job="inference/minimax-m3-agg-gb200-agentic-workers"`
@@ -233,7 +233,7 @@ func TestAlertRulesFireAndResolveOnSyntheticSeries(t *testing.T) {
 }
 
 func TestAlertRulesCountTheFrontendSidecarsOfAnInferencePool(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	// With the route to an InferencePool the site's traffic is served by the frontend sidecars of the
 	// worker pods (their own PodMonitor's job): their slow first tokens are the graph's, and raise
 	// the alert; with the route to the frontend the same series belong to no frontend of the graph.

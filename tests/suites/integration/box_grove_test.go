@@ -33,7 +33,7 @@ var podCliqueSets = schema.GroupVersionKind{Group: "grove.io", Version: "v1alpha
 // stays on the component path, which the test reads back from the operator; the recipe's graph,
 // applied with kubectl, goes to Grove, and a stack adopting it is refused before anything changes.
 func TestBoxOnAClusterWithGroveTheGraphStaysOnTheComponentPath(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	ctx := context.Background()
 	log := &syncBuffer{}
 	gb, err := rackbox.Start(ctx, rackbox.Options{Bin: cluster.bin, CRDs: os.Getenv("MINIMAX_M3_CRDS"), Log: log})

@@ -32,7 +32,7 @@ func copyProgram(t *testing.T) string {
 
 // The way users run it: the plain CLI, building the program through the Go language host.
 func TestPlainCLIPreviewOfBothStacks(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	dir := copyProgram(t)
 	env := os.Environ()
 	for k, v := range pulumiEnv(t) {
@@ -88,7 +88,7 @@ func TestPlainCLIPreviewOfBothStacks(t *testing.T) {
 // can; the stack and its config are made before it, so the test goes on from there when that
 // download is the only failure.
 func TestPulumiNewFromTheTemplateMakesAStackThatPreviews(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	template := copyProgram(t)
 	dir := t.TempDir()
 	env := os.Environ()
@@ -128,7 +128,7 @@ func TestPulumiNewFromTheTemplateMakesAStackThatPreviews(t *testing.T) {
 // the files against the real CRDs. The disagg stack renders with exposure (to an InferencePool)
 // and observability on, and its dry run is in the rack box, which serves their CRDs.
 func TestRenderedManifestsPassAServerSideDryRun(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	for _, stack := range []string{"agg", "disagg"} {
 		t.Run(stack, func(t *testing.T) {
 			ns := "render-" + stack

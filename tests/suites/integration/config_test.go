@@ -113,7 +113,7 @@ func pathJoin(path, key string) string {
 // the Job controller (the download completes) and the garbage collector (a replaced Job's
 // foreground deletion).
 func TestEveryTypedFieldSetThroughTheCLIReadsBackTheSame(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	for _, stack := range []string{"agg", "disagg"} {
 		t.Run(stack, func(t *testing.T) {
 			ctx := context.Background()
@@ -235,7 +235,7 @@ func stringify(n *yaml.Node) {
 // A key the program does not know, or a value of the wrong type, fails preview naming that key,
 // before anything reaches the cluster.
 func TestUnknownKeysAndBadValuesFailPreviewAtTheirOwnKey(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	ctx := context.Background()
 	ns := "unknown-keys"
 	s := newStack(t, "agg", ns, nil)
@@ -263,7 +263,7 @@ func TestUnknownKeysAndBadValuesFailPreviewAtTheirOwnKey(t *testing.T) {
 // provider and the program's own reads use: with KUBECONFIG naming no file and the cluster's reads
 // required, the preview reaches the API server through it alone.
 func TestAKubeconfigFromConfigIsTheStacksWayToTheCluster(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	ctx := context.Background()
 	ns := "kubeconfig-from-config"
 	s := makeStack(t, filepath.Join(t.TempDir(), "no-such-kubeconfig"), "agg", ns, auto.ConfigMap{

@@ -30,7 +30,7 @@ import (
 // the stack's fixed cluster identifier, switching to it replaces nothing. Changing the identifier
 // is how a stack moves to another cluster, and that replaces everything.
 func TestBoxSwitchingToAnotherContextOfTheSameClusterReplacesNothing(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	ctx := context.Background()
 	kc, err := clientcmd.LoadFromFile(rackBox(t).Kubeconfig)
 	require.NoError(t, err)
@@ -69,7 +69,7 @@ func TestBoxSwitchingToAnotherContextOfTheSameClusterReplacesNothing(t *testing.
 // writes only status.observedGeneration or none, are states the real operator cannot reach. They
 // are what an older or patched operator writes.
 func TestUpWaitsForTheOperatorToObserveTheNewGeneration(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	ctx := context.Background()
 	s := newStack(t, "agg", "observed-generation", nil)
 	// The test plays an operator that writes the generation only in status.observedGeneration.
@@ -157,7 +157,7 @@ func watchRestart(t *testing.T, ns, name string) func() [][]string {
 
 // Every derived value follows what it is derived from, in the live objects.
 func TestBoxDerivedValuesFollowTheirSourceInTheLiveGraph(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	s := newBoxStack(t, "disagg", "box-derived", addRack(t, rackbox.NVL72("derived").WithGPUs(24)), auto.ConfigMap{
 		"minimax-m3:modelCache.mountPath": {Value: "/models"},
 		"minimax-m3:model.name":           {Value: "acme/MiniMax-M3-FT"},

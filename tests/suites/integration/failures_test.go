@@ -10,7 +10,7 @@ import (
 )
 
 func TestBadConfigFailsPreviewBeforeAnyObjectExists(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	ctx := context.Background()
 	ns := "bad-config"
 	s := newStack(t, "agg", ns, auto.ConfigMap{

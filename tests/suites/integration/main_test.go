@@ -66,6 +66,9 @@ func run(m *testing.M) int {
 	// through controller-runtime's logger; they are not the tests' output.
 	ctrllog.SetLogger(logr.Discard())
 	flag.Parse()
+	if err := takeParallelFlag(); err != nil {
+		return fail(err)
+	}
 	if f := flag.Lookup("test.timeout"); f != nil {
 		if d, ok := f.Value.(flag.Getter).Get().(time.Duration); ok {
 			testTimeout = d

@@ -30,7 +30,7 @@ import (
 // its error when the wait ends; the operator made no workload. Nothing is played: the quota is
 // enforced by the API server's admission and counted by kube-controller-manager's quota controller.
 func TestBoxOperatorFailureReasonInUpsError(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	ctx := context.Background()
 	b := rackBox(t)
 	ns := "box-quota"

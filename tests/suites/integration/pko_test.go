@@ -148,7 +148,7 @@ const (
 )
 
 func TestOperatorRunner(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	ctx := context.Background()
 	kube, dyn := kubeClients(t, cluster.kubeconfig)
 	installPKOCRDs(t)

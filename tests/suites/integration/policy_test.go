@@ -20,7 +20,7 @@ import (
 // builds here from Go modules is an older one that cannot (docs/pr-check.md: Policies), so it is
 // not tested here.
 func TestPolicyPackInThePulumiCLI(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	ctx := context.Background()
 	pack := command(t, "./policy/pack", "minimax-m3-policy-pack")
 	ns := "policy-pack"

@@ -50,7 +50,7 @@ func startPortalServer(t *testing.T, stack, ns string) (*httptest.Server, *httpC
 // preview with a plan, up with it, 409 while it runs, progress as server-sent events, outputs, the
 // page, destroy; the token in no response.
 func TestPortalService(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	ts, c := startPortalServer(t, "agg-http", "portal-http")
 
 	resp, err := http.Get(ts.URL + "/api/stacks")
@@ -182,7 +182,7 @@ func TestPortalService(t *testing.T) {
 // Served with -tls-cert/-tls-key, the portal speaks TLS and marks the session cookie Secure; on
 // SIGTERM it stops taking requests, waits for its operations and exits cleanly.
 func TestPortalCommandServesTLSAndStopsOnSIGTERM(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	bin := portalCommand(t)
 	dir := t.TempDir()
 	certFile, keyFile, pool := selfSignedCert(t, dir)
@@ -277,7 +277,7 @@ func runPortalCommand(t *testing.T, bin, stateDir string) (addr, token string) {
 }
 
 func TestPortalCommandGuardsItsAddress(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	bin := portalCommand(t)
 	env := []string{"PATH=" + os.Getenv("PATH"), "HOME=" + os.Getenv("HOME")}
 
@@ -344,7 +344,7 @@ func TestPortalCommandGuardsItsAddress(t *testing.T) {
 // cookie; a body that is not JSON; a stack name that is a path; a misspelled config key or an
 // unknown body field; up with "plan": true; a 64 MiB body.
 func TestPortalCommandRefusesWhatASecurityReviewFound(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	bin := portalCommand(t)
 	tmp := t.TempDir()
 	stateDir := filepath.Join(tmp, "a", "b", "state")
@@ -531,7 +531,7 @@ func (zeros) Read(p []byte) (int, error) {
 // some is told how many), the portal keeps the last operations of MaxLogs stacks (the oldest
 // finished one goes), and MaxStreams event streams may be open at once (one more is 429).
 func TestPortalServiceLimits(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	m := newPortal(t)
 	srv, err := httpapi.NewServer(context.Background(), m, portalBearer)
 	require.NoError(t, err)

@@ -25,7 +25,7 @@ import (
 // created), then, once the test ends the download, the real operator's Ready ends the up and the
 // page shows it done; reloaded, it shows the stack's outputs.
 func TestBoxPortalPageShowsAnUpLive(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	browser, err := exec.LookPath("chromium")
 	require.NoError(t, err, "make test installs chromium (Debian's package)")
 	ctx := context.Background()
@@ -103,7 +103,7 @@ func TestBoxPortalPageShowsAnUpLive(t *testing.T) {
 // the login redirects to /portal/, the session cookie is scoped to it, the API answers under it,
 // and the page's own event stream goes through it, so a finished preview shows on the page.
 func TestPortalPageBehindAProxyAtABasePath(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	browser, err := exec.LookPath("chromium")
 	require.NoError(t, err, "make test installs chromium (Debian's package)")
 	m := newPortal(t)

@@ -112,7 +112,7 @@ func processesUnder(dir string) []int {
 // `pulumi cancel`, the pending operation cleared); then the stack updates again. A lock of
 // another host's update is not taken: recovery is refused, naming it.
 func TestPortalRecoversWhatAKilledPortalLeft(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	bin := portalCommand(t)
 	stateDir := t.TempDir()
 	const stack, ns = "agg-killed", "portal-killed"

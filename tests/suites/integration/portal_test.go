@@ -62,7 +62,7 @@ func watchCommandLines(s string) (stop func() []string) {
 // that up then runs; outputs, history and refresh read the stack; the token is in no command line,
 // event, result or error; the stack's config lives in its own workspace for the next operation.
 func TestPortalLifecycle(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	ctx := context.Background()
 	stateDir := t.TempDir()
 	m := newPortalAt(t, stateDir)
@@ -184,7 +184,7 @@ func TestPortalLifecycle(t *testing.T) {
 // One operation per stack: a second up on a busy stack gets Busy at once, ups on two stacks run
 // side by side.
 func TestPortalConcurrency(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	ctx := context.Background()
 	m := newPortal(t)
 	a := portalRequest("agg", "agg-busy", "portal-busy")
@@ -233,7 +233,7 @@ func TestPortalConcurrency(t *testing.T) {
 // Cancelling an up while it waits for the graph (here no operator will ever make it Ready) leaves a
 // stack the next up completes.
 func TestPortalCancel(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	ctx := context.Background()
 	m := newPortal(t)
 	r := portalRequest("agg", "agg-cancel", "portal-cancel")
@@ -274,7 +274,7 @@ func TestPortalCancel(t *testing.T) {
 // the request needs no token, and the stored one is removed from the stack's config rather than
 // refused as "both".
 func TestPortalSwitchToAnExistingSecretClearsTheStoredToken(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	ctx := context.Background()
 	stateDir := t.TempDir()
 	m := newPortalAt(t, stateDir)
@@ -308,7 +308,7 @@ func TestPortalSwitchToAnExistingSecretClearsTheStoredToken(t *testing.T) {
 // the same explicit consent a pull request's label gives (allowRoll), and without it nothing is
 // applied; the preview says what it would roll.
 func TestPortalUpNeedsConsentToRollWorkers(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	ctx := context.Background()
 	m := newPortal(t)
 	r := portalRequest("agg", "agg-consent", "portal-consent")

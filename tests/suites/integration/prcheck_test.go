@@ -58,7 +58,7 @@ func summary(t *testing.T, out, stack string) string {
 
 // A refactor of the program (and a README change) does nothing to either live stack.
 func TestPRCheckRefactorChangesNothing(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	out, code := prCheck(t, "prc-refactor-", "-base", readmeOnly, "-head", afterDayTwo)
 	assert.Equal(t, 0, code)
 	for _, stack := range []string{"agg", "disagg"} {
@@ -74,7 +74,7 @@ func TestPRCheckRefactorChangesNothing(t *testing.T) {
 // The day-two upgrade reorders the workers' arguments into the recipe's order: the workers roll.
 // The check fails unless the author says the roll is meant.
 func TestPRCheckCatchesAWorkerRoll(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	out, code := prCheck(t, "prc-roll-", "-base", beforeDayTwo, "-head", afterDayTwo, "-stacks", "agg")
 	assert.Equal(t, 1, code)
 	s := summary(t, out, "agg")
@@ -93,7 +93,7 @@ func TestPRCheckCatchesAWorkerRoll(t *testing.T) {
 // A stack-file change that would replace the model cache claim fails the check. (A new storage
 // class would not: the program ignores changes to the claim's immutable fields.)
 func TestPRCheckRefusesToReplaceTheCache(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	head := t.TempDir()
 	archive := exec.Command("sh", "-c", "git archive "+afterDayTwo+" | tar -x -C "+head)
 	archive.Dir = cluster.root
@@ -116,7 +116,7 @@ func TestPRCheckRefusesToReplaceTheCache(t *testing.T) {
 // On a cluster of -kubeconfig, the check deploys only into namespaces it creates: one that exists
 // is refused before anything is deployed, and an empty prefix is refused at its flag.
 func TestPRCheckOnAClusterTouchesOnlyWhatItCreates(t *testing.T) {
-	t.Parallel()
+	parallel(t)
 	ctx := context.Background()
 	taken := &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "prc-taken-agg", Labels: map[string]string{"team": "someone-else"}}}
 	require.NoError(t, cluster.client.Create(ctx, taken))
