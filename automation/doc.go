@@ -22,6 +22,12 @@
 // validates a stack's config; Stack.Restart sets restart.id and runs up (what cmd/bench uses
 // between points). Render renders a stack to a directory as `make render` does.
 //
+// After an update, a Stack reads what the Automation API reads back (the outputs, the summary)
+// without decrypting what it does not return: the outputs with one `pulumi stack output` run
+// (a second, with --show-secrets, only when an output is secret), and the summary of Up, Refresh
+// and Destroy with secret config masked (optup.ShowSecrets(true) and the like ask for it). With a
+// passphrase, every decrypting CLI run derives the key again (a quarter second of CPU).
+//
 // Every stack the process opens shares one Pulumi CLI, PulumiCommand(), whose version is checked
 // once (pass it as auto.Pulumi to a workspace of your own); a stack whose EnvVars set
 // PULUMI_AUTOMATION_API_SKIP_VERSION_CHECK leaves the check to the Automation API.

@@ -38,7 +38,7 @@ import (
 // before benchmark.enabled (its preview's operations are exact), the stack rename last (it asserts
 // the original stack's identity, and leaves the stack renamed).
 func TestBoxOneAggStackThroughDayTwoChanges(t *testing.T) {
-	parallel(t)
+	parallelOnBox(t)
 	ctx := context.Background()
 	s := newBoxStack(t, "agg", "box-day-two", addRack(t, rackbox.NVL72("day-two").WithGPUs(12)), auto.ConfigMap{"minimax-m3:restart.id": {Value: "first"}})
 	// Whatever the stack is called when the test ends (the last step renames it), it is destroyed.

@@ -24,7 +24,7 @@ import (
 // Ctrl-C while its point runs (the running Job and the helper pod deleted), resumed from its
 // directory alone, and compared with the first.
 func TestBoxBenchCommand(t *testing.T) {
-	parallel(t)
+	parallelOnBox(t)
 	ns := "box-bench-cli"
 	content := `{"timestamp":0,"input_length":1000,"output_length":10,"hash_ids":[1]}` + "\n"
 	trace := filepath.Join(t.TempDir(), "trace.jsonl")

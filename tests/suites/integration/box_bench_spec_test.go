@@ -35,7 +35,7 @@ import (
 //     sweep interrupted while its point runs (its directory then refuses a new run), and a write
 //     check whose pod fails (its Job's own account in the error).
 func TestBoxBenchmarkSweepRestartsThroughTheOperator(t *testing.T) {
-	parallel(t)
+	parallelOnBox(t)
 	ctx := context.Background()
 	ns := "box-bench-spec"
 	line := `{"timestamp":0,"input_length":65536,"output_length":400,"hash_ids":[1,2,3]}` + "\n"

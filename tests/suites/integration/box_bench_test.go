@@ -32,7 +32,7 @@ import (
 //     budget;
 //   - the two sweeps compare in one table and one plot.
 func TestBoxBenchmarkSweepResumesComparesAndFailsOverBudget(t *testing.T) {
-	parallel(t)
+	parallelOnBox(t)
 	ctx := context.Background()
 	ns := "box-bench-sweep"
 	trace := "{\"timestamp\":0,\"input_length\":65536,\"output_length\":400,\"hash_ids\":[1]}\n" +

@@ -36,7 +36,7 @@ import (
 // wrote applies (the adopted objects take kubectl's fields over instead of failing with a
 // conflict), rolls through the real operator and ends Ready at the new generation.
 func TestBoxAdoptingAKubectlAppliedRecipeThenChangingIt(t *testing.T) {
-	parallel(t)
+	parallelOnBox(t)
 	ctx := context.Background()
 	// The recipe's pods tolerate no arm64 taint: a GB200 pool without it, with a spare tray for
 	// the operator's default 25% surge, which the recipe-exact rollout keeps.
@@ -133,7 +133,7 @@ func TestBoxAdoptingAKubectlAppliedRecipeThenChangingIt(t *testing.T) {
 // namespace (on another rack) uses them, cannot take or delete them, and is told which keys to set
 // when it tries to create them. Destroying it leaves the owner's stack intact and Ready.
 func TestBoxTwoStacksShareANamespaceAndOneCache(t *testing.T) {
-	parallel(t)
+	parallelOnBox(t)
 	ctx := context.Background()
 	ns := "box-shared"
 	owner := newBoxStack(t, "agg", ns, addRack(t, rackbox.NVL72("shared-agg").WithGPUs(12)), nil)
@@ -191,7 +191,7 @@ func TestBoxTwoStacksShareANamespaceAndOneCache(t *testing.T) {
 // ComputeDomain) and nothing else: the old graph goes first (its GPUs free), so the new one becomes
 // Ready on the same rack; the cache, its download, the Secret and the namespace are untouched.
 func TestBoxRenamingTheGraphOnAFullRack(t *testing.T) {
-	parallel(t)
+	parallelOnBox(t)
 	ctx := context.Background()
 	ns := "box-graph-rename"
 	s := readyBoxStack(t, "agg", ns, rackbox.NVL72("graph-rename").WithGPUs(12), nil)
@@ -224,7 +224,7 @@ func TestBoxRenamingTheGraphOnAFullRack(t *testing.T) {
 // destroy deletes the claim it created and, with the real garbage collector and PV controller, the
 // namespace is the only thing left).
 func TestBoxAdoptedNamespaceAndSecretAreLeftAlone(t *testing.T) {
-	parallel(t)
+	parallelOnBox(t)
 	ctx := context.Background()
 	ns := "box-adopted"
 	require.NoError(t, rackBox(t).Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))
@@ -265,7 +265,7 @@ func TestBoxAdoptedNamespaceAndSecretAreLeftAlone(t *testing.T) {
 // the foreground without the provider waiting, as before, it was still terminating and the
 // replacement failed with `spec.template: Invalid value`.
 func TestBoxADownloadNotWaitedForIsReplacedWhileItRuns(t *testing.T) {
-	parallel(t)
+	parallelOnBox(t)
 	ctx := context.Background()
 	ns := "box-download-nowait"
 	s := newBoxStack(t, "agg", ns, addRack(t, rackbox.NVL72("nowait").WithGPUs(12)), auto.ConfigMap{

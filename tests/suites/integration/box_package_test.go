@@ -29,7 +29,7 @@ import (
 // get-schema` of provider/ builds the plugin from source through the Go host and returns the
 // committed schema.
 func TestBoxPackageFromYAML(t *testing.T) {
-	parallel(t)
+	parallelOnBox(t)
 	r := addRack(t, rackbox.NVL72("nvl72-package").WithGPUs(12))
 	ns := "box-package"
 	env := pulumiEnv(t)

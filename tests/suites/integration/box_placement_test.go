@@ -115,7 +115,7 @@ func inRack(r rackbox.Rack, trays ...string) []string {
 // cordoned tray and its tray without the clique label are avoided. Then, with the other rack freed
 // into the tighter fit, a flag change rolls the workers within the clique they run in.
 func TestBoxAGraphLandsWholeInTheOneCliqueWithRoomAgg(t *testing.T) {
-	parallel(t)
+	parallelOnBox(t)
 	ctx := context.Background()
 	racks := addPool(t, "placement-agg", rackbox.NVL72("pl-agg-a").WithGPUs(16), rackbox.NVL72("pl-agg-b").WithGPUs(24))
 	a, b := racks[0], racks[1]
@@ -170,7 +170,7 @@ func TestBoxAGraphLandsWholeInTheOneCliqueWithRoomAgg(t *testing.T) {
 }
 
 func TestBoxAGraphLandsWholeInTheOneCliqueWithRoomDisagg(t *testing.T) {
-	parallel(t)
+	parallelOnBox(t)
 	// disagg's default topologyKey keeps its six workers in one clique.
 	racks := addPool(t, "placement-disagg", rackbox.NVL72("pl-dis-a").WithGPUs(32), rackbox.NVL72("pl-dis-b").WithGPUs(32))
 	a, b := racks[0], racks[1]
@@ -188,7 +188,7 @@ func TestBoxAGraphLandsWholeInTheOneCliqueWithRoomDisagg(t *testing.T) {
 // Two cliques each too small for the graph: preview and up refuse before anything is created,
 // with the table of cliques.
 func TestBoxTwoCliquesEachTooSmallAreRefusedBeforeAnythingIsCreated(t *testing.T) {
-	parallel(t)
+	parallelOnBox(t)
 	ctx := context.Background()
 	racks := addPool(t, "placement-small", rackbox.NVL72("pl-small-c").WithGPUs(32), rackbox.NVL72("pl-small-d").WithGPUs(24))
 	c, d := racks[0], racks[1]

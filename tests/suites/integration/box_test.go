@@ -68,12 +68,12 @@ import (
 // Each stack's lifecycle is a test of its own, not a parallel subtest: parallel subtests wait for
 // a free slot behind every top-level test, so the two longest box tests would start last.
 func TestBoxStackLifecycleAgg(t *testing.T) {
-	parallel(t)
+	parallelOnBox(t)
 	boxStackLifecycle(t, lifecycleCase{"agg", "box-agg", aggGraph, []string{"Worker"}, 12, "minimax-m3:worker.vllm.maxNumSeqs", false})
 }
 
 func TestBoxStackLifecycleDisagg(t *testing.T) {
-	parallel(t)
+	parallelOnBox(t)
 	boxStackLifecycle(t, lifecycleCase{"disagg", "box-disagg-" + strings.Repeat("x", 63-len(disaggGraph)-1-len("box-disagg-")), disaggGraph,
 		[]string{"PrefillWorker", "DecodeWorker"}, 24, "minimax-m3:prefillWorker.vllm.maxNumSeqs", true})
 }
@@ -402,7 +402,7 @@ func assertChannelAllocated(t *testing.T, p *corev1.Pod) {
 // Pending for lack of GPUs, with its reason, which `up` shows while it waits; the old workers keep
 // serving, and `up` ends at readiness.timeout. A tray drained mid-rollout is named with it.
 func TestBoxFullRackRecipeRolloutWaitsForAGPU(t *testing.T) {
-	parallel(t)
+	parallelOnBox(t)
 	ctx := context.Background()
 	ns := "box-full-recipe"
 	s := readyBoxStack(t, "agg", ns, rackbox.NVL72("full-recipe").WithGPUs(12), auto.ConfigMap{"minimax-m3:worker.rollout.strategy": {Value: "OperatorDefault"}})
@@ -487,7 +487,7 @@ func TestBoxFullRackRecipeRolloutWaitsForAGPU(t *testing.T) {
 // starts each new one, so no pod ever needs a spare GPU slot, and `up` returns once the graph is
 // Ready at the new generation with every worker replaced.
 func TestBoxFullRackFlagChangeRollsWithoutASpareGPU(t *testing.T) {
-	parallel(t)
+	parallelOnBox(t)
 	ctx := context.Background()
 	ns := "box-full-default"
 	s := readyBoxStack(t, "agg", ns, rackbox.NVL72("full-default").WithGPUs(12), nil)
@@ -545,7 +545,7 @@ func TestBoxFullRackFlagChangeRollsWithoutASpareGPU(t *testing.T) {
 // Kubernetes' own reason: the Job controller's BackoffLimitExceeded, the scheduler's Insufficient
 // nvidia.com/gpu.
 func TestBoxFailuresCarryKubernetesReasonsDownload(t *testing.T) {
-	parallel(t)
+	parallelOnBox(t)
 	r := addRack(t, rackbox.NVL72("fail-dl").WithGPUs(12))
 	s := newBoxStack(t, "agg", "box-fail-dl", r, auto.ConfigMap{
 		"minimax-m3:modelDownload.image":        {Value: rackbox.FailingImage},
@@ -562,7 +562,7 @@ func TestBoxFailuresCarryKubernetesReasonsDownload(t *testing.T) {
 }
 
 func TestBoxFailuresCarryKubernetesReasonsTooFewGPUs(t *testing.T) {
-	parallel(t)
+	parallelOnBox(t)
 	r := addRack(t, rackbox.NVL72("fail-gpu").WithGPUs(8))
 	// Long enough for the download, the operator and the scheduler's verdict on a box busy
 	// with the parallel tests; the wait runs it out on purpose. The placement check, which

@@ -27,7 +27,7 @@ import (
 // until readiness.timeout (90 s), and its error then names the operator's last Ready condition and
 // what it saw; each line was shown within that of the box producing it.
 func TestBoxUpNamesWhatKeepsPodsFromRunning(t *testing.T) {
-	parallel(t)
+	parallelOnBox(t)
 	ctx := context.Background()
 	const ns = "box-troubles"
 	r := addRack(t, rackbox.NVL72("troubles").WithGPUs(24))
@@ -95,7 +95,7 @@ func TestBoxUpNamesWhatKeepsPodsFromRunning(t *testing.T) {
 // the same lines reach a portal user: the crash loop as a warning while it waits, then the
 // operation's error. The graph is left as it is, for the user to look at.
 func TestBoxUpStopsOnAFailureThatDoesNotClear(t *testing.T) {
-	parallel(t)
+	parallelOnBox(t)
 	const ns, stack = "box-crash", "agg-crash"
 	r := addRack(t, rackbox.NVL72("crash").WithGPUs(12))
 	_, c := boxPortal(t, stack)
@@ -134,7 +134,7 @@ func troubleKey(role string) string {
 // terminal); once the trays' daemons are replaced by healthy ones, the workers start and `up`
 // ends Ready.
 func TestBoxAWorkerWaitsForItsTraysIMEXDaemon(t *testing.T) {
-	parallel(t)
+	parallelOnBox(t)
 	ctx := context.Background()
 	const ns = "box-imex"
 	r := addRack(t, rackbox.NVL72("imex").WithGPUs(12))

@@ -62,6 +62,9 @@ var box struct {
 // rackBox is the running box; the test fails when it cannot start.
 func rackBox(t *testing.T) *rackbox.Box {
 	t.Helper()
+	if !slotOnBox(t) {
+		t.Fatal("a test on the shared rack box starts with parallelOnBox(t), not parallel(t): the test that stops the box's operator must not run beside it")
+	}
 	box.once.Do(func() {
 		box.log = &syncBuffer{}
 		box.Box, box.err = rackbox.Start(context.Background(), rackbox.Options{Bin: cluster.bin, CRDs: os.Getenv("MINIMAX_M3_CRDS")})

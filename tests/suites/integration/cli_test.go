@@ -128,7 +128,7 @@ func TestPulumiNewFromTheTemplateMakesAStackThatPreviews(t *testing.T) {
 // the files against the real CRDs. The disagg stack renders with exposure (to an InferencePool)
 // and observability on, and its dry run is in the rack box, which serves their CRDs.
 func TestRenderedManifestsPassAServerSideDryRun(t *testing.T) {
-	parallel(t)
+	parallelOnBox(t)
 	for _, stack := range []string{"agg", "disagg"} {
 		t.Run(stack, func(t *testing.T) {
 			ns := "render-" + stack

@@ -30,7 +30,7 @@ import (
 // the stack's fixed cluster identifier, switching to it replaces nothing. Changing the identifier
 // is how a stack moves to another cluster, and that replaces everything.
 func TestBoxSwitchingToAnotherContextOfTheSameClusterReplacesNothing(t *testing.T) {
-	parallel(t)
+	parallelOnBox(t)
 	ctx := context.Background()
 	kc, err := clientcmd.LoadFromFile(rackBox(t).Kubeconfig)
 	require.NoError(t, err)
@@ -157,7 +157,7 @@ func watchRestart(t *testing.T, ns, name string) func() [][]string {
 
 // Every derived value follows what it is derived from, in the live objects.
 func TestBoxDerivedValuesFollowTheirSourceInTheLiveGraph(t *testing.T) {
-	parallel(t)
+	parallelOnBox(t)
 	s := newBoxStack(t, "disagg", "box-derived", addRack(t, rackbox.NVL72("derived").WithGPUs(24)), auto.ConfigMap{
 		"minimax-m3:modelCache.mountPath": {Value: "/models"},
 		"minimax-m3:model.name":           {Value: "acme/MiniMax-M3-FT"},

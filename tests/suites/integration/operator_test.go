@@ -30,7 +30,7 @@ import (
 // its error when the wait ends; the operator made no workload. Nothing is played: the quota is
 // enforced by the API server's admission and counted by kube-controller-manager's quota controller.
 func TestBoxOperatorFailureReasonInUpsError(t *testing.T) {
-	parallel(t)
+	parallelOnBox(t)
 	ctx := context.Background()
 	b := rackBox(t)
 	ns := "box-quota"
@@ -79,11 +79,13 @@ func TestBoxOperatorFailureReasonInUpsError(t *testing.T) {
 // `destroy` while the operator is down: the graph keeps the operator's finalizer, and destroy
 // stops after readiness.deleteTimeout saying which finalizers hold it, instead of waiting silently;
 // once the operator runs again, the next destroy completes. The test stops the box's own operator,
-// so it is not parallel: Go runs it before the parallel tests start, and no other test's graph
-// loses its operator. (The operator's namespace-restricted mode would give the test an operator of
-// its own beside the box's, but upstream calls that mode's isolation best effort: requests already
-// queued still reach the cluster-wide operator.)
+// so no other test on the box runs beside it (parallelAloneOnBox: it runs first, beside the tests
+// of the plain API server), and no other test's graph loses its operator. (The operator's
+// namespace-restricted mode would give the test an operator of its own beside the box's, but
+// upstream calls that mode's isolation best effort: requests already queued still reach the
+// cluster-wide operator.)
 func TestBoxAStoppedOperatorHoldsDestroyAtItsFinalizer(t *testing.T) {
+	parallelAloneOnBox(t)
 	ctx := context.Background()
 	b := rackBox(t)
 	ns := "box-operator-down"

@@ -25,7 +25,7 @@ import (
 // created), then, once the test ends the download, the real operator's Ready ends the up and the
 // page shows it done; reloaded, it shows the stack's outputs.
 func TestBoxPortalPageShowsAnUpLive(t *testing.T) {
-	parallel(t)
+	parallelOnBox(t)
 	browser, err := exec.LookPath("chromium")
 	require.NoError(t, err, "make test installs chromium (Debian's package)")
 	ctx := context.Background()

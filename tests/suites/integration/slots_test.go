@@ -4,6 +4,7 @@ import (
 	"flag"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -17,12 +18,19 @@ import (
 // same number of slots itself, to the waiting test that is longest in longestFirst, once every
 // test has asked: the longest processing time first, which keeps the end of the run short.
 //
+// A test on the shared rack box says so (parallelOnBox): the one test that stops the box's
+// operator (parallelAloneOnBox) runs first, beside tests that do not use the box, and the box's
+// tests start after it; rackBox refuses a test that holds a plain slot.
+//
 // What this changes in `go test -v`'s output: a test's duration counts from its start, so it
 // includes its wait for a slot, which the test logs.
 
 // longestFirst are the suite's longest tests, longest first, as they ran on 2 cores
 // (docs/measurements.md); tests not named here start after them, in the order they ask.
 var longestFirst = []string{
+	// Not the longest, but the box's tests wait for it (parallelAloneOnBox): first, beside the
+	// tests of the plain API server.
+	"TestBoxAStoppedOperatorHoldsDestroyAtItsFinalizer",
 	"TestBoxFullRackRecipeRolloutWaitsForAGPU",
 	"TestBoxBenchmarkSweepResumesComparesAndFailsOverBudget",
 	"TestBoxBenchCommand",
@@ -62,10 +70,25 @@ var slots struct {
 	asked   int // tests that called parallel(t): every one of them will arrive
 	arrived int // tests that arrived to wait for a slot (or already hold one)
 	waiting []*slotWaiter
+	// The tests on the shared rack box: how many run, and whether the one that stops its
+	// operator waits or runs (no other test on the box may run beside it).
+	onBox                    int
+	aloneWaiting, aloneOnBox bool
+	kinds                    map[string]slotKind
 }
+
+// slotKind is what a test shares with the others.
+type slotKind int
+
+const (
+	plainSlot     slotKind = iota // the plain API server, or a cluster of its own
+	boxSlot                       // the shared rack box
+	aloneOnTheBox                 // the shared rack box, with no other test on it (it stops the box's operator)
+)
 
 type slotWaiter struct {
 	rank, seq int
+	kind      slotKind
 	ready     chan struct{}
 }
 
@@ -86,32 +109,58 @@ func takeParallelFlag() error {
 	return flag.Set("test.parallel", strconv.Itoa(1<<16))
 }
 
-// parallel is t.Parallel with the suite's slots: the test runs once it holds one, and gives it
-// back when it and its cleanups are done.
-func parallel(t *testing.T) {
+// parallel is t.Parallel with the suite's slots, for a test that does not use the shared rack
+// box: the test runs once it holds one, and gives it back when it and its cleanups are done.
+func parallel(t *testing.T) { t.Helper(); runInSlot(t, plainSlot) }
+
+// parallelOnBox is parallel for a test on the shared rack box (rackBox).
+func parallelOnBox(t *testing.T) { t.Helper(); runInSlot(t, boxSlot) }
+
+// parallelAloneOnBox is parallel for a test that needs the shared rack box to itself: it runs
+// beside tests that do not use the box, and no test on the box starts until it is done.
+func parallelAloneOnBox(t *testing.T) { t.Helper(); runInSlot(t, aloneOnTheBox) }
+
+func runInSlot(t *testing.T, kind slotKind) {
 	t.Helper()
 	slots.mu.Lock()
 	slots.asked++
+	if slots.kinds == nil {
+		slots.kinds = map[string]slotKind{}
+	}
+	slots.kinds[t.Name()] = kind
 	slots.mu.Unlock()
 	t.Parallel()
 	start := time.Now()
-	<-arrive(t.Name()).ready
+	<-arrive(t.Name(), kind).ready
 	if waited := time.Since(start); waited > time.Second {
 		t.Logf("started after %s waiting for a slot", waited.Round(time.Second))
 	}
-	t.Cleanup(releaseSlot)
+	t.Cleanup(func() { releaseSlot(kind) })
+}
+
+// slotOnBox reports whether the top-level test of t holds a slot on the shared rack box (or runs
+// outside the suite's slots: not parallel).
+func slotOnBox(t *testing.T) bool {
+	name, _, _ := strings.Cut(t.Name(), "/")
+	slots.mu.Lock()
+	defer slots.mu.Unlock()
+	kind, ok := slots.kinds[name]
+	return !ok || kind != plainSlot
 }
 
 // arrive queues a test for a slot and hands out the free ones once every test has asked.
-func arrive(name string) *slotWaiter {
+func arrive(name string, kind slotKind) *slotWaiter {
 	slots.mu.Lock()
 	defer slots.mu.Unlock()
 	rank := slices.Index(longestFirst, name)
 	if rank < 0 {
 		rank = len(longestFirst)
 	}
-	w := &slotWaiter{rank: rank, seq: slots.arrived, ready: make(chan struct{})}
+	w := &slotWaiter{rank: rank, seq: slots.arrived, kind: kind, ready: make(chan struct{})}
 	slots.arrived++
+	if kind == aloneOnTheBox {
+		slots.aloneWaiting = true
+	}
 	i, _ := slices.BinarySearchFunc(slots.waiting, w, func(a, b *slotWaiter) int {
 		if a.rank != b.rank {
 			return a.rank - b.rank
@@ -124,22 +173,41 @@ func arrive(name string) *slotWaiter {
 }
 
 // releaseSlot gives a slot back to the next waiting test.
-func releaseSlot() {
+func releaseSlot(kind slotKind) {
 	slots.mu.Lock()
 	defer slots.mu.Unlock()
 	slots.free++
+	switch kind {
+	case boxSlot:
+		slots.onBox--
+	case aloneOnTheBox:
+		slots.aloneOnBox = false
+	}
 	dispatch()
 }
 
-// dispatch hands free slots to the first waiters, once every test that asked is waiting or
-// running (before that, a test that asked later may be longer). Call it with slots.mu held.
+// dispatch hands free slots to the first waiters that may run now, once every test that asked
+// is waiting or running (before that, a test that asked later may be longer). A test alone on
+// the box waits for the box's tests to end; while it waits or runs, no test on the box starts.
+// Call it with slots.mu held.
 func dispatch() {
 	if slots.arrived < slots.asked {
 		return
 	}
-	for slots.free > 0 && len(slots.waiting) > 0 {
+	for i := 0; slots.free > 0 && i < len(slots.waiting); {
+		w := slots.waiting[i]
+		switch {
+		case w.kind == aloneOnTheBox && slots.onBox == 0:
+			slots.aloneWaiting, slots.aloneOnBox = false, true
+		case w.kind == boxSlot && !slots.aloneWaiting && !slots.aloneOnBox:
+			slots.onBox++
+		case w.kind == plainSlot:
+		default:
+			i++
+			continue
+		}
 		slots.free--
-		close(slots.waiting[0].ready)
-		slots.waiting = slots.waiting[1:]
+		close(w.ready)
+		slots.waiting = slices.Delete(slots.waiting, i, i+1)
 	}
 }

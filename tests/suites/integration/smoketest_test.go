@@ -22,7 +22,7 @@ import (
 // and the response's status and body. No model runs here: the smoke test's pod ends with the
 // result its script would write (a kwok stage: passed, or HTTP 503 for the box's FailingImage).
 func TestBoxSmokeTestRunsAfterTheGraphIsReadyAndReportsItsResult(t *testing.T) {
-	parallel(t)
+	parallelOnBox(t)
 	ctx := context.Background()
 	ns := "box-smoke-test"
 	s := newBoxStack(t, "agg", ns, addRack(t, rackbox.NVL72("smoke").WithGPUs(12)), nil)
