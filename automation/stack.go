@@ -112,9 +112,16 @@ func stack(ctx context.Context, o Options, open func(context.Context, string, au
 	if o.SecretsProvider != "" {
 		wsOpts = append(wsOpts, auto.SecretsProvider(o.SecretsProvider))
 	}
-	if !hasProjectFile(o.ProjectDir) {
-		// As the Automation API's inline stacks do without a project file: a Go project.
-		wsOpts = append(wsOpts, auto.Project(workspace.Project{Name: tokens.PackageName(ProjectName), Runtime: workspace.NewProjectRuntimeInfo("go", nil)}))
+	if o.ProjectDir == "" || !hasProjectFile(o.ProjectDir) {
+		// As the Automation API's inline stacks do without a project file (a new temporary
+		// folder, with no ProjectDir): a Go project whose main is the current directory.
+		cwd, err := os.Getwd()
+		if err != nil {
+			return Stack{}, fmt.Errorf("stack %s: %w", o.Stack, err)
+		}
+		wsOpts = append(wsOpts, auto.Project(workspace.Project{
+			Name: tokens.PackageName(ProjectName), Runtime: workspace.NewProjectRuntimeInfo("go", nil), Main: cwd,
+		}))
 	}
 	ws, err := auto.NewLocalWorkspace(ctx, append(wsOpts, auto.Program(program))...)
 	if err != nil {

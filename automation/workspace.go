@@ -51,7 +51,7 @@ func (w outputsWorkspace) StackOutputs(ctx context.Context, stack string) (auto.
 // *auto.LocalWorkspace, not on the workspace that wraps one here.
 func (s Stack) Cancel(ctx context.Context) error {
 	if _, stderr, _, err := run(ctx, s.Workspace(), nil, "cancel", "--yes", "--stack", s.Name()); err != nil {
-		return fmt.Errorf("stack %s: failed to cancel update: %w: %s", s.Name(), err, stderr)
+		return fmt.Errorf("failed to cancel update: %w: %s", err, stderr)
 	}
 	return nil
 }

@@ -68,7 +68,7 @@ func TestOutputsAreReadOnceUnlessOneIsSecret(t *testing.T) {
 }
 
 // `pulumi cancel` runs on the wrapped workspace as the Automation API's own Stack.Cancel would on
-// its LocalWorkspace, and a failure names the stack and the CLI's message.
+// its LocalWorkspace, and a failure carries the CLI's message.
 func TestCancelRunsTheCLI(t *testing.T) {
 	ctx := context.Background()
 	pulumiCLI.cmd = nil
@@ -79,7 +79,7 @@ func TestCancelRunsTheCLI(t *testing.T) {
 	log.Reset(t)
 
 	err = s.Cancel(ctx)
-	require.ErrorContains(t, err, "stack agg: failed to cancel update")
+	require.ErrorContains(t, err, "failed to cancel update")
 	assert.ErrorContains(t, err, "no update in progress")
 	assert.Equal(t, []string{"cancel --yes --stack agg --non-interactive"}, log.Calls(t))
 	assert.Equal(t, "file:///state", log.Env(t)["PULUMI_BACKEND_URL"], "with the stack's environment")

@@ -22,6 +22,7 @@ import (
 // on it, and again when it comes back after it cleared. (A fake dynamic client stands for the API
 // server's watches; the rack box drives the real ones in box_troubles_test.go.)
 func TestWatchPodProblemsReportsEachOnceWhileItLasts(t *testing.T) {
+	t.Parallel()
 	pods := schema.GroupVersionResource{Version: "v1", Resource: "pods"}
 	nodes := schema.GroupVersionResource{Version: "v1", Resource: "nodes"}
 	node := func(ready corev1.ConditionStatus) *unstructured.Unstructured {
@@ -166,6 +167,7 @@ func TestAnUnschedulablePodNamesTheTraysOutOfService(t *testing.T) {
 // and again only when it says something new; another graph's pod is not this one's account, and
 // once the pod runs, a late event is history.
 func TestAWorkerHeldForItsIMEXDaemonSaysWhatItWaitsFor(t *testing.T) {
+	t.Parallel()
 	pods := schema.GroupVersionResource{Version: "v1", Resource: "pods"}
 	events := schema.GroupVersionResource{Version: "v1", Resource: "events"}
 	domains := schema.GroupVersionResource{Group: "resource.nvidia.com", Version: "v1beta1", Resource: "computedomains"}

@@ -113,6 +113,7 @@ func TestNoSmokeTestWithoutAReadinessWaitOrWhenOff(t *testing.T) {
 // a 3 s budget and 50 ms between tries. The frontend may not list the model yet, or answer 404/503
 // while workers register after Ready: the script waits for it within its budget.
 func TestSmokeTestScript(t *testing.T) {
+	t.Parallel()
 	const served = `{"data":[{"id":"nvidia/MiniMax-M3-NVFP4"}]}`
 	cases := []struct {
 		name string
@@ -159,6 +160,7 @@ func TestSmokeTestScript(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel() // each case runs the script against a server of its own; each waits on its retries
 			var mu sync.Mutex
 			var got map[string]any
 			calls := map[string]int{}
