@@ -25,8 +25,9 @@ import (
 // What this changes in `go test -v`'s output: a test's duration counts from its start, so it
 // includes its wait for a slot, which the test logs.
 
-// longestFirst are the suite's longest tests, longest first, as they ran on 2 cores
-// (docs/measurements.md); tests not named here start after them, in the order they ask.
+// longestFirst are the suite's tests, longest first, as they ran on 2 cores
+// (docs/measurements.md); the few of a few seconds that are not named start after them, in the
+// order they ask.
 var longestFirst = []string{
 	// Not the longest, but the box's tests wait for it (parallelAloneOnBox): first, beside the
 	// tests of the plain API server.
@@ -60,6 +61,22 @@ var longestFirst = []string{
 	"TestPolicyPackInThePulumiCLI",
 	"TestBoxAWorkerWaitsForItsTraysIMEXDaemon",
 	"TestPlainCLIPreviewOfBothStacks",
+	"TestPortalServiceLimits",
+	"TestBoxAdoptedNamespaceAndSecretAreLeftAlone",
+	"TestPortalConcurrency",
+	"TestBoxPortalPageShowsAnUpLive",
+	"TestBoxSwitchingToAnotherContextOfTheSameClusterReplacesNothing",
+	"TestBoxAGraphLandsWholeInTheOneCliqueWithRoomDisagg",
+	"TestBoxADownloadNotWaitedForIsReplacedWhileItRuns",
+	"TestBoxDerivedValuesFollowTheirSourceInTheLiveGraph",
+	"TestBoxUpStopsOnAFailureThatDoesNotClear",
+	"TestPortalCancel",
+	"TestPortalService",
+	"TestPulumiNewFromTheTemplateMakesAStackThatPreviews",
+	"TestPortalSwitchToAnExistingSecretClearsTheStoredToken",
+	"TestPRCheckOnAClusterTouchesOnlyWhatItCreates",
+	"TestPortalPageBehindAProxyAtABasePath",
+	"TestRenderedManifestsPassAServerSideDryRun",
 }
 
 // slots are the suite's parallel slots and the tests waiting for one.
