@@ -355,12 +355,8 @@ func SetSecret(ctx context.Context, s auto.Stack, key, value string, path bool) 
 // stay "[secret]", and nothing of the state is decrypted (auto.Stack.Outputs decrypts every secret
 // output with --show-secrets).
 func PlainOutputs(ctx context.Context, s auto.Stack) (map[string]any, error) {
-	stdout, stderr, _, err := run(ctx, s.Workspace(), nil, "stack", "output", "--json", "--stack", s.Name())
+	out, err := plainOutputs(ctx, s.Workspace(), s.Name())
 	if err != nil {
-		return nil, fmt.Errorf("stack %s: reading outputs: %v: %s", s.Name(), err, stderr)
-	}
-	out := map[string]any{}
-	if err := json.Unmarshal([]byte(stdout), &out); err != nil {
 		return nil, fmt.Errorf("stack %s: reading outputs: %w", s.Name(), err)
 	}
 	return out, nil

@@ -25,12 +25,8 @@ const secretSentinel = "[secret]"
 // stack without secret outputs (this program's) then runs the CLI once less for each up, and with
 // a passphrase does not derive its key (a quarter second of CPU) to decrypt nothing.
 func (w outputsWorkspace) StackOutputs(ctx context.Context, stack string) (auto.OutputMap, error) {
-	stdout, stderr, _, err := run(ctx, w, nil, "stack", "output", "--json", "--stack", stack)
+	plain, err := plainOutputs(ctx, w, stack)
 	if err != nil {
-		return nil, fmt.Errorf("could not get outputs: %w: %s", err, stderr)
-	}
-	plain := map[string]any{}
-	if err := json.Unmarshal([]byte(stdout), &plain); err != nil {
 		return nil, fmt.Errorf("could not get outputs: %w", err)
 	}
 	out := auto.OutputMap{}
@@ -43,6 +39,20 @@ func (w outputsWorkspace) StackOutputs(ctx context.Context, stack string) (auto.
 			return w.Workspace.StackOutputs(ctx, stack)
 		}
 		out[k] = auto.OutputValue{Value: v}
+	}
+	return out, nil
+}
+
+// plainOutputs are the stack's outputs as `pulumi stack output --json` prints them: a secret one
+// is "[secret]", and nothing is decrypted.
+func plainOutputs(ctx context.Context, ws auto.Workspace, stack string) (map[string]any, error) {
+	stdout, stderr, _, err := run(ctx, ws, nil, "stack", "output", "--json", "--stack", stack)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %s", err, stderr)
+	}
+	out := map[string]any{}
+	if err := json.Unmarshal([]byte(stdout), &out); err != nil {
+		return nil, err
 	}
 	return out, nil
 }
