@@ -155,13 +155,14 @@ func TestTheCapsRefuseOneMore(t *testing.T) {
 
 // The CLI and the provider the portal starts get only what they need of its environment
 // (automation.CleanEnviron) and what Options.EnvVars adds: a secret of the portal's host does not
-// reach them, for a listing or an operation alike.
+// reach them, for a listing or an operation alike; its tuning of the Go runtime does.
 func TestTheCLIGetsACleanEnvironment(t *testing.T) {
 	cli := FakePulumi(t, false)
 	t.Setenv("PORTAL_HOST_SECRET", "s3cr3t")
 	t.Setenv("GITHUB_TOKEN", "ghp_x")
 	t.Setenv("PULUMI_CONFIG_PASSPHRASE", "portal-passphrase")
 	t.Setenv("KUBECONFIG", "/etc/portal/kubeconfig")
+	t.Setenv("GOGC", "250")
 	ctx := context.Background()
 	m, err := New(Options{ProjectDir: "..", StateDir: t.TempDir(), EnvVars: map[string]string{"AWS_REGION": "eu-west-1"}})
 	require.NoError(t, err)
@@ -171,6 +172,7 @@ func TestTheCLIGetsACleanEnvironment(t *testing.T) {
 		assert.NotContains(t, env, "GITHUB_TOKEN", what)
 		assert.Equal(t, "portal-passphrase", env["PULUMI_CONFIG_PASSPHRASE"], what)
 		assert.Equal(t, "/etc/portal/kubeconfig", env["KUBECONFIG"], what)
+		assert.Equal(t, "250", env["GOGC"], what+": the host's tuning of the Go runtime")
 		assert.Equal(t, "eu-west-1", env["AWS_REGION"], what)
 		assert.Equal(t, "file://"+filepath.Join(m.o.StateDir, "state"), env["PULUMI_BACKEND_URL"], what)
 		assert.NotEmpty(t, env["PATH"], what)

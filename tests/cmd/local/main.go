@@ -24,7 +24,7 @@ import (
 	"minimax-m3/automation"
 	"minimax-m3/portal"
 	"minimax-m3/tests/framework/dynamooperator"
-	"minimax-m3/tests/framework/localcluster"
+	"minimax-m3/tests/framework/gogc"
 	"minimax-m3/tests/framework/rackbox"
 )
 
@@ -51,7 +51,7 @@ func run(ctx context.Context) error {
 
 	// The box's servers and the stacks' CLI runs collect garbage less often: on a small machine,
 	// CPU is what the local run waits on.
-	if err := localcluster.LessGC(); err != nil {
+	if err := gogc.Raise(); err != nil {
 		return err
 	}
 	fmt.Println("== starting the rack box: kube-apiserver, etcd, kube-controller-manager, kube-scheduler and kwok on 127.0.0.1, with the CRDs from", os.Getenv("MINIMAX_M3_CRDS"))

@@ -13,6 +13,7 @@ import (
 	"strings"
 
 	"minimax-m3/policy"
+	"minimax-m3/tests/framework/gogc"
 	"minimax-m3/tests/framework/localcluster"
 	"minimax-m3/tests/framework/localstack"
 )
@@ -38,7 +39,7 @@ func main() {
 	}
 	// Its previews, builds and local API server collect garbage less often: CPU is what a check
 	// waits on.
-	if err := localcluster.LessGC(); err != nil {
+	if err := gogc.Raise(); err != nil {
 		fmt.Fprintln(os.Stderr, "pr-check:", err)
 		os.Exit(1)
 	}

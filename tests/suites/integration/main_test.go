@@ -18,6 +18,7 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 
+	"minimax-m3/tests/framework/gogc"
 	"minimax-m3/tests/framework/localcluster"
 )
 
@@ -64,7 +65,7 @@ func run(m *testing.M) int {
 
 	// Every server and Go process the suite starts collects garbage less often: CPU is what the
 	// suite waits on.
-	if err := localcluster.LessGC(); err != nil {
+	if err := gogc.Raise(); err != nil {
 		return fail(err)
 	}
 	// The tests' clients log the API server's warnings (deprecated versions the operator reads)
