@@ -17,8 +17,9 @@ import (
 // What a Pulumi CLI started by CleanCommand inherits of the environment of the process that starts
 // it: what the CLI, its plugins and the provider need to run and to reach a backend, a secrets
 // provider, a proxy and a cluster, and how the host tunes the Go runtime of each (GOGC,
-// GOMEMLIMIT, GOMAXPROCS: the CLI, the language host and the provider are Go programs). Everything else (a service's own tokens and secrets, whatever
-// its host sets) is left out; what a stack needs beyond it goes in Options.EnvVars.
+// GOMEMLIMIT, GOMAXPROCS: the CLI, the language host and the provider are Go programs).
+// Everything else (a service's own tokens and secrets, whatever its host sets) is left out; what
+// a stack needs beyond it goes in Options.EnvVars.
 var (
 	inheritedVars = []string{"PATH", "HOME", "USER", "LOGNAME", "TMPDIR", "TZ", "LANG", "KUBECONFIG",
 		"KUBERNETES_SERVICE_HOST", "KUBERNETES_SERVICE_PORT", // in a pod, the in-cluster config
