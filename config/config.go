@@ -38,6 +38,9 @@ type Config struct {
 	// ImageRegistries are the registries (or repository prefixes under one) every image the stack
 	// deploys must come from; default DefaultImageRegistries.
 	ImageRegistries []string `json:"imageRegistries"`
+	// PriorityClasses are the priority classes the site lets a stack's pods name (a role's
+	// scheduling.priorityClassName); default none: a class above other teams' pods preempts them.
+	PriorityClasses []string `json:"priorityClasses"`
 	// Adopt lets the stack take over objects of the recipe that already exist in the cluster and
 	// were not created by this stack (a deployment made with kustomize). Without it such an object is
 	// an error that names it.
@@ -118,7 +121,8 @@ func Validate(c *Config) Problems {
 	c.Benchmark.validate(v, "benchmark")
 	c.Observability.validate(v, "observability", c)
 	c.Exposure.validate(v, "exposure")
-	c.Frontend.validate(v, "frontend")
+	c.Frontend.validate(v, "frontend", c.PodProfile(false))
+	c.priorityClasses(v)
 	if c.Profile == Aggregated || c.Profile == Disaggregated {
 		for _, r := range c.Workers() {
 			r.Config.validate(v, r.Key, c, r)

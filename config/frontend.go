@@ -33,7 +33,7 @@ type RouterConfig struct {
 	KVCacheBlockSize  int    `json:"kvCacheBlockSize"`
 }
 
-func (f FrontendConfig) validate(v validator, key string) {
+func (f FrontendConfig) validate(v validator, key string, profile PodProfile) {
 	v.atLeast(key+".replicas", f.Replicas, 1)
 	v.nonEmpty(key+".router.mode", f.Router.Mode)
 	v.atLeast(key+".router.kvCacheBlockSize", f.Router.KVCacheBlockSize, 1)
@@ -43,5 +43,5 @@ func (f FrontendConfig) validate(v validator, key string) {
 	operatorAnnotations(v, key+".podAnnotations", f.PodAnnotations, false)
 	f.Rollout.validate(v, key+".rollout", f.Replicas, f.PodAnnotations)
 	v.env(key, nil, f.Env, f.ExtraEnv)
-	f.PodTemplatePatch.validate(v, key+".podTemplatePatch")
+	f.PodTemplatePatch.validate(v, key+".podTemplatePatch", profile)
 }

@@ -58,6 +58,9 @@ func (v validator) env(key string, fixed []string, lists ...[]EnvVar) {
 				v.add(ek+".name", "%q is not a valid variable name", e.Name)
 				continue
 			}
+			if why := ReservedEnv(e.Name); why != "" {
+				v.add(ek+".name", "%s may not be set: %s", e.Name, why)
+			}
 			if seen[e.Name] {
 				v.add(ek+".name", "%s is already set (by the recipe, a derived setting or an earlier entry); change that value instead of adding it again", e.Name)
 			}
@@ -160,7 +163,7 @@ type PodTemplatePatch map[string]any
 
 // validate checks that the patch applies to a pod template and leaves a valid one: unknown fields
 // and wrong types are errors here, not at pod start.
-func (p PodTemplatePatch) validate(v validator, key string) {
+func (p PodTemplatePatch) validate(v validator, key string, profile PodProfile) {
 	if len(p) == 0 {
 		return
 	}
@@ -172,7 +175,7 @@ func (p PodTemplatePatch) validate(v validator, key string) {
 		return
 	}
 	operatorTemplate(v, key, patched)
-	for _, problem := range PodSecurity(&patched.Spec) {
+	for _, problem := range PodSecurity(&patched.ObjectMeta, &patched.Spec, profile) {
 		v.add(key, "%s: a pod template patch may not reach past the pod", problem)
 	}
 }

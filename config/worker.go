@@ -77,7 +77,7 @@ func (w WorkerConfig) validate(v validator, k string, c *Config, r Role) {
 	}
 	v.env(k, fixed, w.Env, w.ExtraEnv)
 	w.VLLM.validate(v, k+".vllm", r)
-	w.PodTemplatePatch.validate(v, k+".podTemplatePatch")
+	w.PodTemplatePatch.validate(v, k+".podTemplatePatch", c.PodProfile(true))
 	w.fits(v, k)
 }
 

@@ -45,6 +45,9 @@ type Plan struct {
 	// allowed-registries); empty: config.DefaultImageRegistries. Give the site's list, never one a
 	// change under review could have set.
 	ImageRegistries []string
+	// PriorityClasses are the priority classes the site allows (rule pod-security); empty allows
+	// none. Give the site's list, never one a change under review could have set.
+	PriorityClasses []string
 }
 
 // StepFromEvent turns an engine event into a Step; ok is false for events that are not a

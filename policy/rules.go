@@ -5,12 +5,14 @@ import (
 	"encoding/json"
 	"fmt"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 
 	"github.com/distribution/reference"
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"minimax-m3/components"
 	"minimax-m3/config"
@@ -65,7 +67,8 @@ var Rules = []Rule{
 	{"pinned-images", "images are pinned: a tag that is not latest, or a digest", ScopeObject, pinnedImages},
 	{"allowed-registries", "images come only from the registries the site allows (the recipe's by default)", ScopeObject, allowedRegistries},
 	{"synthetic-only-for-benchmark", "synthetic speculative acceptance only on a graph labelled for benchmarking (benchmark.enabled)", ScopeObject, syntheticOnlyForBenchmark},
-	{"pod-security", "no pod reaches past itself: no host namespace, hostPath, privileged container, added capability beyond the workers', own ServiceAccount or bound node", ScopeObject, podSecurity},
+	{"pod-security", "every pod passes Pod Security baseline (the workers' three capabilities and root excepted) and the fleet's rules: only the program's volume types, no root or privilege escalation elsewhere, no ServiceAccount or node of its own, no priority class the site did not list, none of the runtime's or the operator's variables", ScopeObject, podSecurity},
+	{"reads-own-objects", "a pod reads only the stack's own Secrets and ConfigMaps (env, envFrom, volumes): not another stack's in a shared namespace", ScopeStack, readsOwnObjects},
 	{"monitors-own-namespace", "a PodMonitor or ServiceMonitor scrapes its own namespace only: other teams' pods and metrics are theirs", ScopeObject, monitorsOwnNamespace},
 	{"routes-own-backends", "an HTTPRoute sends traffic only to Services or InferencePools of its own namespace", ScopeObject, routesOwnBackends},
 	{"keep-model-cache", "no change replaces or deletes the model cache claim", ScopeChange, keepKind("PersistentVolumeClaim", "the model cache claim holds the downloaded weights; replacing or deleting it loses them")},
@@ -95,8 +98,11 @@ const GPU corev1.ResourceName = "nvidia.com/gpu"
 type pod struct {
 	step  Step
 	where string // "", or the graph component
-	spec  *corev1.PodSpec
-	err   error
+	// worker is a graph component of a worker type (config.WorkerComponentTypes).
+	worker bool
+	meta   *metav1.ObjectMeta
+	spec   *corev1.PodSpec
+	err    error
 }
 
 func (p pod) resource() string {
@@ -120,20 +126,31 @@ func pods(p Plan) []pod {
 			for _, c := range comps {
 				cm, _ := c.(map[string]any)
 				name, _ := cm["name"].(string)
+				typ, _ := cm["type"].(string)
 				if t := at(cm, "podTemplate", "spec"); t != nil {
 					spec, err := podSpec(t)
-					out = append(out, pod{s, name, spec, err})
+					out = append(out, pod{s, name, slices.Contains(config.WorkerComponentTypes, typ), podMeta(at(cm, "podTemplate", "metadata")), spec, err})
 				}
 			}
 		case "Job", "Deployment", "StatefulSet", "DaemonSet", "ReplicaSet":
 			spec, err := podSpec(at(s.New, "spec", "template", "spec"))
-			out = append(out, pod{s, "", spec, err})
+			out = append(out, pod{s, "", false, podMeta(at(s.New, "spec", "template", "metadata")), spec, err})
 		case "Pod":
 			spec, err := podSpec(at(s.New, "spec"))
-			out = append(out, pod{s, "", spec, err})
+			out = append(out, pod{s, "", false, podMeta(at(s.New, "metadata")), spec, err})
 		}
 	}
 	return out
+}
+
+// podMeta reads a pod template's metadata; what cannot be read is left empty (the Pod Security
+// checks read only its annotations, and the spec's own read reports a broken template).
+func podMeta(v any) *metav1.ObjectMeta {
+	var meta metav1.ObjectMeta
+	if b, err := json.Marshal(v); err == nil {
+		_ = json.Unmarshal(b, &meta)
+	}
+	return &meta
 }
 
 func podSpec(v any) (*corev1.PodSpec, error) {
@@ -209,7 +226,51 @@ func podSecurity(p Plan) []Violation {
 			out = append(out, Violation{Resource: pd.resource(), Message: pd.err.Error()})
 			continue
 		}
-		for _, problem := range config.PodSecurity(pd.spec) {
+		profile := config.PodProfile{Worker: pd.worker, PriorityClasses: p.PriorityClasses}
+		for _, problem := range config.PodSecurity(pd.meta, pd.spec, profile) {
+			out = append(out, Violation{Resource: pd.resource(), Message: problem})
+		}
+	}
+	return out
+}
+
+// readsOwnObjects checks every pod's Secret and ConfigMap reads against the Secrets and ConfigMaps
+// the plan writes, and the Secret the Hugging Face token variables name (a Secret the user brought,
+// huggingFace.existingSecret).
+func readsOwnObjects(p Plan) []Violation {
+	secrets, configMaps := []string{}, []string{}
+	for _, s := range p.Steps {
+		if s.New == nil {
+			continue
+		}
+		name, _ := at(s.New, "metadata", "name").(string)
+		switch s.Kind() {
+		case "Secret":
+			secrets = append(secrets, name)
+		case "ConfigMap":
+			configMaps = append(configMaps, name)
+		}
+	}
+	pds := pods(p)
+	for _, pd := range pds {
+		if pd.err != nil {
+			continue
+		}
+		for _, c := range append(append([]corev1.Container{}, pd.spec.InitContainers...), pd.spec.Containers...) {
+			for _, e := range c.Env {
+				if tokenVariables[e.Name] && e.ValueFrom != nil && e.ValueFrom.SecretKeyRef != nil {
+					secrets = append(secrets, e.ValueFrom.SecretKeyRef.Name)
+				}
+			}
+		}
+	}
+	var out []Violation
+	for _, pd := range pds {
+		if pd.err != nil {
+			out = append(out, Violation{Resource: pd.resource(), Message: pd.err.Error()})
+			continue
+		}
+		for _, problem := range config.Reads(pd.spec, secrets, configMaps) {
 			out = append(out, Violation{Resource: pd.resource(), Message: problem})
 		}
 	}

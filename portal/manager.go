@@ -36,6 +36,9 @@ type Options struct {
 	// ImageRegistries are the registries every request's images must come from (the stacks'
 	// imageRegistries, which a request cannot widen); empty: config.DefaultImageRegistries.
 	ImageRegistries []string
+	// PriorityClasses are the priority classes a request's pods may name (the stacks'
+	// priorityClasses, which a request cannot widen); empty: none.
+	PriorityClasses []string
 	// MaxOperations caps the operations running at once, over all stacks (each starts a Pulumi
 	// CLI and a provider); one more is refused with a CapacityError, or with RunOptions.Wait waits
 	// for a place. 0: DefaultMaxOperations.

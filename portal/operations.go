@@ -89,7 +89,7 @@ func (m *Manager) Preview(ctx context.Context, r Request, o RunOptions) (Preview
 	for op, n := range out.ChangeSummary {
 		res.Changes[string(op)] = n
 	}
-	p := policy.Plan{Steps: steps, Adopted: r.Config.Adopt, ImageRegistries: m.imageRegistries()}
+	p := policy.Plan{Steps: steps, Adopted: r.Config.Adopt, ImageRegistries: m.imageRegistries(), PriorityClasses: m.o.PriorityClasses}
 	for _, roll := range policy.Rolls(p) {
 		if roll.Rolls {
 			res.Rolls = append(res.Rolls, roll.Component)
@@ -316,7 +316,7 @@ func (m *Manager) checkPolicies(ctx context.Context, s automation.Stack, r Reque
 		return m.opError(r.Name(), err, r.HFToken)
 	}
 	steps := <-stepsc
-	p := policy.Plan{Steps: steps, Adopted: r.Config.Adopt, ImageRegistries: m.imageRegistries()}
+	p := policy.Plan{Steps: steps, Adopted: r.Config.Adopt, ImageRegistries: m.imageRegistries(), PriorityClasses: m.o.PriorityClasses}
 	rolls := policy.Rolls(p)
 	var ps config.Problems
 	for _, v := range policy.Check(p) {

@@ -243,3 +243,14 @@ func BindRegistries(r *Request, site []string) config.Problems {
 	r.Config.ImageRegistries = slices.Clone(registries)
 	return ps
 }
+
+// BindPriorityClasses makes the site's priority classes the request's: a request may leave them
+// unset, never name others, which is refused at priorityClasses.
+func BindPriorityClasses(r *Request, site []string) config.Problems {
+	var ps config.Problems
+	if got := r.Config.PriorityClasses; len(got) > 0 && !slices.Equal(got, site) {
+		ps.Add("priorityClasses", "is the portal's to set (%s), not a request's", strings.Join(site, ", "))
+	}
+	r.Config.PriorityClasses = slices.Clone(site)
+	return ps
+}

@@ -35,6 +35,10 @@ func main() {
 		imageRegistries = strings.Split(v, ",")
 		return nil
 	})
+	flag.Func("priority-classes", "the priority classes pods may name, comma-separated (default: none; never read from a stack file a change could edit)", func(v string) error {
+		priorityClasses = strings.Split(v, ",")
+		return nil
+	})
 	set := auto.ConfigMap{}
 	flag.Func("set", "config value by path for the render, key=value (repeatable)", func(v string) error {
 		k, val, ok := strings.Cut(v, "=")
@@ -74,6 +78,9 @@ func main() {
 // imageRegistries is -image-registries: the site's list for rule allowed-registries.
 var imageRegistries []string
 
+// priorityClasses is -priority-classes: the site's list for rule pod-security.
+var priorityClasses []string
+
 func run(names stacks, eventLog string, adopted bool, allowRoll, project string, set auto.ConfigMap, out io.Writer) (bool, error) {
 	if eventLog != "" {
 		stack := ""
@@ -99,7 +106,7 @@ func run(names stacks, eventLog string, adopted bool, allowRoll, project string,
 		if err != nil {
 			return false, err
 		}
-		if report(out, "stack "+stack, policy.Plan{Steps: steps, ImageRegistries: imageRegistries}) {
+		if report(out, "stack "+stack, policy.Plan{Steps: steps, ImageRegistries: imageRegistries, PriorityClasses: priorityClasses}) {
 			failed = true
 		}
 	}
@@ -123,7 +130,7 @@ func checkEvents(stack, eventLog, project string, adopted bool, allowRoll string
 			return false, err
 		}
 	}
-	p := policy.Plan{Steps: steps, Adopted: adopted, ImageRegistries: imageRegistries}
+	p := policy.Plan{Steps: steps, Adopted: adopted, ImageRegistries: imageRegistries, PriorityClasses: priorityClasses}
 	rolls := policy.Rolls(p)
 	for _, line := range policy.Summary(rolls) {
 		_, _ = fmt.Fprintln(out, line)

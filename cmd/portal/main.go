@@ -34,7 +34,7 @@ func run() error {
 	var insecureHTTP bool
 	var drain time.Duration
 	var maxStreams, maxEvents, maxOperations, maxStacks int
-	var basePath, contexts, registries, usersFile, auditFile, identityHeader, trustedProxies string
+	var basePath, contexts, registries, priorityClasses, usersFile, auditFile, identityHeader, trustedProxies string
 	flag.StringVar(&addr, "addr", "127.0.0.1:8080", "listen address")
 	flag.StringVar(&tlsCert, "tls-cert", "", "serve TLS with this certificate (PEM; with -tls-key)")
 	flag.StringVar(&tlsKey, "tls-key", "", "the certificate's private key (PEM)")
@@ -49,6 +49,7 @@ func run() error {
 	flag.IntVar(&maxOperations, "max-operations", portal.DefaultMaxOperations, "operations run at once over all stacks (one more gets 429)")
 	flag.IntVar(&maxStacks, "max-stacks", portal.DefaultMaxStacks, "stacks the portal holds (an operation creating one more gets 429)")
 	flag.StringVar(&registries, "image-registries", "", "registries (or repository prefixes) every request's images must come from, comma-separated (default: the recipe's, "+strings.Join(config.DefaultImageRegistries, ",")+")")
+	flag.StringVar(&priorityClasses, "priority-classes", "", "priority classes a request's pods may name, comma-separated (default: none)")
 	flag.StringVar(&basePath, "base-path", "", "serve under this path prefix, for a reverse proxy forwarding it unchanged (/portal: the page at /portal/)")
 	flag.StringVar(&contexts, "contexts", "", "kubeconfig contexts a request may name in kubernetes.context, comma-separated (default: none; every stack uses the current context)")
 	flag.StringVar(&usersFile, "users", "", "a YAML file of users, each with their token's SHA-256, their stacks and their namespaces (default: one user, admin, with MINIMAX_M3_PORTAL_TOKEN, reaching everything)")
@@ -109,7 +110,7 @@ func run() error {
 		return fmt.Errorf("refusing to serve plain HTTP on %s: the token crosses the network; give -tls-cert and -tls-key, or -insecure-http behind a TLS proxy", addr)
 	}
 	m, err := portal.New(portal.Options{ProjectDir: projectDir, StateDir: stateDir, BackendURL: backend, SecretsProvider: secretsProvider,
-		Contexts: splitList(contexts), MaxOperations: maxOperations, MaxStacks: maxStacks, ImageRegistries: splitList(registries)})
+		Contexts: splitList(contexts), MaxOperations: maxOperations, MaxStacks: maxStacks, ImageRegistries: splitList(registries), PriorityClasses: splitList(priorityClasses)})
 	if err != nil {
 		return err
 	}

@@ -55,6 +55,10 @@ func pack() (policyx.PolicyPack, error) {
 // from the same repository variable the PR check reads, never from a stack file a change could edit.
 const RegistriesEnv = "MINIMAX_M3_IMAGE_REGISTRIES"
 
+// PriorityClassesEnv names the site's priority classes for rule pod-security, comma-separated, as
+// cmd/policy's -priority-classes takes them (unset: none), from the site as RegistriesEnv is.
+const PriorityClassesEnv = "MINIMAX_M3_PRIORITY_CLASSES"
+
 // Registries splits a comma-separated list of registries, dropping empty entries.
 func Registries(list string) []string {
 	var out []string
@@ -80,7 +84,7 @@ func report(m policyx.PolicyManager, r policy.Rule, rs []policyx.AnalyzerResourc
 	if len(rs) == 1 {
 		urn = rs[0].URN
 	}
-	for _, v := range r.Check(policy.Plan{Steps: steps, ImageRegistries: Registries(os.Getenv(RegistriesEnv))}) {
+	for _, v := range r.Check(policy.Plan{Steps: steps, ImageRegistries: Registries(os.Getenv(RegistriesEnv)), PriorityClasses: Registries(os.Getenv(PriorityClassesEnv))}) {
 		m.ReportViolation(v.Resource+": "+v.Message, urn)
 	}
 }

@@ -61,6 +61,9 @@ type Runner struct {
 	// ImageRegistries are the registries every request's images must come from, as the portal's
 	// (a request may not widen them); empty: config.DefaultImageRegistries.
 	ImageRegistries []string
+	// PriorityClasses are the priority classes a request's pods may name, as the portal's; empty:
+	// none.
+	PriorityClasses []string
 	// Gate checks every request before Apply writes a Stack or Secret, as the portal's up does: the
 	// policies and consent for the components it would restart, on a preview. Give it a
 	// *portal.Manager of its own (its own StateDir: it keeps each request's config there) on the
@@ -218,7 +221,7 @@ func (o *Runner) Apply(ctx context.Context, r portal.Request, ao ApplyOptions) (
 	if o.Gate == nil && !o.Ungated {
 		return nil, ErrUngated
 	}
-	ps := portal.BindRegistries(&r, o.ImageRegistries)
+	ps := append(portal.BindRegistries(&r, o.ImageRegistries), portal.BindPriorityClasses(&r, o.PriorityClasses)...)
 	if ps = append(ps, r.Validate()...); len(ps) > 0 {
 		return nil, &portal.InvalidRequestError{Problems: ps}
 	}
