@@ -12,18 +12,24 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	nodev1 "k8s.io/api/node/v1"
 	storagev1 "k8s.io/api/storage/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"minimax-m3/teamboundary"
 	"minimax-m3/tests/framework/localcluster"
 )
 
 // StorageClass is the box's default storage class: ReadWriteMany, bound at once, answered by the
 // box's provisioner.
 const StorageClass = "rackbox-rwx"
+
+// WorkerRuntimeClass is the GPU workers' RuntimeClass, which the box's API server exempts from Pod
+// Security admission (teamboundary.PodSecurityAdmissionConfiguration).
+const WorkerRuntimeClass = "nvidia"
 
 // Options say how to start the box.
 type Options struct {
@@ -66,6 +72,14 @@ func Start(ctx context.Context, o Options) (*Box, error) {
 		_ = os.RemoveAll(dir)
 		return nil, err
 	}
+	// As a site that guards its team namespaces configures its API server: Pod Security exempts
+	// the GPU workers' RuntimeClass, which the team namespaces' admission policy checks instead
+	// (package teamboundary).
+	admissionConfig := filepath.Join(dir, "admission.yaml")
+	if err := os.WriteFile(admissionConfig, []byte(teamboundary.PodSecurityAdmissionConfiguration(WorkerRuntimeClass)), 0o600); err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, err
+	}
 	cluster, err := localcluster.StartWith(o.Bin, o.CRDs, localcluster.Options{
 		// ServiceAccount as in any cluster; ExtendedResourceToleration as on managed GPU pools: a
 		// pod that requests nvidia.com/gpu tolerates the nvidia.com/gpu taint.
@@ -76,6 +90,7 @@ func Start(ctx context.Context, o Options) (*Box, error) {
 			"kubelet-certificate-authority":   pki.caFile,
 			"kubelet-client-certificate":      pki.clientCertFile,
 			"kubelet-client-key":              pki.clientKeyFile,
+			"admission-control-config-file":   admissionConfig,
 		},
 	})
 	if err != nil {
@@ -167,6 +182,10 @@ func (b *Box) install(ctx context.Context) error {
 		if err := b.Client.Create(ctx, dc); err != nil {
 			return err
 		}
+	}
+	// The GPU workers' runtime, as the GPU operator installs it (kwok runs any class alike).
+	if err := b.Client.Create(ctx, &nodev1.RuntimeClass{ObjectMeta: metav1.ObjectMeta{Name: WorkerRuntimeClass}, Handler: WorkerRuntimeClass}); err != nil {
+		return err
 	}
 	immediate := storagev1.VolumeBindingImmediate
 	retain := corev1.PersistentVolumeReclaimRetain

@@ -40,6 +40,7 @@ var longestFirst = []string{
 	"TestBoxOneAggStackThroughDayTwoChanges",
 	"TestBoxBenchmarkSweepRestartsThroughTheOperator",
 	"TestBoxStackLifecycleAgg",
+	"TestBoxTeamNamespaceRefusesBypassPodsAndAdmitsTheStacks",
 	"TestBoxOnAClusterWithGroveTheGraphStaysOnTheComponentPath",
 	"TestBoxPackageFromYAML",
 	"TestBoxFailuresCarryKubernetesReasonsTooFewGPUs",

@@ -91,9 +91,10 @@ func TestPolicyHFTokenFromSecret(t *testing.T) {
 	c["env"] = append(c["env"].([]any), map[string]any{"name": "HUGGING_FACE_HUB_TOKEN", "valueFrom": map[string]any{"configMapKeyRef": map[string]any{"name": "x", "key": "token"}}})
 	step(t, p, "ConfigMap").New["data"].(map[string]any)["note"] = "token hf_abcdefghijklmnopqrstuvwxyz"
 	vs = policy.Check(p)
-	assert.Equal(t, []string{"hf-token-from-secret", "hf-token-from-secret"}, rules(vs))
+	assert.Equal(t, []string{"hf-token-from-secret", "hf-token-from-secret", "reads-own-objects"}, rules(vs))
 	assert.Contains(t, vs[0].Message, "env HUGGING_FACE_HUB_TOKEN must come from a Secret")
 	assert.Contains(t, vs[1].Message, "only a Secret may")
+	assert.Contains(t, vs[2].Message, `env[2] HUGGING_FACE_HUB_TOKEN: reads ConfigMap "x", which is not the stack's`)
 }
 
 // The attack a security review found: a pod template patch that shares the node's PID namespace,
@@ -106,8 +107,9 @@ func TestPolicyPodSecurity(t *testing.T) {
 	_, err := config.Parse(config.Raw{Values: map[string]string{"profile": "agg", "namespace": `{"name":"inference"}`, "hfToken": "hf_test", "frontend": patch},
 		Secrets: map[string]bool{"hfToken": true}})
 	require.Error(t, err)
-	for _, want := range []string{"minimax-m3:frontend.podTemplatePatch: spec.hostPID", "minimax-m3:frontend.podTemplatePatch: spec.volumes[0] (h): mounts the node's / (hostPath)",
-		"minimax-m3:frontend.podTemplatePatch: spec.containers[0] (main).securityContext.privileged"} {
+	for _, want := range []string{"minimax-m3:frontend.podTemplatePatch: Pod Security baseline: host namespaces (hostPID=true)",
+		`minimax-m3:frontend.podTemplatePatch: Pod Security baseline: hostPath volumes (volume "h")`,
+		`minimax-m3:frontend.podTemplatePatch: Pod Security baseline: privileged (container "main" must not set securityContext.privileged=true)`} {
 		assert.Contains(t, err.Error(), want)
 	}
 
@@ -128,8 +130,9 @@ func TestPolicyPodSecurity(t *testing.T) {
 	vs := policy.Check(p)
 	assert.Equal(t, []string{"pod-security", "pod-security", "pod-security", "pod-security", "pod-security"}, rules(vs))
 	text := fmt.Sprint(vs)
-	for _, want := range []string{"component Frontend: spec.hostPID: shares the node's namespace", "component Frontend: spec.volumes[0] (h): mounts the node's / (hostPath)",
-		"component Frontend: spec.containers[0] (main).securityContext.privileged", "capabilities.add: NET_ADMIN", `spec.serviceAccountName: runs with ServiceAccount "cluster-admin-sa"`} {
+	for _, want := range []string{"component Frontend: Pod Security baseline: host namespaces (hostPID=true)", `component Frontend: Pod Security baseline: hostPath volumes (volume "h")`,
+		`component Frontend: Pod Security baseline: privileged (container "main"`, `non-default capabilities (container "main" must not include "NET_ADMIN"`,
+		`spec.serviceAccountName: runs with ServiceAccount "cluster-admin-sa"`} {
 		assert.Contains(t, text, want)
 	}
 }
@@ -349,4 +352,48 @@ func TestPolicyMonitorsOwnNamespace(t *testing.T) {
 	delete(sel, "matchNames")
 	sel["any"] = true
 	assert.Equal(t, []string{"monitors-own-namespace"}, rules(policy.Check(p)))
+}
+
+// The fleet's rules beyond baseline, however a pod got into the plan: the workers' exemption is
+// theirs alone, a priority class counts only when the site lists it (never the stack), and the
+// runtime's and the operator's variables and another stack's Secret are refused.
+func TestPolicyFleetRulesBeyondBaseline(t *testing.T) {
+	p := plan(t, "agg", nil)
+	assert.Empty(t, policy.Check(p), "the stack's own pods, workers' capabilities and root included")
+
+	graph := step(t, p, "DynamoGraphDeployment")
+	for _, comp := range graph.New["spec"].(map[string]any)["components"].([]any) {
+		cm := comp.(map[string]any)
+		spec := cm["podTemplate"].(map[string]any)["spec"].(map[string]any)
+		c := mainContainer(spec)
+		switch cm["name"] {
+		case "Frontend":
+			c["securityContext"] = map[string]any{"runAsUser": 0, "capabilities": map[string]any{"add": []any{"IPC_LOCK"}}}
+			c["env"] = []any{map[string]any{"name": "NVIDIA_VISIBLE_DEVICES", "value": "all"}}
+			spec["priorityClassName"] = "system-node-critical"
+		case "Worker":
+			c["env"] = append(c["env"].([]any), map[string]any{"name": "DYN_NAMESPACE", "value": "team-b"},
+				map[string]any{"name": "T", "valueFrom": map[string]any{"secretKeyRef": map[string]any{"name": "team-b-token", "key": "t"}}})
+			spec["volumes"] = append(spec["volumes"].([]any), map[string]any{"name": "n", "nfs": map[string]any{"server": "10.0.0.9", "path": "/"}})
+		}
+	}
+	text := fmt.Sprint(policy.Check(p))
+	for _, want := range []string{
+		`component Frontend: Pod Security baseline: non-default capabilities (container "main" must not include "IPC_LOCK"`,
+		"component Frontend: spec.containers[0] (main).securityContext.runAsUser: 0 (root) outside a worker's main container",
+		"component Frontend: spec.containers[0] (main).env[0] NVIDIA_VISIBLE_DEVICES: NVIDIA_* is the NVIDIA container runtime's",
+		`component Frontend: spec.priorityClassName: "system-node-critical" is not a priority class the site allows (none)`,
+		"component Worker: spec.containers[0] (main).env[",
+		"DYN_NAMESPACE: the Dynamo operator writes it",
+		`[reads-own-objects] DynamoGraphDeployment inference/minimax-m3-agg-gb200-agentic component Worker: spec.containers[0] (main).env[`,
+		`T: reads Secret "team-b-token", which is not the stack's`,
+		"component Worker: spec.volumes[1] (n): a nfs volume",
+	} {
+		assert.Contains(t, text, want)
+	}
+	assert.NotContains(t, text, `component Worker: Pod Security baseline`, "the worker's own capabilities are its exemption")
+
+	// The site's list, given to the policies (never read from the stack), admits the class.
+	p.PriorityClasses = []string{"system-node-critical"}
+	assert.NotContains(t, fmt.Sprint(policy.Check(p)), "spec.priorityClassName")
 }

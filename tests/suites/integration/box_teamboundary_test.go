@@ -1,0 +1,134 @@
+package integration
+
+import (
+	"context"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/pulumi/pulumi/sdk/v3/go/auto"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"sigs.k8s.io/controller-runtime/pkg/client"
+
+	"minimax-m3/teamboundary"
+	"minimax-m3/tests/framework/rackbox"
+)
+
+// installTeamBoundary applies the site's admission policies and their bindings to the box (they
+// bind only to namespaces labelled teamboundary.TeamLabel, so the other tests' namespaces are not
+// touched) and a team namespace, and waits until the API server enforces the policies.
+func installTeamBoundary(t *testing.T, team, ns string) {
+	t.Helper()
+	ctx := context.Background()
+	for _, obj := range []client.Object{teamboundary.PodPolicy(nil), teamboundary.PodPolicyBinding(), teamboundary.GraphPolicy(),
+		teamboundary.GraphPolicyBinding(), teamboundary.TeamNamespace(team, ns, rackbox.WorkerRuntimeClass)} {
+		err := box.Client.Create(ctx, obj)
+		if apierrors.IsAlreadyExists(err) {
+			continue // another test installed the policies
+		}
+		require.NoError(t, err, "%T %s", obj, obj.GetName())
+	}
+	// The API server compiles a new policy and starts enforcing it shortly after its binding
+	// exists: wait until a pod it refuses is refused.
+	probe := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "probe"}, Spec: corev1.PodSpec{
+		RuntimeClassName: ptrTo(rackbox.WorkerRuntimeClass),
+		Containers:       []corev1.Container{{Name: "main", Image: rackbox.HeldImage, Env: []corev1.EnvVar{{Name: "NVIDIA_VISIBLE_DEVICES", Value: "all"}}}},
+	}}
+	deadline := time.Now().Add(time.Minute)
+	for {
+		err := box.Client.Create(ctx, probe.DeepCopy(), client.DryRunAll)
+		if err != nil && strings.Contains(err.Error(), teamboundary.PolicyName) {
+			return
+		}
+		require.True(t, time.Now().Before(deadline), "the API server does not enforce %s after a minute: %v", teamboundary.PolicyName, err)
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+func ptrTo[T any](v T) *T { return &v }
+
+// What a hostile team tried, applied with the real kubectl outside Pulumi into its own baseline
+// namespace: each pod is refused by the box's API server. The pods take the workers' RuntimeClass,
+// which Pod Security admission exempts, so the refusal is the admission policy's alone; the last
+// pods take none and meet Pod Security's own baseline. The stacks' own pods, from an agg stack
+// deployed into the namespace with every guard on, are admitted and run.
+func TestBoxTeamNamespaceRefusesBypassPodsAndAdmitsTheStacks(t *testing.T) {
+	parallelOnBox(t)
+	rackBox(t)
+	const team, ns = "team-a", "box-team-a"
+	installTeamBoundary(t, team, ns)
+
+	pod := func(name, spec string) string {
+		return "apiVersion: v1\nkind: Pod\nmetadata: {name: " + name + ", namespace: " + ns + "}\nspec:\n  runtimeClassName: " + rackbox.WorkerRuntimeClass + "\n" + spec
+	}
+	const img = "    image: " + rackbox.HeldImage + "\n"
+	bypasses := []struct{ name, manifest, refusal string }{
+		{"nfs", pod("nfs", "  containers: [{name: main, image: "+rackbox.HeldImage+", volumeMounts: [{name: n, mountPath: /data}]}]\n  volumes: [{name: n, nfs: {server: 10.0.0.9, path: /}}]\n"), "volumes: a team's pods mount only"},
+		{"inline csi at /", pod("csi", "  containers: [{name: main, image: "+rackbox.HeldImage+"}]\n  volumes: [{name: c, csi: {driver: nfs.csi.k8s.io, volumeAttributes: {server: 10.0.0.9, share: /}}}]\n"), "volumes: a team's pods mount only"},
+		{"another team's volume through an ephemeral claim", pod("ephemeral", "  containers: [{name: main, image: "+rackbox.HeldImage+"}]\n  volumes: [{name: e, ephemeral: {volumeClaimTemplate: {spec: {accessModes: [ReadWriteOnce], volumeName: team-b-weights, resources: {requests: {storage: 1Gi}}}}}}]\n"), "volumes: a team's pods mount only"},
+		{"gitRepo", pod("gitrepo", "  containers: [{name: main, image: "+rackbox.HeldImage+"}]\n  volumes: [{name: g, gitRepo: {repository: 'https://example.com/x.git'}}]\n"), "volumes: a team's pods mount only"},
+		{"hostPath", pod("hostpath", "  containers: [{name: main, image: "+rackbox.HeldImage+"}]\n  volumes: [{name: h, hostPath: {path: /}}]\n"), "volumes: a team's pods mount only"},
+		{"hostPort", pod("hostport", "  containers:\n  - name: main\n"+img+"    ports: [{containerPort: 8000, hostPort: 8000}]\n"), "Pod Security baseline: hostPort"},
+		{"hostPID", pod("hostpid", "  hostPID: true\n  containers: [{name: main, image: "+rackbox.HeldImage+"}]\n"), "Pod Security baseline: host namespaces"},
+		{"privileged", pod("privileged", "  containers:\n  - name: main\n"+img+"    securityContext: {privileged: true}\n"), "Pod Security baseline: privileged containers"},
+		{"SYS_ADMIN", pod("sysadmin", "  containers:\n  - name: main\n"+img+"    securityContext: {capabilities: {add: [SYS_ADMIN]}}\n"), "Pod Security baseline: non-default capabilities"},
+		{"a worker's capabilities on a pod that is no worker", pod("caps", "  containers:\n  - name: main\n"+img+"    securityContext: {capabilities: {add: [IPC_LOCK]}}\n"), "Pod Security baseline: non-default capabilities"},
+		{"seccomp Unconfined", pod("seccomp", "  securityContext: {seccompProfile: {type: Unconfined}}\n  containers: [{name: main, image: "+rackbox.HeldImage+"}]\n"), "seccompProfile Unconfined"},
+		{"AppArmor Unconfined", pod("apparmor", "  containers:\n  - name: main\n"+img+"    securityContext: {appArmorProfile: {type: Unconfined}}\n"), "AppArmor profile Unconfined"},
+		{"SELinux spc_t", pod("selinux", "  securityContext: {seLinuxOptions: {type: spc_t}}\n  containers: [{name: main, image: "+rackbox.HeldImage+"}]\n"), "seLinuxOptions"},
+		{"an unsafe sysctl", pod("sysctl", "  securityContext: {sysctls: [{name: kernel.msgmax, value: '65536'}]}\n  containers: [{name: main, image: "+rackbox.HeldImage+"}]\n"), "sysctls outside the safe set"},
+		{"root with privilege escalation", pod("root", "  containers:\n  - name: main\n"+img+"    securityContext: {runAsUser: 0, allowPrivilegeEscalation: true}\n"), "runAsUser 0 (root)"},
+		{"a priority class that preempts other teams", pod("priority", "  priorityClassName: system-node-critical\n  containers: [{name: main, image: "+rackbox.HeldImage+"}]\n"), "priorityClassName: not one of the site's priority classes"},
+		{"every GPU of the node", pod("devices", "  containers:\n  - name: main\n"+img+"    env: [{name: NVIDIA_VISIBLE_DEVICES, value: all}]\n"), "env: NVIDIA_* and CUDA_VISIBLE_*"},
+		{"a node named directly", pod("nodename", "  nodeName: cpu-0\n  containers: [{name: main, image: "+rackbox.HeldImage+"}]\n"), "nodeName: a team's pod goes through the scheduler"},
+		// A worker's label does not widen what a pod may do beyond the workers' exemption.
+		{"a worker's label and more", "apiVersion: v1\nkind: Pod\nmetadata: {name: fakeworker, namespace: " + ns + ", labels: {nvidia.com/dynamo-component-type: worker}}\nspec:\n  runtimeClassName: " + rackbox.WorkerRuntimeClass + "\n  containers:\n  - name: main\n" + img + "    securityContext: {runAsUser: 0, capabilities: {add: [IPC_LOCK, SYS_ADMIN]}}\n", "Pod Security baseline: non-default capabilities"},
+		// Without the exempt RuntimeClass, Pod Security admission refuses at baseline first.
+		{"hostPID without the workers' class", "apiVersion: v1\nkind: Pod\nmetadata: {name: plain-hostpid, namespace: " + ns + "}\nspec:\n  hostPID: true\n  containers: [{name: main, image: " + rackbox.HeldImage + "}]\n", `violates PodSecurity "baseline:latest": host namespaces`},
+		{"a worker's capabilities without the workers' class", "apiVersion: v1\nkind: Pod\nmetadata: {name: plain-caps, namespace: " + ns + "}\nspec:\n  containers:\n  - name: main\n" + img + "    securityContext: {capabilities: {add: [IPC_LOCK]}}\n", `violates PodSecurity "baseline:latest": non-default capabilities`},
+	}
+	kubectl := filepath.Join(cluster.bin, "kubectl")
+	for _, b := range bypasses {
+		cmd := exec.Command(kubectl, "--kubeconfig", box.Kubeconfig, "apply", "-f", "-")
+		cmd.Stdin = strings.NewReader(b.manifest)
+		out, err := cmd.CombinedOutput()
+		if assert.Error(t, err, "%s: kubectl apply succeeded:\n%s", b.name, out) {
+			assert.Contains(t, string(out), b.refusal, "%s", b.name)
+		}
+	}
+	var pods corev1.PodList
+	require.NoError(t, box.Client.List(context.Background(), &pods, client.InNamespace(ns)))
+	assert.Empty(t, pods.Items, "no bypass pod exists")
+
+	// A graph setting a variable the operator writes is refused too, before any pod exists.
+	graph := "apiVersion: nvidia.com/v1alpha1\nkind: DynamoGraphDeployment\nmetadata: {name: join, namespace: " + ns + "}\nspec:\n  backendFramework: vllm\n  components:\n  - name: Worker\n    type: worker\n    envs: [{name: DYN_NAMESPACE, value: team-b-graph}]\n"
+	cmd := exec.Command(kubectl, "--kubeconfig", box.Kubeconfig, "apply", "-f", "-")
+	cmd.Stdin = strings.NewReader(graph)
+	out, err := cmd.CombinedOutput()
+	if assert.Error(t, err, "a graph joining another team's Dynamo namespace was admitted:\n%s", out) {
+		assert.Contains(t, string(out), teamboundary.GraphPolicyName)
+	}
+
+	// The stack's own pods: agg with its namespace from the site, the workers on the exempt class.
+	s := readyBoxStack(t, "agg", ns, rackbox.NVL72("nvl72-team-a").WithGPUs(12), auto.ConfigMap{
+		"minimax-m3:namespace.create":                   {Value: "false"},
+		"minimax-m3:worker.scheduling.runtimeClassName": {Value: rackbox.WorkerRuntimeClass},
+	})
+	_ = s
+	running := podsOf(t, ns, client.MatchingLabels{graphLabelKey: aggGraph})
+	require.NotEmpty(t, running)
+	workers := 0
+	for _, p := range running {
+		assert.Equal(t, corev1.PodRunning, p.Status.Phase, "pod %s", p.Name)
+		if p.Labels["nvidia.com/dynamo-component-type"] == "worker" {
+			workers++
+		}
+	}
+	assert.Equal(t, 3, workers, "the three workers, admitted by the policy with their exemption")
+}
