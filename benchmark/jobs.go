@@ -121,7 +121,8 @@ func AIPerfJob(c *config.Config, namespace string, p JobPoint) batchv1.Job {
 		Spec: batchv1.JobSpec{
 			BackoffLimit:          &zero,
 			ActiveDeadlineSeconds: &deadline,
-			Template:              corev1.PodTemplateSpec{Spec: pod},
+			// The graph's NetworkPolicy admits the stack's clients by this label.
+			Template: corev1.PodTemplateSpec{ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{components.ClientLabel: c.GraphName}}, Spec: pod},
 		},
 	}
 }
@@ -172,7 +173,7 @@ func HelperPod(c *config.Config, namespace, name string) corev1.Pod {
 		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace, Labels: map[string]string{
 			"app.kubernetes.io/component": "benchmark", "app.kubernetes.io/part-of": components.PartOf,
-			"minimax-m3.io/graph": c.GraphName, "minimax-m3.io/benchmark-step": "helper",
+			components.ClientLabel: c.GraphName, "minimax-m3.io/benchmark-step": "helper",
 		}},
 		Spec: pod,
 	}

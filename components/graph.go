@@ -175,6 +175,9 @@ func NewGraph(ctx *pulumi.Context, name string, args *GraphArgs, opts ...pulumi.
 			return *gen
 		}).(pulumi.IntOutput)
 	}
+	if err := newNetworkPolicy(ctx, g, args); err != nil {
+		return nil, err
+	}
 	if err := newDisruptionBudgets(ctx, g, args); err != nil {
 		return nil, err
 	}

@@ -91,6 +91,10 @@ func plannedObjects(c *config.Config) []plannedObject {
 				"placement.disruptionBudget", "set placement.disruptionBudget=false to keep it (or choose another graphName)"})
 		}
 	}
+	if c.NetworkPolicy.Enabled {
+		out = append(out, plannedObject{networkPolicies, "NetworkPolicy", ns, c.NetworkPolicyName(),
+			"networkPolicy.enabled", "set networkPolicy.enabled=false to keep it (or choose another graphName)"})
+	}
 	if c.Exposure.Enabled {
 		out = append(out, plannedObject{HTTPRoutes, "HTTPRoute", ns, c.RouteName(), "graphName", "choose another graphName"})
 	}

@@ -168,7 +168,7 @@ func SmokeTestJobSpec(c *config.Config) batchv1.JobSpec {
 		Parallelism:           &one,
 		ActiveDeadlineSeconds: &deadline,
 		Template: corev1.PodTemplateSpec{
-			ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app.kubernetes.io/component": "smoke-test"}},
+			ObjectMeta: metav1.ObjectMeta{Labels: map[string]string{"app.kubernetes.io/component": "smoke-test", ClientLabel: c.GraphName}},
 			Spec:       pod,
 		},
 	}

@@ -60,6 +60,7 @@ type Config struct {
 	SmokeTest     SmokeTestConfig     `json:"smokeTest"`
 	Observability ObservabilityConfig `json:"observability"`
 	Exposure      ExposureConfig      `json:"exposure"`
+	NetworkPolicy NetworkPolicyConfig `json:"networkPolicy"`
 
 	Frontend FrontendConfig `json:"frontend"`
 	// Worker is the aggregated profile's worker; PrefillWorker and DecodeWorker the disaggregated ones.
@@ -121,6 +122,9 @@ func Validate(c *Config) Problems {
 	c.Benchmark.validate(v, "benchmark")
 	c.Observability.validate(v, "observability", c)
 	c.Exposure.validate(v, "exposure")
+	for i, ns := range c.NetworkPolicy.AllowedNamespaces {
+		v.dns1123Label(fmt.Sprintf("networkPolicy.allowedNamespaces[%d]", i), ns)
+	}
 	c.Frontend.validate(v, "frontend", c.PodProfile(false))
 	c.priorityClasses(v)
 	if c.Profile == Aggregated || c.Profile == Disaggregated {
@@ -132,6 +136,19 @@ func Validate(c *Config) Problems {
 	c.imageRegistries(v)
 	return ps.sorted()
 }
+
+// NetworkPolicyConfig isolates the graph's pods from the rest of the cluster with a NetworkPolicy
+// (components.NetworkPolicySpec). On by default; it holds where the cluster's network plugin
+// enforces NetworkPolicies.
+type NetworkPolicyConfig struct {
+	Enabled bool `json:"enabled"`
+	// AllowedNamespaces may reach every port of the graph's pods: the Dynamo operator's and the
+	// site's Prometheus's namespaces.
+	AllowedNamespaces []string `json:"allowedNamespaces"`
+}
+
+// NetworkPolicyName is the graph's NetworkPolicy: <graphName>-isolation.
+func (c *Config) NetworkPolicyName() string { return c.GraphName + "-isolation" }
 
 // NamespaceConfig says where the stack deploys and whether it owns the namespace.
 type NamespaceConfig struct {

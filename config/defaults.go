@@ -88,6 +88,9 @@ func Defaults(p Profile) Config {
 			Alerts:             AlertsConfig{For: "5m", ErrorRatio: 0.05, QueuedRequests: 64, KVCacheUsage: 0.95},
 			Dashboard:          DashboardConfig{Enabled: true, Labels: map[string]string{"grafana_dashboard": "1"}},
 		},
+		// The graph's pods isolated from other teams': the Dynamo operator's namespace and a
+		// kube-prometheus-stack's reach them.
+		NetworkPolicy: NetworkPolicyConfig{Enabled: true, AllowedNamespaces: []string{"dynamo-system", "monitoring"}},
 		Exposure: ExposureConfig{
 			PathPrefix: "/", Scheme: "https", RequestTimeout: "2h", Backend: BackendFrontend,
 			EndpointPicker: EndpointPickerConfig{Resources: Resources{

@@ -113,11 +113,15 @@ func TestAIPerfJobIsTheRecipes(t *testing.T) {
 	got := jsonShaped(t, job).(map[string]any)
 	want := jsonShaped(t, recipeJob).(map[string]any)
 
-	// What differs, on purpose: the Job's labels (which graph and point it measures), and the
+	// What differs, on purpose: the Job's labels (which graph and point it measures, its pods' too), and the
 	// ConfigMap's name, which follows the graph so two stacks in a namespace do not share it.
 	assert.Equal(t, map[string]any{"app.kubernetes.io/component": "benchmark", "app.kubernetes.io/part-of": "minimax-m3",
 		"minimax-m3.io/graph": "minimax-m3-disagg-gb200-agentic", "minimax-m3.io/concurrency": "64"}, got["metadata"].(map[string]any)["labels"])
 	delete(got["metadata"].(map[string]any), "labels")
+	// Its pods carry the graph's client label, which the graph's NetworkPolicy admits.
+	template := got["spec"].(map[string]any)["template"].(map[string]any)
+	assert.Equal(t, map[string]any{"labels": map[string]any{"minimax-m3.io/graph": "minimax-m3-disagg-gb200-agentic"}}, template["metadata"])
+	delete(template, "metadata")
 	volumes := got["spec"].(map[string]any)["template"].(map[string]any)["spec"].(map[string]any)["volumes"].([]any)
 	cm := volumes[0].(map[string]any)["configMap"].(map[string]any)
 	assert.Equal(t, "minimax-m3-disagg-gb200-agentic-aiperf-config", cm["name"])

@@ -87,7 +87,7 @@ func TestEveryObjectCarriesTheStacksInstanceLabel(t *testing.T) {
 		assert.Equal(t, "pulumi", labels["app.kubernetes.io/managed-by"], res.Type)
 		n++
 	}
-	assert.Equal(t, 9, n, "namespace, Secret, claim, Job, ComputeDomain, ConfigMap, graph, a PodDisruptionBudget per worker role")
+	assert.Equal(t, 10, n, "namespace, Secret, claim, Job, ComputeDomain, ConfigMap, graph, NetworkPolicy, a PodDisruptionBudget per worker role")
 }
 
 // Logical names never follow a setting, so renaming the graph moves only what it names.

@@ -100,6 +100,9 @@ func TestThePulumiYamlDeclaresTheConfigKeys(t *testing.T) {
 		if len(got.ImagePullSecrets) == 0 {
 			got.ImagePullSecrets = nil // [] and none are the same: no pull secret
 		}
+		if len(got.PriorityClasses) == 0 {
+			got.PriorityClasses = nil // no priority class allowed either way
+		}
 		assert.Equal(t, want, got, "the declared defaults are %s's own", profile)
 	}
 

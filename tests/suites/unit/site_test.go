@@ -38,6 +38,7 @@ const siteWorker = `{
 func siteOverrides(stack string) map[string]string {
 	o := map[string]string{
 		"minimax-m3:imagePullSecrets": `["ngc-pull"]`,
+		"minimax-m3:priorityClasses":  `["inference-high", "batch-low"]`,
 		"minimax-m3:placement":        `{"topologyKey": "nvidia.com/gpu.clique"}`,
 		"minimax-m3:modelCache":       `{"claimName": "mm3-weights", "storageClass": "rwx-fast"}`,
 		"minimax-m3:frontend":         `{"scheduling": {"nodeSelector": {"pool": "cpu"}, "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "frontend", "effect": "NoSchedule"}], "requiredNodeLabels": {"pool": ["cpu"]}, "schedulerName": "kai-scheduler", "runtimeClassName": "runc", "priorityClassName": "inference-high"}}`,
