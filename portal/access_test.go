@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -12,6 +13,8 @@ import (
 	"net/http/httputil"
 	"net/netip"
 	"net/url"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -255,13 +258,19 @@ func TestThePortalSessionIsTheSignedInUsers(t *testing.T) {
 	h.ServeHTTP(rec, req)
 	assert.Equal(t, http.StatusForbidden, rec.Code)
 
-	recs := audit.records()
-	require.GreaterOrEqual(t, len(recs), 3, "%+v", recs)
+	var recs []httpapi.AuditRecord
+	for _, r := range audit.records() {
+		if r.Phase == "" { // the responses; each request's arrival is on record before it
+			recs = append(recs, r)
+		}
+	}
+	require.GreaterOrEqual(t, len(recs), 4, "%+v", recs)
 	assert.Equal(t, httpapi.AuditRecord{Time: recs[0].Time, Remote: recs[0].Remote, Method: "POST", Path: "/login", Status: 401}, recs[0])
 	assert.Equal(t, "bob@team-b", recs[1].User)
 	assert.Equal(t, http.StatusSeeOther, recs[1].Status)
-	assert.Equal(t, "bob@team-b", recs[2].User)
-	assert.Equal(t, http.StatusForbidden, recs[2].Status)
+	assert.Equal(t, []any{"bob@team-b", "/api/stacks", http.StatusOK}, []any{recs[2].User, recs[2].Path, recs[2].Status}, "a read is on record too")
+	assert.Equal(t, "bob@team-b", recs[3].User)
+	assert.Equal(t, http.StatusForbidden, recs[3].Status)
 	audit.mu.Lock()
 	defer audit.mu.Unlock()
 	for _, tok := range []string{aliceToken, bobToken} {
@@ -487,3 +496,70 @@ func TestSessionsAreCapped(t *testing.T) {
 	assert.True(t, signedIn(second))
 	assert.True(t, signedIn(third))
 }
+
+// A stack is bound to the namespace it deploys into: a user whose stack pattern happens to match
+// another team's stack name ("team-a*" and "team-ab-prod") may not destroy, refresh or move it,
+// for their grant does not cover its namespace; the refusal comes before any CLI runs.
+func TestAStackIsBoundToItsNamespace(t *testing.T) {
+	cli := portal.FakePulumiStacks(t, "team-ab-prod")
+	state := t.TempDir()
+	dir := filepath.Join(state, "workspaces", "team-ab-prod")
+	require.NoError(t, os.MkdirAll(dir, 0o700))
+	require.NoError(t, os.WriteFile(filepath.Join(dir, "Pulumi.team-ab-prod.yaml"), []byte("config:\n  minimax-m3:profile: agg\n  minimax-m3:namespace:\n    name: team-ab\n"), 0o600))
+	users, err := httpapi.ParseUsers([]byte(`users:
+  - name: alice@team-a
+    tokenSHA256: ` + sha(aliceToken) + `
+    stacks: ["team-a*"]
+    namespaces: ["team-a"]
+`))
+	require.NoError(t, err)
+	srv := httpapi.NewServerForUsers(t.Context(), portal.NewTestManagerWith(t, func(o *portal.Options) { o.StateDir = state }), users)
+	audit := &lockedBuffer{}
+	srv.AuditLog = audit
+	h := srv.Handler()
+	before := len(cli.Calls(t))
+	for _, op := range []string{"destroy", "refresh", "recover", "preview", "up"} {
+		code, body := call(h, http.MethodPost, "/api/stacks/team-ab-prod/"+op, aliceToken, map[string]any{"base": "agg", "config": map[string]any{"namespace": map[string]any{"name": "team-a"}}})
+		assert.Equal(t, http.StatusForbidden, code, "%s: %s", op, body)
+		assert.Contains(t, body, `stack team-ab-prod deploys into namespace \"team-ab\", which user alice@team-a may not deploy into`, op)
+	}
+	assert.Len(t, cli.Calls(t), before, "a refused request runs no CLI")
+}
+
+// The audit log fails closed: when its record cannot be written, a request is refused (503)
+// before it is served, a read as much as an operation, and nothing runs.
+func TestTheAuditLogFailsClosed(t *testing.T) {
+	cli := portal.FakePulumiStacks(t, "team-a-agg")
+	users, err := httpapi.ParseUsers([]byte("users:\n  - name: alice@team-a\n    tokenSHA256: " + sha(aliceToken) + "\n    stacks: [\"team-a-*\"]\n    namespaces: [\"team-a\"]\n"))
+	require.NoError(t, err)
+	srv := httpapi.NewServerForUsers(t.Context(), portal.NewTestManager(t), users)
+	srv.AuditLog = failingWriter{}
+	h := srv.Handler()
+	before := len(cli.Calls(t))
+	for _, r := range []struct{ method, path string }{
+		{http.MethodGet, "/api/stacks"},
+		{http.MethodGet, "/api/stacks/team-a-agg"},
+		{http.MethodPost, "/api/stacks/team-a-agg/destroy"},
+		{http.MethodPost, "/api/stacks/team-a-new/preview"},
+	} {
+		code, body := call(h, r.method, r.path, aliceToken, map[string]any{"base": "agg", "config": map[string]any{"namespace": map[string]any{"name": "team-a"}}})
+		assert.Equal(t, http.StatusServiceUnavailable, code, "%s %s: %s", r.method, r.path, body)
+		assert.Contains(t, body, "audit log cannot be written")
+	}
+	assert.Len(t, cli.Calls(t), before, "nothing ran")
+
+	// Reads are on record, with their user.
+	ok := httpapi.NewServerForUsers(t.Context(), portal.NewTestManager(t), users)
+	log := &lockedBuffer{}
+	ok.AuditLog = log
+	code, _ := call(ok.Handler(), http.MethodGet, "/api/stacks", aliceToken, nil)
+	require.Equal(t, http.StatusOK, code)
+	recs := log.records()
+	require.Len(t, recs, 2)
+	assert.Equal(t, "received", recs[0].Phase)
+	assert.Equal(t, httpapi.AuditRecord{Time: recs[1].Time, User: "alice@team-a", Remote: recs[1].Remote, Method: "GET", Path: "/api/stacks", Status: 200}, recs[1])
+}
+
+type failingWriter struct{}
+
+func (failingWriter) Write([]byte) (int, error) { return 0, errors.New("no space left on device") }

@@ -2,6 +2,10 @@ package portal
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
 	"path/filepath"
 	"slices"
 
@@ -9,6 +13,7 @@ import (
 	"github.com/pulumi/pulumi/sdk/v3/go/auto/opthistory"
 
 	"minimax-m3/automation"
+	"minimax-m3/config"
 )
 
 // Stacks lists the stacks on the backend, and those whose first operation here has reserved them
@@ -97,4 +102,40 @@ func (m *Manager) History(ctx context.Context, stack string, pageSize, page int)
 		out = append(out, e)
 	}
 	return out, nil
+}
+
+// StackNamespace is the namespace a stack the portal holds deploys into: its settings file's
+// namespace.name, else its outputs' namespace; "" for a stack that exists nowhere yet. A stack is
+// bound to its namespace: whoever acts on it must be granted that namespace, whatever the stack's
+// name (a grant of stacks "team-a*" does not reach team-ab's namespace through "team-ab-prod").
+func (m *Manager) StackNamespace(ctx context.Context, stack string) (string, error) {
+	if err := CheckStackName(stack); err != nil {
+		return "", err
+	}
+	b, err := m.root.ReadFile(filepath.Join(workspace(stack), "Pulumi."+stack+".yaml"))
+	if err == nil {
+		plain, _, err := config.StackFileValues(b)
+		if err != nil {
+			return "", fmt.Errorf("stack %s: its settings file: %w", stack, err)
+		}
+		if ns := plain[config.Key("namespace.name")]; ns != "" {
+			return ns, nil
+		}
+		var n struct {
+			Name string `json:"name"`
+		}
+		if v := plain[config.Key("namespace")]; v != "" && json.Unmarshal([]byte(v), &n) == nil && n.Name != "" {
+			return n.Name, nil
+		}
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		return "", err
+	}
+	out, err := m.Outputs(ctx, stack)
+	switch {
+	case errors.Is(err, ErrUnknownStack):
+		return "", nil
+	case err != nil:
+		return "", err
+	}
+	return out.Namespace, nil
 }

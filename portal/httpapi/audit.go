@@ -3,6 +3,7 @@ package httpapi
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"net"
 	"net/http"
 	"strings"
@@ -12,6 +13,11 @@ import (
 // AuditRecord is one line of the audit log (JSON): who asked for what, and what came of it.
 type AuditRecord struct {
 	Time time.Time `json:"time"`
+	// Phase is "received" on the record written before a request is served (nothing is served
+	// when it cannot be written), "started" on the record written before an operation runs (with
+	// its user; nothing runs when it cannot be written), and empty on a request's response and an
+	// operation's end.
+	Phase string `json:"phase,omitempty"`
 	// User is the signed-in user; empty for a request that did not authenticate.
 	User   string `json:"user,omitempty"`
 	Remote string `json:"remote,omitempty"`
@@ -33,48 +39,54 @@ type AuditRecord struct {
 	Remove    bool   `json:"remove,omitempty"`
 }
 
-// audit writes one record, if the server keeps an audit log. A failed write is not the request's
-// failure: the log's writer reports its own errors (a file's, on the next write).
-func (s *Server) audit(rec AuditRecord) {
+// audit writes one record, if the server keeps an audit log, and says whether it could: a caller
+// that is about to act refuses when it could not (the log fails closed).
+func (s *Server) audit(rec AuditRecord) error {
 	if s.AuditLog == nil {
-		return
+		return nil
 	}
 	if rec.Time.IsZero() {
 		rec.Time = time.Now().UTC()
 	}
 	b, err := json.Marshal(rec)
 	if err != nil {
-		return
+		return err
 	}
 	s.auditMu.Lock()
 	defer s.auditMu.Unlock()
-	_, _ = s.AuditLog.Write(append(b, '\n'))
+	_, err = s.AuditLog.Write(append(b, '\n'))
+	return err
 }
 
-// audited records every request that may change something (any method but GET and HEAD, the
-// sign-in included) and every refusal of who asked (401, 403), with its status.
+// errAuditLog is the refusal of a request whose record cannot be written.
+var errAuditLog = errors.New("the portal's audit log cannot be written, so nothing is served: an operation nobody can attribute does not run")
+
+// audited records every request, reads included: a record when it arrives (a request whose record
+// cannot be written is refused with 503, before anything is served) and one with its status and
+// user when it is answered.
 func (s *Server) audited(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		a := AuditRecord{Remote: remoteHost(r), Method: r.Method, Path: r.URL.Path}
+		if rest, ok := strings.CutPrefix(r.URL.Path, s.at("/api/stacks/")); ok {
+			a.Stack, a.Operation, _ = strings.Cut(rest, "/")
+		}
+		received := a
+		received.Phase = "received"
+		if err := s.audit(received); err != nil {
+			writeError(w, http.StatusServiceUnavailable, errAuditLog)
+			return
+		}
 		rec := &statusRecorder{ResponseWriter: w}
 		var user *User
 		next.ServeHTTP(rec, r.WithContext(withUserSlot(r.Context(), &user)))
-		status := rec.status
-		if status == 0 {
-			status = http.StatusOK
-		}
-		if r.Method == http.MethodGet || r.Method == http.MethodHead {
-			if status != http.StatusUnauthorized && status != http.StatusForbidden {
-				return
-			}
-		}
-		a := AuditRecord{Remote: remoteHost(r), Method: r.Method, Path: r.URL.Path, Status: status}
-		if rest, ok := strings.CutPrefix(r.URL.Path, s.at("/api/stacks/")); ok {
-			a.Stack, a.Operation, _ = strings.Cut(rest, "/")
+		a.Status = rec.status
+		if a.Status == 0 {
+			a.Status = http.StatusOK
 		}
 		if user != nil {
 			a.User = user.Name
 		}
-		s.audit(a)
+		_ = s.audit(a) // the request has been served: its arrival is on record
 	})
 }
 

@@ -139,6 +139,23 @@ func (s *Server) operation(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+	// A stack is bound to the namespace it deploys into: acting on it (a destroy, a refresh, an up
+	// that moves it) needs that namespace's grant, not only a stack pattern that matches its name.
+	// A namespace that cannot be told refuses the operation.
+	// (A preview or up that names no namespace is validation's to refuse, with nothing read.)
+	current, err := "", error(nil)
+	if (op != "preview" && op != "up") || req.Config.Namespace.Name != "" {
+		current, err = s.m.StackNamespace(r.Context(), stack)
+	}
+	if err != nil {
+		writeError(w, http.StatusServiceUnavailable, portal.ScrubError(fmt.Errorf("cannot tell which namespace stack %s deploys into, so nothing runs: %w", stack, err), body.HFToken))
+		return
+	}
+	if current != "" && !user.MayDeployTo(current) {
+		writeError(w, http.StatusForbidden, invalidAt("stack", fmt.Sprintf("stack %s deploys into namespace %q, which %s may not deploy into (their namespaces: %s)",
+			stack, current, nameOf(user), strings.Join(user.Namespaces, ", "))))
+		return
+	}
 	log := newOpLog(op, s.MaxEvents)
 	opts := portal.RunOptions{Progress: log.add}
 	var run func(ctx context.Context) (any, error)
@@ -211,6 +228,12 @@ func (s *Server) operation(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusConflict, portal.ScrubError(&portal.BusyError{Stack: stack, Operation: running}, body.HFToken))
 		return
 	}
+	// Who starts what, on record before it runs: an operation whose record cannot be written does
+	// not run.
+	if err := s.audit(AuditRecord{Phase: "started", User: user.Name, Remote: remoteHost(r), Stack: stack, Operation: op}); err != nil {
+		writeError(w, http.StatusServiceUnavailable, errAuditLog)
+		return
+	}
 	started := make(chan error, 1)
 	var once sync.Once
 	opts.Progress = func(e portal.Event) {
@@ -245,7 +268,7 @@ func (s *Server) operation(w http.ResponseWriter, r *http.Request) {
 				rec.Config = values
 			}
 		}
-		s.audit(rec)
+		_ = s.audit(rec) // the operation has run: its start is on record
 	}()
 	if err := <-started; err != nil {
 		// Refused (invalid, or busy after all): the stack's running or last operation keeps its log.

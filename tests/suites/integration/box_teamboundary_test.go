@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -131,4 +132,14 @@ func TestBoxTeamNamespaceRefusesBypassPodsAndAdmitsTheStacks(t *testing.T) {
 		}
 	}
 	assert.Equal(t, 3, workers, "the three workers, admitted by the policy with their exemption")
+
+	// The graph's NetworkPolicy is in the cluster and selects exactly the graph's pods (the box
+	// has no network plugin to enforce it; the unit tests check its rules).
+	np := &networkingv1.NetworkPolicy{}
+	require.NoError(t, box.Client.Get(context.Background(), client.ObjectKey{Namespace: ns, Name: aggGraph + "-isolation"}, np))
+	selector, err := metav1.LabelSelectorAsSelector(&np.Spec.PodSelector)
+	require.NoError(t, err)
+	var selected corev1.PodList
+	require.NoError(t, box.Client.List(context.Background(), &selected, client.InNamespace(ns), client.MatchingLabelsSelector{Selector: selector}))
+	assert.Len(t, selected.Items, len(running), "the policy isolates every pod of the graph")
 }
