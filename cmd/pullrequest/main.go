@@ -42,6 +42,7 @@ func run(args []string) error {
 	fs := flag.NewFlagSet(args[0], flag.ContinueOnError)
 	pr := fs.Int("pr", 0, "the pull request's number")
 	author := fs.String("author", "", "consent: the pull request's author")
+	head := fs.String("head", "", "consent: the pull request's head commit (40 hex), the commit consent must be given for")
 	reset := fs.Bool("reset", false, "consent: first remove the label (a push: consent is given again for each commit)")
 	stack := fs.String("stack", "", "comment: the stack the comment is for")
 	title := fs.String("title", "", "comment: its title")
@@ -74,7 +75,10 @@ func run(args []string) error {
 				return err
 			}
 		}
-		allow, why, err := pullrequest.Consent(ctx, c, *pr, *author)
+		if len(*head) != 40 {
+			return errors.New("consent needs -head, the pull request's head commit")
+		}
+		allow, why, err := pullrequest.Consent(ctx, c, *pr, *author, *head)
 		if err != nil {
 			return err
 		}

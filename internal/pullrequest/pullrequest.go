@@ -11,6 +11,7 @@ import (
 	"regexp"
 	"slices"
 	"strings"
+	"time"
 
 	"gopkg.in/yaml.v3"
 )
@@ -93,10 +94,35 @@ type user struct {
 	Login string `json:"login"`
 }
 
-// Consent is the roll consent of pull request pr for cmd/policy -allow-roll: "all" when RollLabel
-// is on it and was last added by someone other than its author who may write to the repository,
-// else "", with why not.
-func Consent(ctx context.Context, c *Client, pr int, author string) (allow, why string, err error) {
+// Consent is the roll consent of pull request pr at its head commit head, for cmd/policy
+// -allow-roll: "all" when someone other than the author who may write to the repository gave it
+// for that commit, else "", with why not. Consent is tied to the commit it was given for: an
+// approving review of head whose text names RollLabel, or RollLabel added after head was pushed
+// (GitHub's own time of the first check suite of head, which no author can set; a commit's dates
+// are the author's). A label given to an earlier commit counts for nothing, even when a run that
+// should have removed it was cancelled.
+func Consent(ctx context.Context, c *Client, pr int, author, head string) (allow, why string, err error) {
+	var reviews []struct {
+		User     user   `json:"user"`
+		State    string `json:"state"`
+		CommitID string `json:"commit_id"`
+		Body     string `json:"body"`
+	}
+	if err := get(ctx, c, fmt.Sprintf("/pulls/%d/reviews", pr), &reviews); err != nil {
+		return "", "", err
+	}
+	for _, r := range slices.Backward(reviews) {
+		if r.State != "APPROVED" || r.CommitID != head || !strings.Contains(r.Body, RollLabel) || strings.EqualFold(r.User.Login, author) {
+			continue
+		}
+		ok, err := mayWrite(ctx, c, r.User.Login)
+		if err != nil {
+			return "", "", err
+		}
+		if ok {
+			return "all", fmt.Sprintf("%s in %s's approving review of %s", RollLabel, r.User.Login, head), nil
+		}
+	}
 	var labels []struct {
 		Name string `json:"name"`
 	}
@@ -108,22 +134,23 @@ func Consent(ctx context.Context, c *Client, pr int, author string) (allow, why 
 	}) bool {
 		return l.Name == RollLabel
 	}) {
-		return "", "no " + RollLabel + " label", nil
+		return "", "no " + RollLabel + " label, and no approving review of " + head + " that names it", nil
 	}
 	var events []struct {
-		Event string `json:"event"`
-		Actor user   `json:"actor"`
-		Label struct {
+		Event     string    `json:"event"`
+		Actor     user      `json:"actor"`
+		CreatedAt time.Time `json:"created_at"`
+		Label     struct {
 			Name string `json:"name"`
 		} `json:"label"`
 	}
 	if err := get(ctx, c, fmt.Sprintf("/issues/%d/events", pr), &events); err != nil {
 		return "", "", err
 	}
-	actor := ""
+	actor, at := "", time.Time{}
 	for _, e := range events {
 		if e.Event == "labeled" && e.Label.Name == RollLabel {
-			actor = e.Actor.Login
+			actor, at = e.Actor.Login, e.CreatedAt
 		}
 	}
 	switch {
@@ -132,16 +159,57 @@ func Consent(ctx context.Context, c *Client, pr int, author string) (allow, why 
 	case strings.EqualFold(actor, author):
 		return "", RollLabel + " was added by the pull request's author (" + author + "): a maintainer must add it", nil
 	}
+	pushed, err := pushedAt(ctx, c, head)
+	if err != nil {
+		return "", "", err
+	}
+	if !at.After(pushed) {
+		return "", fmt.Sprintf("%s was added by %s at %s, before %s was pushed (%s): it was given for an earlier commit; add it again, or approve %s naming it",
+			RollLabel, actor, at.Format(time.RFC3339), head, pushed.Format(time.RFC3339), head), nil
+	}
+	ok, err := mayWrite(ctx, c, actor)
+	switch {
+	case err != nil:
+		return "", "", err
+	case !ok:
+		return "", fmt.Sprintf("%s was added by %s, who may not write to %s", RollLabel, actor, c.Repo), nil
+	}
+	return "all", RollLabel + " added by " + actor + " after " + head + " was pushed", nil
+}
+
+// mayWrite says whether login may write to the repository.
+func mayWrite(ctx context.Context, c *Client, login string) (bool, error) {
 	var perm struct {
 		Permission string `json:"permission"`
 	}
-	if _, err := c.do(ctx, http.MethodGet, fmt.Sprintf("%s/repos/%s/collaborators/%s/permission", c.API, c.Repo, actor), nil, &perm); err != nil {
-		return "", "", err
+	if _, err := c.do(ctx, http.MethodGet, fmt.Sprintf("%s/repos/%s/collaborators/%s/permission", c.API, c.Repo, login), nil, &perm); err != nil {
+		return false, err
 	}
-	if !slices.Contains([]string{"admin", "maintain", "write"}, perm.Permission) {
-		return "", fmt.Sprintf("%s was added by %s, who may not write to %s (%s)", RollLabel, actor, c.Repo, perm.Permission), nil
+	return slices.Contains([]string{"admin", "maintain", "write"}, perm.Permission), nil
+}
+
+// pushedAt is when commit sha reached GitHub: the creation of its first check suite, which GitHub
+// makes when the commit is pushed. A commit with none cannot be dated, and consent by label is
+// refused for it.
+func pushedAt(ctx context.Context, c *Client, sha string) (time.Time, error) {
+	var suites struct {
+		CheckSuites []struct {
+			CreatedAt time.Time `json:"created_at"`
+		} `json:"check_suites"`
 	}
-	return "all", RollLabel + " added by " + actor, nil
+	if _, err := c.do(ctx, http.MethodGet, fmt.Sprintf("%s/repos/%s/commits/%s/check-suites", c.API, c.Repo, sha), nil, &suites); err != nil {
+		return time.Time{}, err
+	}
+	if len(suites.CheckSuites) == 0 {
+		return time.Time{}, fmt.Errorf("commit %s has no check suite, so when it was pushed is unknown", sha)
+	}
+	first := suites.CheckSuites[0].CreatedAt
+	for _, s := range suites.CheckSuites[1:] {
+		if s.CreatedAt.Before(first) {
+			first = s.CreatedAt
+		}
+	}
+	return first, nil
 }
 
 // Unlabel removes RollLabel from pull request pr (absent is fine): the workflow does it on every

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -25,7 +26,9 @@ import (
 type fakeGitHub struct {
 	mu          sync.Mutex
 	labels      []string
-	labelledBy  []string          // who added allow-worker-roll, in order
+	labelledBy  []string // who added allow-worker-roll, in order (at 10:00, 10:01, ... of 2026-12-01)
+	pushedAt    string   // when the head commit was pushed (its check suites' creation); 09:00 when empty
+	reviews     []map[string]any
 	permissions map[string]string // login: admin, maintain, write, read
 	comments    []map[string]any
 	writes      []string
@@ -59,10 +62,23 @@ func (f *fakeGitHub) serve(t *testing.T) *pullrequest.Client {
 		case r.Method == http.MethodGet && p == "/repos/acme/mm3/issues/7/events":
 			items := []any{map[string]any{"event": "labeled", "actor": map[string]any{"login": "bot"}, "label": map[string]any{"name": "needs-review"}},
 				map[string]any{"event": "committed"}}
-			for _, who := range f.labelledBy {
-				items = append(items, map[string]any{"event": "labeled", "actor": map[string]any{"login": who}, "label": map[string]any{"name": pullrequest.RollLabel}})
+			for i, who := range f.labelledBy {
+				items = append(items, map[string]any{"event": "labeled", "actor": map[string]any{"login": who}, "label": map[string]any{"name": pullrequest.RollLabel},
+					"created_at": fmt.Sprintf("2026-12-01T10:%02d:00Z", i)})
 			}
 			page(items)
+		case r.Method == http.MethodGet && p == "/repos/acme/mm3/pulls/7/reviews":
+			var items []any
+			for _, rv := range f.reviews {
+				items = append(items, rv)
+			}
+			page(items)
+		case r.Method == http.MethodGet && p == "/repos/acme/mm3/commits/"+headSHA+"/check-suites":
+			pushed := f.pushedAt
+			if pushed == "" {
+				pushed = "2026-12-01T09:00:00Z"
+			}
+			_ = json.NewEncoder(w).Encode(map[string]any{"check_suites": []any{map[string]any{"created_at": "2026-12-01T11:30:00Z"}, map[string]any{"created_at": pushed}}})
 		case r.Method == http.MethodGet && strings.HasPrefix(p, "/repos/acme/mm3/collaborators/"):
 			login := strings.TrimSuffix(strings.TrimPrefix(p, "/repos/acme/mm3/collaborators/"), "/permission")
 			_ = json.NewEncoder(w).Encode(map[string]string{"permission": f.permissions[login]})
@@ -102,10 +118,49 @@ func TestRollConsentNeedsAMaintainerOtherThanTheAuthor(t *testing.T) {
 		{"the author's own", []string{pullrequest.RollLabel}, []string{"alice"}, "", "added by the pull request's author (alice)"},
 		{"a maintainer's", []string{"bug", "docs", pullrequest.RollLabel}, []string{"alice", "bob"}, "all", "added by bob"},
 		{"the author's, after a maintainer's", []string{pullrequest.RollLabel}, []string{"bob", "alice"}, "", "added by the pull request's author"},
-		{"someone who may not write", []string{pullrequest.RollLabel}, []string{"eve"}, "", "added by eve, who may not write to acme/mm3 (read)"},
+		{"someone who may not write", []string{pullrequest.RollLabel}, []string{"eve"}, "", "added by eve, who may not write to acme/mm3"},
 	} {
 		f := &fakeGitHub{labels: tc.labels, labelledBy: tc.labelledBy, permissions: perms}
-		allow, why, err := pullrequest.Consent(ctx, f.serve(t), 7, "alice")
+		allow, why, err := pullrequest.Consent(ctx, f.serve(t), 7, "alice", headSHA)
+		require.NoError(t, err, tc.name)
+		assert.Equal(t, tc.allow, allow, tc.name)
+		assert.Contains(t, why, tc.why, tc.name)
+	}
+}
+
+// headSHA is the pull request's head commit in fakeGitHub.
+const headSHA = "0123456789abcdef0123456789abcdef01234567"
+
+// Consent is tied to the commit it was given for: a label added before the head was pushed (its
+// removal's run cancelled, say) counts for nothing; an approving review counts for the commit it
+// reviewed only, and only when it names the label and comes from a maintainer other than the author.
+func TestRollConsentIsForTheCommitItWasGivenFor(t *testing.T) {
+	ctx := context.Background()
+	perms := map[string]string{"alice": "write", "bob": "maintain", "eve": "read"}
+	review := func(who, state, commit, body string) map[string]any {
+		return map[string]any{"user": map[string]any{"login": who}, "state": state, "commit_id": commit, "body": body}
+	}
+	for _, tc := range []struct {
+		name       string
+		labels     []string
+		labelledBy []string
+		pushedAt   string
+		reviews    []map[string]any
+		allow, why string
+	}{
+		{"the label, given before the last push", []string{pullrequest.RollLabel}, []string{"bob"}, "2026-12-01T10:30:00Z", nil, "",
+			"allow-worker-roll was added by bob at 2026-12-01T10:00:00Z, before " + headSHA + " was pushed (2026-12-01T10:30:00Z)"},
+		{"the label, given after it", []string{pullrequest.RollLabel}, []string{"bob"}, "2026-12-01T09:30:00Z", nil, "all", "added by bob after " + headSHA + " was pushed"},
+		{"a review of the head naming the label", nil, nil, "", []map[string]any{review("bob", "APPROVED", headSHA, "fine, allow-worker-roll")}, "all",
+			"allow-worker-roll in bob's approving review of " + headSHA},
+		{"a review of an earlier commit", nil, nil, "", []map[string]any{review("bob", "APPROVED", "fedcba9876543210fedcba9876543210fedcba98", "allow-worker-roll")}, "", "no allow-worker-roll label"},
+		{"a review that does not name it", nil, nil, "", []map[string]any{review("bob", "APPROVED", headSHA, "LGTM")}, "", "no allow-worker-roll label"},
+		{"the author's own review", nil, nil, "", []map[string]any{review("alice", "APPROVED", headSHA, "allow-worker-roll")}, "", "no allow-worker-roll label"},
+		{"a review asking for changes", nil, nil, "", []map[string]any{review("bob", "CHANGES_REQUESTED", headSHA, "allow-worker-roll")}, "", "no allow-worker-roll label"},
+		{"a reader's review", nil, nil, "", []map[string]any{review("eve", "APPROVED", headSHA, "allow-worker-roll")}, "", "no allow-worker-roll label"},
+	} {
+		f := &fakeGitHub{labels: tc.labels, labelledBy: tc.labelledBy, pushedAt: tc.pushedAt, reviews: tc.reviews, permissions: perms}
+		allow, why, err := pullrequest.Consent(ctx, f.serve(t), 7, "alice", headSHA)
 		require.NoError(t, err, tc.name)
 		assert.Equal(t, tc.allow, allow, tc.name)
 		assert.Contains(t, why, tc.why, tc.name)
@@ -271,4 +326,56 @@ func TestThePRCheckKeepsSecretsFromTheBranchsCode(t *testing.T) {
 		}
 	}
 	assert.True(t, built && checkedOut)
+}
+
+// The one required check fails unless every job ran and passed: a preview skipped for a fork or
+// after failed checks, or a verdict that did not run, is red, never a success by omission. Its
+// script runs here by bash with the results GitHub would give it.
+func TestTheRequiredCheckFailsUnlessEveryStackWasPreviewedAndJudged(t *testing.T) {
+	wf := readWorkflow(t)
+	req, ok := wf.Jobs["required"]
+	require.True(t, ok, "the workflow has a job named required")
+	assert.Equal(t, "always()", req.If, "it runs whatever the jobs before it did")
+	var raw struct {
+		Jobs map[string]struct {
+			Needs any `yaml:"needs"` // a name, or a list of names
+		} `yaml:"jobs"`
+	}
+	b, err := os.ReadFile(filepath.Join("..", "..", "..", ".github", "workflows", "preview.yml"))
+	require.NoError(t, err)
+	require.NoError(t, yaml.Unmarshal(b, &raw))
+	var others []string
+	for name := range raw.Jobs {
+		if name != "required" {
+			others = append(others, name)
+		}
+	}
+	var needs []string
+	for _, n := range raw.Jobs["required"].Needs.([]any) {
+		needs = append(needs, n.(string))
+	}
+	assert.ElementsMatch(t, others, needs, "it waits for every other job")
+	require.Len(t, req.Steps, 1)
+	step := req.Steps[0]
+	for _, tc := range []struct {
+		name                             string
+		checks, stackFile, preview, verd string
+		pass                             bool
+		says                             string
+	}{
+		{"all passed", "success", "success", "success", "success", true, ""},
+		{"a fork: no preview", "success", "skipped", "skipped", "skipped", false, "preview: skipped"},
+		{"checks failed, so nothing was previewed", "failure", "success", "skipped", "skipped", false, "checks: failure"},
+		{"a verdict failed", "success", "success", "success", "failure", false, "verdict: failure"},
+		{"cancelled", "success", "success", "cancelled", "skipped", false, "preview: cancelled"},
+	} {
+		cmd := exec.Command("bash", "-euo", "pipefail", "-c", step.Run)
+		cmd.Env = append(os.Environ(), "CHECKS="+tc.checks, "STACK_FILE="+tc.stackFile, "PREVIEW="+tc.preview, "VERDICT="+tc.verd)
+		out, err := cmd.CombinedOutput()
+		assert.Equal(t, tc.pass, err == nil, "%s: %s", tc.name, out)
+		assert.Contains(t, string(out), tc.says, tc.name)
+	}
+	for k, v := range map[string]string{"CHECKS": "needs.checks.result", "STACK_FILE": "needs.stack-file.result", "PREVIEW": "needs.preview.result", "VERDICT": "needs.verdict.result"} {
+		assert.Equal(t, "${{ "+v+" }}", step.Env[k], k)
+	}
 }
