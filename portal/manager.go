@@ -46,6 +46,12 @@ type Options struct {
 	// MaxStacks caps the stacks the portal holds (one workspace each); an operation that would
 	// create one more is refused with a CapacityError. 0: DefaultMaxStacks.
 	MaxStacks int
+	// Impersonate makes every operation act at the Kubernetes API server as its user
+	// (RunOptions.Identity) through the portal's kubeconfig: the portal's identity needs the
+	// right to impersonate the users and groups (RBAC verb impersonate), and each team a
+	// RoleBinding in its namespaces (package teamboundary). An operation without an identity is
+	// refused.
+	Impersonate bool
 }
 
 // Defaults of Options' caps.
@@ -129,6 +135,8 @@ type RunOptions struct {
 	// label gives it: the components it may roll (Frontend,Worker,PrefillWorker,DecodeWorker), or
 	// "all". Empty: an up that would roll any is refused.
 	AllowRoll string
+	// Identity is who the operation acts for at the API server (Options.Impersonate).
+	Identity Identity
 }
 
 // holdsKey marks the context of an operation with the stack it holds (acquire).

@@ -179,6 +179,10 @@ func (m *Manager) Up(ctx context.Context, r Request, o RunOptions) (UpResult, er
 
 // Refresh reads the stack's resources back from the cluster.
 func (m *Manager) Refresh(ctx context.Context, stack string, o RunOptions) (map[string]int, error) {
+	ctx, err := m.actingAs(ctx, o)
+	if err != nil {
+		return nil, err
+	}
 	ctx, release, err := m.acquire(ctx, stack, "refresh", o.Wait)
 	if err != nil {
 		return nil, err
@@ -206,6 +210,10 @@ func (m *Manager) Refresh(ctx context.Context, stack string, o RunOptions) (map[
 // Destroy deletes the stack's resources (the retained cache claim stays) and, with removeStack,
 // the stack and its workspace.
 func (m *Manager) Destroy(ctx context.Context, stack string, removeStack bool, o RunOptions) error {
+	ctx, err := m.actingAs(ctx, o)
+	if err != nil {
+		return err
+	}
 	ctx, release, err := m.acquire(ctx, stack, "destroy", o.Wait)
 	if err != nil {
 		return err

@@ -153,6 +153,10 @@ func processRuns(pid int) bool {
 // It refuses while a lock belongs to a process that may still run (another host's, or a live one
 // here): that update is not interrupted, and cancelling it is its owner's call.
 func (m *Manager) Recover(ctx context.Context, stack string, o RunOptions) (Interruption, error) {
+	ctx, err := m.actingAs(ctx, o)
+	if err != nil {
+		return Interruption{}, err
+	}
 	ctx, release, err := m.acquire(ctx, stack, "recover", o.Wait)
 	if err != nil {
 		return Interruption{}, err

@@ -68,7 +68,15 @@ func (m *Manager) selectStack(ctx context.Context, stack, dir string, create boo
 	if err := m.writeProjectFile(dir); err != nil {
 		return automation.Stack{}, err
 	}
-	o := automation.Options{ProjectDir: filepath.Join(m.o.StateDir, dir), Stack: stack, EnvVars: m.env(), SecretsProvider: m.o.SecretsProvider, CleanEnv: true}
+	env := m.env()
+	if id, ok := identityOf(ctx); ok && m.o.Impersonate {
+		kubeconfig, err := m.impersonatingKubeconfig(dir, id)
+		if err != nil {
+			return automation.Stack{}, err
+		}
+		env["KUBECONFIG"] = kubeconfig
+	}
+	o := automation.Options{ProjectDir: filepath.Join(m.o.StateDir, dir), Stack: stack, EnvVars: env, SecretsProvider: m.o.SecretsProvider, CleanEnv: true}
 	if create {
 		return automation.NewStack(ctx, o)
 	}
@@ -211,6 +219,10 @@ func (m *Manager) prepare(ctx context.Context, r Request, op string, o RunOption
 	// The base stack file is the site's; one the portal cannot use stops the request before
 	// anything runs.
 	if _, err := m.baseValues(r.Base); err != nil {
+		return nil, automation.Stack{}, nil, err
+	}
+	ctx, err := m.actingAs(ctx, o)
+	if err != nil {
 		return nil, automation.Stack{}, nil, err
 	}
 	ctx, release, err := m.acquire(ctx, r.Name(), op, o.Wait)

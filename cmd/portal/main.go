@@ -31,13 +31,14 @@ func main() {
 
 func run() error {
 	var addr, projectDir, stateDir, backend, secretsProvider, tlsCert, tlsKey string
-	var insecureHTTP bool
+	var insecureHTTP, impersonate bool
 	var drain time.Duration
 	var maxStreams, maxEvents, maxOperations, maxStacks int
 	var basePath, contexts, registries, priorityClasses, usersFile, auditFile, identityHeader, trustedProxies string
 	flag.StringVar(&addr, "addr", "127.0.0.1:8080", "listen address")
 	flag.StringVar(&tlsCert, "tls-cert", "", "serve TLS with this certificate (PEM; with -tls-key)")
 	flag.StringVar(&tlsKey, "tls-key", "", "the certificate's private key (PEM)")
+	flag.BoolVar(&impersonate, "impersonate", false, "act at the Kubernetes API server as each request's user and groups (the users file's groups), through the kubeconfig's impersonation: the API server's RBAC decides what a team may write and its audit log names the user")
 	flag.BoolVar(&insecureHTTP, "insecure-http", false, "serve plain HTTP on a non-loopback address (behind a TLS-terminating proxy only)")
 	flag.DurationVar(&drain, "drain", 2*time.Minute, "on SIGTERM, how long to wait for cancelled operations to clean up")
 	flag.StringVar(&projectDir, "project-dir", ".", "the directory holding Pulumi.yaml and the base stack files")
@@ -110,7 +111,7 @@ func run() error {
 		return fmt.Errorf("refusing to serve plain HTTP on %s: the token crosses the network; give -tls-cert and -tls-key, or -insecure-http behind a TLS proxy", addr)
 	}
 	m, err := portal.New(portal.Options{ProjectDir: projectDir, StateDir: stateDir, BackendURL: backend, SecretsProvider: secretsProvider,
-		Contexts: splitList(contexts), MaxOperations: maxOperations, MaxStacks: maxStacks, ImageRegistries: splitList(registries), PriorityClasses: splitList(priorityClasses)})
+		Contexts: splitList(contexts), MaxOperations: maxOperations, MaxStacks: maxStacks, ImageRegistries: splitList(registries), PriorityClasses: splitList(priorityClasses), Impersonate: impersonate})
 	if err != nil {
 		return err
 	}

@@ -157,7 +157,7 @@ func (s *Server) operation(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	log := newOpLog(op, s.MaxEvents)
-	opts := portal.RunOptions{Progress: log.add}
+	opts := portal.RunOptions{Progress: log.add, Identity: portal.Identity{User: user.Name, Groups: user.Groups}}
 	var run func(ctx context.Context) (any, error)
 	switch op {
 	case "preview":

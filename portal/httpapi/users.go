@@ -35,6 +35,10 @@ type User struct {
 	// (exposure.hostname), as patterns ("*.team-a.example.com"); none: the user's requests may not
 	// turn exposure on. A hostname on a shared Gateway is the site's to hand out, as a namespace is.
 	Hostnames []string `yaml:"hostnames"`
+	// Groups are the user's groups at the Kubernetes API server (their team: "team-a"), which the
+	// portal impersonates with the user's name when it runs with -impersonate: the site's
+	// RoleBindings grant a team's group its namespaces.
+	Groups []string `yaml:"groups"`
 
 	hash    [sha256.Size]byte
 	noToken bool
@@ -159,6 +163,11 @@ func ParseUsers(data []byte) (*Users, error) {
 				if _, err := path.Match(p, ""); err != nil || p == "" {
 					problems = append(problems, fmt.Sprintf("%s.%s[%d]: %q is not a pattern (letters, digits, -, *, ?, [a-z])", at, f.key, j, p))
 				}
+			}
+		}
+		for j, g := range u.Groups {
+			if g == "" || strings.HasPrefix(g, "system:") {
+				problems = append(problems, fmt.Sprintf("%s.groups[%d]: %q is not a team's group (the system: groups are Kubernetes' own)", at, j, g))
 			}
 		}
 		for j, p := range u.Hostnames {

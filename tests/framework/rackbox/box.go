@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -26,6 +27,27 @@ import (
 // StorageClass is the box's default storage class: ReadWriteMany, bound at once, answered by the
 // box's provisioner.
 const StorageClass = "rackbox-rwx"
+
+// TeamNamespaces are the namespaces whose writes the box's API server audits (Box.AuditLog).
+var TeamNamespaces = []string{"box-team-a", "box-team-b"}
+
+// AuditLogName is the audit log's file in the box's directory.
+const AuditLogName = "audit.log"
+
+func auditPolicyYAML() string {
+	return `apiVersion: audit.k8s.io/v1
+kind: Policy
+omitStages: [RequestReceived]
+rules:
+- level: Metadata
+  verbs: [create, update, patch, delete, deletecollection]
+  namespaces: [` + strings.Join(TeamNamespaces, ", ") + `]
+- level: None
+`
+}
+
+// AuditLog is the path of the API server's audit log (one JSON event a line).
+func (b *Box) AuditLog() string { return filepath.Join(b.dir, AuditLogName) }
 
 // WorkerRuntimeClass is the GPU workers' RuntimeClass, which the box's API server exempts from Pod
 // Security admission (teamboundary.PodSecurityAdmissionConfiguration).
@@ -80,6 +102,13 @@ func Start(ctx context.Context, o Options) (*Box, error) {
 		_ = os.RemoveAll(dir)
 		return nil, err
 	}
+	// An audit log of the writes in the team namespaces (TeamNamespaces), at Metadata: who wrote
+	// what, through whom (impersonatedUser).
+	auditPolicy := filepath.Join(dir, "audit-policy.yaml")
+	if err := os.WriteFile(auditPolicy, []byte(auditPolicyYAML()), 0o600); err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, err
+	}
 	cluster, err := localcluster.StartWith(o.Bin, o.CRDs, localcluster.Options{
 		// ServiceAccount as in any cluster; ExtendedResourceToleration as on managed GPU pools: a
 		// pod that requests nvidia.com/gpu tolerates the nvidia.com/gpu taint.
@@ -91,6 +120,8 @@ func Start(ctx context.Context, o Options) (*Box, error) {
 			"kubelet-client-certificate":      pki.clientCertFile,
 			"kubelet-client-key":              pki.clientKeyFile,
 			"admission-control-config-file":   admissionConfig,
+			"audit-policy-file":               auditPolicy,
+			"audit-log-path":                  filepath.Join(dir, AuditLogName),
 		},
 	})
 	if err != nil {

@@ -611,7 +611,13 @@ func newPortalWithPassphrase(t *testing.T, stateDir, passphrase string) *portal.
 // newPortalOn is a portal manager deploying to the cluster of kubeconfig (the rack box).
 func newPortalOn(t *testing.T, kubeconfig, stateDir, passphrase string) *portal.Manager {
 	t.Helper()
-	m, err := portal.New(portal.Options{
+	return newPortalWith(t, kubeconfig, stateDir, passphrase, func(*portal.Options) {})
+}
+
+// newPortalWith is newPortalOn with options changed by set.
+func newPortalWith(t *testing.T, kubeconfig, stateDir, passphrase string, set func(*portal.Options)) *portal.Manager {
+	t.Helper()
+	o := portal.Options{
 		ProjectDir:      cluster.root,
 		StateDir:        stateDir,
 		ImageRegistries: append(slices.Clone(config.DefaultImageRegistries), rackbox.Registry),
@@ -621,7 +627,9 @@ func newPortalOn(t *testing.T, kubeconfig, stateDir, passphrase string) *portal.
 			"KUBECONFIG":               kubeconfig,
 			"PATH":                     os.Getenv("PATH"),
 		},
-	})
+	}
+	set(&o)
+	m, err := portal.New(o)
 	require.NoError(t, err)
 	return m
 }

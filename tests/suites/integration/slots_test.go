@@ -41,6 +41,7 @@ var longestFirst = []string{
 	"TestBoxBenchmarkSweepRestartsThroughTheOperator",
 	"TestBoxStackLifecycleAgg",
 	"TestBoxTeamNamespaceRefusesBypassPodsAndAdmitsTheStacks",
+	"TestBoxThePortalActsAsTheTeamAtTheAPIServer",
 	"TestBoxOnAClusterWithGroveTheGraphStaysOnTheComponentPath",
 	"TestBoxPackageFromYAML",
 	"TestBoxFailuresCarryKubernetesReasonsTooFewGPUs",
