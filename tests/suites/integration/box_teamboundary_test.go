@@ -5,36 +5,72 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/pulumi/pulumi/sdk/v3/go/auto"
+	"github.com/pulumi/pulumi/sdk/v3/go/auto/optup"
+	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
+	"minimax-m3/automation"
 	"minimax-m3/teamboundary"
 	"minimax-m3/tests/framework/rackbox"
 )
 
-// installTeamBoundary applies the site's admission policies and their bindings to the box (they
-// bind only to namespaces labelled teamboundary.TeamLabel, so the other tests' namespaces are not
-// touched) and a team namespace, and waits until the API server enforces the policies.
-func installTeamBoundary(t *testing.T, team, ns string) {
+// boxSite is the site's install on the box (package teamboundary, through its Pulumi component
+// and the real provider, as the site's own stack applies it): the admission policies, bound only
+// to the team namespaces (the other tests' namespaces are not touched), the teams' namespaces and
+// roles. One install for every test; it stays until the box stops.
+var boxSite struct {
+	once sync.Once
+	log  syncBuffer
+	err  error
+}
+
+func installSite(t *testing.T) {
 	t.Helper()
-	ctx := context.Background()
-	for _, obj := range []client.Object{teamboundary.PodPolicy(nil), teamboundary.PodPolicyBinding(), teamboundary.GraphPolicy(),
-		teamboundary.GraphPolicyBinding(), teamboundary.TeamNamespace(team, ns, rackbox.WorkerRuntimeClass)} {
-		err := box.Client.Create(ctx, obj)
-		if apierrors.IsAlreadyExists(err) {
-			continue // another test installed the policies
+	boxSite.once.Do(func() {
+		ctx := context.Background()
+		env := pulumiEnv(t)
+		env["KUBECONFIG"] = box.Kubeconfig
+		cli, err := automation.PulumiCommand()
+		if err != nil {
+			boxSite.err = err
+			return
 		}
-		require.NoError(t, err, "%T %s", obj, obj.GetName())
-	}
+		args := teamboundary.SiteArgs{
+			Teams:              map[string][]string{"team-a": {"box-team-a"}, "team-b": {"box-team-b"}, "team-c": {"box-team-c"}},
+			WorkerRuntimeClass: rackbox.WorkerRuntimeClass,
+			// The portal's identity in the box: its admin user, which may impersonate anyway.
+			Portal: &rbacv1.Subject{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: "pulumi"},
+		}
+		s, err := auto.UpsertStackInlineSource(ctx, "site", "minimax-m3-site", func(ctx *pulumi.Context) error {
+			_, err := teamboundary.NewSite(ctx, "site", args)
+			return err
+		}, auto.WorkDir(t.TempDir()), auto.EnvVars(env), auto.Pulumi(cli))
+		if err != nil {
+			boxSite.err = err
+			return
+		}
+		_, boxSite.err = s.Up(ctx, optup.ProgressStreams(&boxSite.log), optup.ErrorProgressStreams(&boxSite.log))
+	})
+	require.NoError(t, boxSite.err, boxSite.log.String())
+}
+
+// installTeamBoundary installs the site and waits until the API server enforces the pod policy
+// in namespace ns.
+func installTeamBoundary(t *testing.T, ns string) {
+	t.Helper()
+	installSite(t)
+	ctx := context.Background()
 	// The API server compiles a new policy and starts enforcing it shortly after its binding
 	// exists: wait until a pod it refuses is refused.
 	probe := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "probe"}, Spec: corev1.PodSpec{
@@ -62,8 +98,8 @@ func ptrTo[T any](v T) *T { return &v }
 func TestBoxTeamNamespaceRefusesBypassPodsAndAdmitsTheStacks(t *testing.T) {
 	parallelOnBox(t)
 	rackBox(t)
-	const team, ns = "team-a", "box-team-a"
-	installTeamBoundary(t, team, ns)
+	const ns = "box-team-a"
+	installTeamBoundary(t, ns)
 
 	pod := func(name, spec string) string {
 		return "apiVersion: v1\nkind: Pod\nmetadata: {name: " + name + ", namespace: " + ns + "}\nspec:\n  runtimeClassName: " + rackbox.WorkerRuntimeClass + "\n" + spec

@@ -13,12 +13,10 @@ import (
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"minimax-m3/config"
 	"minimax-m3/portal"
-	"minimax-m3/teamboundary"
 	"minimax-m3/tests/framework/rackbox"
 )
 
@@ -33,16 +31,7 @@ func TestBoxThePortalActsAsTheTeamAtTheAPIServer(t *testing.T) {
 	ctx := context.Background()
 	const teamNS, otherNS = "box-team-b", "box-team-c"
 	require.Contains(t, rackbox.TeamNamespaces, teamNS, "the box audits the team's namespace")
-	for _, obj := range []client.Object{
-		teamboundary.TeamClusterRole(), teamboundary.FleetReaderClusterRole(),
-		teamboundary.ClusterBinding(teamboundary.FleetReaderRole, teamboundary.Groups("team-b", "team-c")...),
-		teamboundary.TeamNamespace("team-b", teamNS, rackbox.WorkerRuntimeClass), teamboundary.TeamBinding("team-b", teamNS),
-		teamboundary.TeamNamespace("team-c", otherNS, rackbox.WorkerRuntimeClass), // team-c's, no binding for team-b
-	} {
-		if err := box.Client.Create(ctx, obj); err != nil && !apierrors.IsAlreadyExists(err) {
-			require.NoError(t, err, "%T %s", obj, obj.GetName())
-		}
-	}
+	installSite(t) // team-b's namespace and RoleBinding; team-c's namespace, with no binding for team-b
 	m := newPortalWith(t, box.Kubeconfig, t.TempDir(), "portal-tests", func(o *portal.Options) {
 		o.Impersonate = true
 		o.ImageRegistries = append(slices.Clone(config.DefaultImageRegistries), rackbox.Registry)

@@ -1,0 +1,31 @@
+// Command site is the site's own small stack: the admission policies, team namespaces and roles of
+// package teamboundary, applied once per cluster by whoever runs the fleet (never by a team).
+//
+//	cd site && pulumi stack init fleet && pulumi config set --path 'teams.team-a[0]' team-a && \
+//	  pulumi config set workerRuntimeClass nvidia && pulumi up
+package main
+
+import (
+	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
+	"github.com/pulumi/pulumi/sdk/v3/go/pulumi/config"
+	rbacv1 "k8s.io/api/rbac/v1"
+
+	"minimax-m3/teamboundary"
+)
+
+func main() {
+	pulumi.Run(func(ctx *pulumi.Context) error {
+		c := config.New(ctx, "")
+		var args teamboundary.SiteArgs
+		if err := c.TryObject("teams", &args.Teams); err != nil {
+			return err
+		}
+		args.WorkerRuntimeClass = c.Require("workerRuntimeClass")
+		_ = c.TryObject("priorityClasses", &args.PriorityClasses)
+		if u := c.Get("portalUser"); u != "" {
+			args.Portal = &rbacv1.Subject{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: u}
+		}
+		_, err := teamboundary.NewSite(ctx, "site", args)
+		return err
+	})
+}

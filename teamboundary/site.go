@@ -1,0 +1,95 @@
+package teamboundary
+
+import (
+	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
+
+	yamlv2 "github.com/pulumi/pulumi-kubernetes/sdk/v4/go/kubernetes/yaml/v2"
+	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
+	rbacv1 "k8s.io/api/rbac/v1"
+)
+
+// SiteArgs is what a site hands to its teams.
+type SiteArgs struct {
+	// Teams maps each team (its group at the API server) to the namespaces it gets.
+	Teams map[string][]string
+	// WorkerRuntimeClass is the GPU workers' RuntimeClass, which the API server's Pod Security
+	// configuration exempts (PodSecurityAdmissionConfiguration).
+	WorkerRuntimeClass string
+	// PriorityClasses are the priority classes the teams' pods may name.
+	PriorityClasses []string
+	// Portal is the portal's identity at the API server (a User, or a ServiceAccount with its
+	// namespace), which may impersonate the teams; nil grants no one.
+	Portal *rbacv1.Subject
+}
+
+// Site is the site's install for teams sharing a fleet: the admission policies and their bindings,
+// the teams' namespaces (Pod Security baseline enforced), their roles and bindings.
+type Site struct {
+	pulumi.ResourceState
+}
+
+// Objects are the site's objects, in the order they are applied.
+func Objects(a SiteArgs) ([]any, error) {
+	if len(a.Teams) == 0 {
+		return nil, fmt.Errorf("teams: name at least one team and its namespaces")
+	}
+	if a.WorkerRuntimeClass == "" {
+		return nil, fmt.Errorf("workerRuntimeClass: name the GPU workers' RuntimeClass the API server exempts from Pod Security")
+	}
+	teams := slices.Sorted(maps.Keys(a.Teams))
+	objs := []any{PodPolicy(a.PriorityClasses), PodPolicyBinding(), GraphPolicy(), GraphPolicyBinding(),
+		TeamClusterRole(), FleetReaderClusterRole(), ClusterBinding(FleetReaderRole, Groups(teams...)...)}
+	if a.Portal != nil {
+		objs = append(objs, ImpersonatorClusterRole(teams), ClusterBinding(ImpersonatorRole, *a.Portal))
+	}
+	seen := map[string]string{}
+	for _, team := range teams {
+		if len(a.Teams[team]) == 0 {
+			return nil, fmt.Errorf("teams.%s: no namespace", team)
+		}
+		for _, ns := range a.Teams[team] {
+			if other, taken := seen[ns]; taken {
+				return nil, fmt.Errorf("teams.%s: namespace %s is team %s's already: a namespace belongs to one team", team, ns, other)
+			}
+			seen[ns] = team
+			objs = append(objs, TeamNamespace(team, ns, a.WorkerRuntimeClass), TeamBinding(team, ns))
+		}
+	}
+	// As plain JSON objects, which the provider's ConfigGroup takes.
+	out := make([]any, len(objs))
+	for i, o := range objs {
+		b, err := json.Marshal(o)
+		if err != nil {
+			return nil, err
+		}
+		var m map[string]any
+		if err := json.Unmarshal(b, &m); err != nil {
+			return nil, err
+		}
+		out[i] = m
+	}
+	return out, nil
+}
+
+// NewSite registers the site's objects under one component.
+func NewSite(ctx *pulumi.Context, name string, args SiteArgs, opts ...pulumi.ResourceOption) (*Site, error) {
+	objs, err := Objects(args)
+	if err != nil {
+		return nil, err
+	}
+	s := &Site{}
+	if err := ctx.RegisterComponentResource("minimax-m3:index:Site", name, s, opts...); err != nil {
+		return nil, err
+	}
+	arr := pulumi.Array{}
+	for _, o := range objs {
+		arr = append(arr, pulumi.ToMap(o.(map[string]any)))
+	}
+	if _, err := yamlv2.NewConfigGroup(ctx, name, &yamlv2.ConfigGroupArgs{Objs: arr}, pulumi.Parent(s)); err != nil {
+		return nil, err
+	}
+	return s, ctx.RegisterResourceOutputs(s, pulumi.Map{})
+}
