@@ -149,6 +149,11 @@ func PodSecurity(meta *metav1.ObjectMeta, spec *corev1.PodSpec, p PodProfile) []
 				out = append(out, fmt.Sprintf("%s.env[%d] %s: %s", at, j, e.Name, why))
 			}
 		}
+		for j, from := range c.EnvFrom {
+			if from.ConfigMapRef != nil || from.Prefix != "" {
+				out = append(out, fmt.Sprintf("%s.envFrom[%d]: only the stack's Secret, with no prefix, gives a container its variables wholesale (as the download's token): a ConfigMap or a prefix could carry the runtime's or the operator's variables; name each variable in env", at, j))
+			}
+		}
 	}
 	eachContainer(spec, each)
 	slices.Sort(out)

@@ -235,8 +235,8 @@ func podSecurity(p Plan) []Violation {
 }
 
 // readsOwnObjects checks every pod's Secret and ConfigMap reads against the Secrets and ConfigMaps
-// the plan writes, and the Secret the Hugging Face token variables name (a Secret the user brought,
-// huggingFace.existingSecret).
+// the plan writes, and the Secret a Job's Hugging Face token variables name (a Secret the user
+// brought, huggingFace.existingSecret).
 func readsOwnObjects(p Plan) []Violation {
 	secrets, configMaps := []string{}, []string{}
 	for _, s := range p.Steps {
@@ -253,7 +253,9 @@ func readsOwnObjects(p Plan) []Violation {
 	}
 	pds := pods(p)
 	for _, pd := range pds {
-		if pd.err != nil {
+		// The token's Secret is the one the program's Jobs (the download) read it from: a token
+		// variable elsewhere names no Secret the stack owns.
+		if pd.err != nil || pd.step.Kind() != "Job" {
 			continue
 		}
 		for _, c := range append(append([]corev1.Container{}, pd.spec.InitContainers...), pd.spec.Containers...) {

@@ -34,7 +34,9 @@ func TeamClusterRole() *rbacv1.ClusterRole {
 	return clusterRole(TeamRole,
 		rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"secrets", "configmaps", "persistentvolumeclaims"}, Verbs: write},
 		rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"pods", "pods/log", "events", "services", "endpoints"}, Verbs: read},
-		rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"delete"}},
+		// The benchmark's helper pod, and the exec into it that reads its results.
+		rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"create", "delete"}},
+		rbacv1.PolicyRule{APIGroups: []string{""}, Resources: []string{"pods/exec"}, Verbs: []string{"create", "get"}},
 		rbacv1.PolicyRule{APIGroups: []string{"batch"}, Resources: []string{"jobs"}, Verbs: write},
 		rbacv1.PolicyRule{APIGroups: []string{"apps"}, Resources: []string{"deployments", "replicasets", "statefulsets"}, Verbs: read},
 		rbacv1.PolicyRule{APIGroups: []string{"nvidia.com"}, Resources: []string{"dynamographdeployments", "dynamographdeploymentscalingadapters"}, Verbs: write},

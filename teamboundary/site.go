@@ -40,7 +40,7 @@ func Objects(a SiteArgs) ([]any, error) {
 		return nil, fmt.Errorf("workerRuntimeClass: name the GPU workers' RuntimeClass the API server exempts from Pod Security")
 	}
 	teams := slices.Sorted(maps.Keys(a.Teams))
-	objs := []any{PodPolicy(a.PriorityClasses), PodPolicyBinding(), GraphPolicy(), GraphPolicyBinding(),
+	objs := []any{PodPolicy(a.PriorityClasses, a.WorkerRuntimeClass), PodPolicyBinding(), GraphPolicy(), GraphPolicyBinding(),
 		TeamClusterRole(), FleetReaderClusterRole(), ClusterBinding(FleetReaderRole, Groups(teams...)...)}
 	if a.Portal != nil {
 		objs = append(objs, ImpersonatorClusterRole(teams), ClusterBinding(ImpersonatorRole, *a.Portal))

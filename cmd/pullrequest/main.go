@@ -43,6 +43,8 @@ func run(args []string) error {
 	pr := fs.Int("pr", 0, "the pull request's number")
 	author := fs.String("author", "", "consent: the pull request's author")
 	head := fs.String("head", "", "consent: the pull request's head commit (40 hex), the commit consent must be given for")
+	labeled := fs.Bool("labeled", false, "consent: the run was started by adding the label (by -sender)")
+	sender := fs.String("sender", "", "consent: who started the run")
 	reset := fs.Bool("reset", false, "consent: first remove the label (a push: consent is given again for each commit)")
 	stack := fs.String("stack", "", "comment: the stack the comment is for")
 	title := fs.String("title", "", "comment: its title")
@@ -78,7 +80,7 @@ func run(args []string) error {
 		if len(*head) != 40 {
 			return errors.New("consent needs -head, the pull request's head commit")
 		}
-		allow, why, err := pullrequest.Consent(ctx, c, *pr, *author, *head)
+		allow, why, err := pullrequest.Consent(ctx, c, *pr, *author, *head, pullrequest.Trigger{Labeled: *labeled, Sender: *sender})
 		if err != nil {
 			return err
 		}

@@ -11,7 +11,6 @@ import (
 	"regexp"
 	"slices"
 	"strings"
-	"time"
 
 	"gopkg.in/yaml.v3"
 )
@@ -94,14 +93,21 @@ type user struct {
 	Login string `json:"login"`
 }
 
+// Trigger is the event that started the run consent is read for.
+type Trigger struct {
+	// Labeled is true when the run was started by adding RollLabel, by Sender.
+	Labeled bool
+	Sender  string
+}
+
 // Consent is the roll consent of pull request pr at its head commit head, for cmd/policy
 // -allow-roll: "all" when someone other than the author who may write to the repository gave it
-// for that commit, else "", with why not. Consent is tied to the commit it was given for: an
-// approving review of head whose text names RollLabel, or RollLabel added after head was pushed
-// (GitHub's own time of the first check suite of head, which no author can set; a commit's dates
-// are the author's). A label given to an earlier commit counts for nothing, even when a run that
-// should have removed it was cancelled.
-func Consent(ctx context.Context, c *Client, pr int, author, head string) (allow, why string, err error) {
+// for that commit, else "", with why not. Consent is tied to the commit it was given for, by what
+// GitHub itself records: an approving review of head with a line that is RollLabel alone, or
+// RollLabel added in the event that started this run (a run for the head the label was added to;
+// a push starts a run of its own, which cancels it). A label left from an earlier commit, by a run
+// cancelled before it could remove it, counts for nothing.
+func Consent(ctx context.Context, c *Client, pr int, author, head string, tr Trigger) (allow, why string, err error) {
 	var reviews []struct {
 		User     user   `json:"user"`
 		State    string `json:"state"`
@@ -112,7 +118,7 @@ func Consent(ctx context.Context, c *Client, pr int, author, head string) (allow
 		return "", "", err
 	}
 	for _, r := range slices.Backward(reviews) {
-		if r.State != "APPROVED" || r.CommitID != head || !strings.Contains(r.Body, RollLabel) || strings.EqualFold(r.User.Login, author) {
+		if r.State != "APPROVED" || r.CommitID != head || !namesLabel(r.Body) || strings.EqualFold(r.User.Login, author) {
 			continue
 		}
 		ok, err := mayWrite(ctx, c, r.User.Login)
@@ -122,6 +128,10 @@ func Consent(ctx context.Context, c *Client, pr int, author, head string) (allow
 		if ok {
 			return "all", fmt.Sprintf("%s in %s's approving review of %s", RollLabel, r.User.Login, head), nil
 		}
+	}
+	if !tr.Labeled {
+		return "", "no approving review of " + head + " with a line " + RollLabel + ", and this run was not started by adding " + RollLabel +
+			" (a label counts in the run its adding starts, for the commit it was added to)", nil
 	}
 	var labels []struct {
 		Name string `json:"name"`
@@ -134,47 +144,30 @@ func Consent(ctx context.Context, c *Client, pr int, author, head string) (allow
 	}) bool {
 		return l.Name == RollLabel
 	}) {
-		return "", "no " + RollLabel + " label, and no approving review of " + head + " that names it", nil
+		return "", RollLabel + " was removed since", nil
 	}
-	var events []struct {
-		Event     string    `json:"event"`
-		Actor     user      `json:"actor"`
-		CreatedAt time.Time `json:"created_at"`
-		Label     struct {
-			Name string `json:"name"`
-		} `json:"label"`
-	}
-	if err := get(ctx, c, fmt.Sprintf("/issues/%d/events", pr), &events); err != nil {
-		return "", "", err
-	}
-	actor, at := "", time.Time{}
-	for _, e := range events {
-		if e.Event == "labeled" && e.Label.Name == RollLabel {
-			actor, at = e.Actor.Login, e.CreatedAt
-		}
-	}
-	switch {
-	case actor == "":
-		return "", "no record of who added " + RollLabel, nil
-	case strings.EqualFold(actor, author):
+	if strings.EqualFold(tr.Sender, author) {
 		return "", RollLabel + " was added by the pull request's author (" + author + "): a maintainer must add it", nil
 	}
-	pushed, err := pushedAt(ctx, c, head)
-	if err != nil {
-		return "", "", err
-	}
-	if !at.After(pushed) {
-		return "", fmt.Sprintf("%s was added by %s at %s, before %s was pushed (%s): it was given for an earlier commit; add it again, or approve %s naming it",
-			RollLabel, actor, at.Format(time.RFC3339), head, pushed.Format(time.RFC3339), head), nil
-	}
-	ok, err := mayWrite(ctx, c, actor)
+	ok, err := mayWrite(ctx, c, tr.Sender)
 	switch {
 	case err != nil:
 		return "", "", err
 	case !ok:
-		return "", fmt.Sprintf("%s was added by %s, who may not write to %s", RollLabel, actor, c.Repo), nil
+		return "", fmt.Sprintf("%s was added by %s, who may not write to %s", RollLabel, tr.Sender, c.Repo), nil
 	}
-	return "all", RollLabel + " added by " + actor + " after " + head + " was pushed", nil
+	return "all", RollLabel + " added by " + tr.Sender + " to " + head, nil
+}
+
+// namesLabel says whether a review's text has a line that is RollLabel alone (not "no
+// allow-worker-roll").
+func namesLabel(body string) bool {
+	for _, line := range strings.Split(body, "\n") {
+		if strings.TrimSpace(line) == RollLabel {
+			return true
+		}
+	}
+	return false
 }
 
 // mayWrite says whether login may write to the repository.
@@ -186,30 +179,6 @@ func mayWrite(ctx context.Context, c *Client, login string) (bool, error) {
 		return false, err
 	}
 	return slices.Contains([]string{"admin", "maintain", "write"}, perm.Permission), nil
-}
-
-// pushedAt is when commit sha reached GitHub: the creation of its first check suite, which GitHub
-// makes when the commit is pushed. A commit with none cannot be dated, and consent by label is
-// refused for it.
-func pushedAt(ctx context.Context, c *Client, sha string) (time.Time, error) {
-	var suites struct {
-		CheckSuites []struct {
-			CreatedAt time.Time `json:"created_at"`
-		} `json:"check_suites"`
-	}
-	if _, err := c.do(ctx, http.MethodGet, fmt.Sprintf("%s/repos/%s/commits/%s/check-suites", c.API, c.Repo, sha), nil, &suites); err != nil {
-		return time.Time{}, err
-	}
-	if len(suites.CheckSuites) == 0 {
-		return time.Time{}, fmt.Errorf("commit %s has no check suite, so when it was pushed is unknown", sha)
-	}
-	first := suites.CheckSuites[0].CreatedAt
-	for _, s := range suites.CheckSuites[1:] {
-		if s.CreatedAt.Before(first) {
-			first = s.CreatedAt
-		}
-	}
-	return first, nil
 }
 
 // Unlabel removes RollLabel from pull request pr (absent is fine): the workflow does it on every

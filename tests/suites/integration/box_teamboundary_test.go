@@ -18,6 +18,7 @@ import (
 	networkingv1 "k8s.io/api/networking/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"minimax-m3/automation"
@@ -77,14 +78,24 @@ func installTeamBoundary(t *testing.T, ns string) {
 		RuntimeClassName: ptrTo(rackbox.WorkerRuntimeClass),
 		Containers:       []corev1.Container{{Name: "main", Image: rackbox.HeldImage, Env: []corev1.EnvVar{{Name: "NVIDIA_VISIBLE_DEVICES", Value: "all"}}}},
 	}}
+	graph := &unstructured.Unstructured{Object: map[string]any{
+		"apiVersion": "nvidia.com/v1beta1", "kind": "DynamoGraphDeployment",
+		"metadata": map[string]any{"name": "probe", "namespace": ns},
+		"spec":     map[string]any{"backendFramework": "vllm", "env": []any{map[string]any{"name": "DYN_NAMESPACE", "value": "x"}}},
+	}}
 	deadline := time.Now().Add(time.Minute)
-	for {
-		err := box.Client.Create(ctx, probe.DeepCopy(), client.DryRunAll)
-		if err != nil && strings.Contains(err.Error(), teamboundary.PolicyName) {
-			return
+	for _, p := range []struct {
+		obj    client.Object
+		policy string
+	}{{probe, teamboundary.PolicyName}, {graph, teamboundary.GraphPolicyName}} {
+		for {
+			err := box.Client.Create(ctx, p.obj.DeepCopyObject().(client.Object), client.DryRunAll)
+			if err != nil && strings.Contains(err.Error(), p.policy) {
+				break
+			}
+			require.True(t, time.Now().Before(deadline), "the API server does not enforce %s after a minute: %v", p.policy, err)
+			time.Sleep(200 * time.Millisecond)
 		}
-		require.True(t, time.Now().Before(deadline), "the API server does not enforce %s after a minute: %v", teamboundary.PolicyName, err)
-		time.Sleep(200 * time.Millisecond)
 	}
 }
 
@@ -101,35 +112,44 @@ func TestBoxTeamNamespaceRefusesBypassPodsAndAdmitsTheStacks(t *testing.T) {
 	const ns = "box-team-a"
 	installTeamBoundary(t, ns)
 
+	// Each bypass pod carries a worker's label and RuntimeClass, which Pod Security admission
+	// exempts: the refusal is the admission policy's alone, and the worker's exemption (its main
+	// container's capabilities and root) covers no other container ("app").
 	pod := func(name, spec string) string {
-		return "apiVersion: v1\nkind: Pod\nmetadata: {name: " + name + ", namespace: " + ns + "}\nspec:\n  runtimeClassName: " + rackbox.WorkerRuntimeClass + "\n" + spec
+		return "apiVersion: v1\nkind: Pod\nmetadata: {name: " + name + ", namespace: " + ns + ", labels: {nvidia.com/dynamo-component-type: worker}}\nspec:\n  runtimeClassName: " + rackbox.WorkerRuntimeClass + "\n" + spec
 	}
 	const img = "    image: " + rackbox.HeldImage + "\n"
+	app := "  containers: [{name: app, image: " + rackbox.HeldImage + "}]\n"
 	bypasses := []struct{ name, manifest, refusal string }{
-		{"nfs", pod("nfs", "  containers: [{name: main, image: "+rackbox.HeldImage+", volumeMounts: [{name: n, mountPath: /data}]}]\n  volumes: [{name: n, nfs: {server: 10.0.0.9, path: /}}]\n"), "volumes: a team's pods mount only"},
-		{"inline csi at /", pod("csi", "  containers: [{name: main, image: "+rackbox.HeldImage+"}]\n  volumes: [{name: c, csi: {driver: nfs.csi.k8s.io, volumeAttributes: {server: 10.0.0.9, share: /}}}]\n"), "volumes: a team's pods mount only"},
-		{"another team's volume through an ephemeral claim", pod("ephemeral", "  containers: [{name: main, image: "+rackbox.HeldImage+"}]\n  volumes: [{name: e, ephemeral: {volumeClaimTemplate: {spec: {accessModes: [ReadWriteOnce], volumeName: team-b-weights, resources: {requests: {storage: 1Gi}}}}}}]\n"), "volumes: a team's pods mount only"},
-		{"gitRepo", pod("gitrepo", "  containers: [{name: main, image: "+rackbox.HeldImage+"}]\n  volumes: [{name: g, gitRepo: {repository: 'https://example.com/x.git'}}]\n"), "volumes: a team's pods mount only"},
-		{"hostPath", pod("hostpath", "  containers: [{name: main, image: "+rackbox.HeldImage+"}]\n  volumes: [{name: h, hostPath: {path: /}}]\n"), "volumes: a team's pods mount only"},
-		{"hostPort", pod("hostport", "  containers:\n  - name: main\n"+img+"    ports: [{containerPort: 8000, hostPort: 8000}]\n"), "Pod Security baseline: hostPort"},
-		{"hostPID", pod("hostpid", "  hostPID: true\n  containers: [{name: main, image: "+rackbox.HeldImage+"}]\n"), "Pod Security baseline: host namespaces"},
-		{"privileged", pod("privileged", "  containers:\n  - name: main\n"+img+"    securityContext: {privileged: true}\n"), "Pod Security baseline: privileged containers"},
-		{"SYS_ADMIN", pod("sysadmin", "  containers:\n  - name: main\n"+img+"    securityContext: {capabilities: {add: [SYS_ADMIN]}}\n"), "Pod Security baseline: non-default capabilities"},
-		{"a worker's capabilities on a pod that is no worker", pod("caps", "  containers:\n  - name: main\n"+img+"    securityContext: {capabilities: {add: [IPC_LOCK]}}\n"), "Pod Security baseline: non-default capabilities"},
-		{"seccomp Unconfined", pod("seccomp", "  securityContext: {seccompProfile: {type: Unconfined}}\n  containers: [{name: main, image: "+rackbox.HeldImage+"}]\n"), "seccompProfile Unconfined"},
-		{"AppArmor Unconfined", pod("apparmor", "  containers:\n  - name: main\n"+img+"    securityContext: {appArmorProfile: {type: Unconfined}}\n"), "AppArmor profile Unconfined"},
-		{"SELinux spc_t", pod("selinux", "  securityContext: {seLinuxOptions: {type: spc_t}}\n  containers: [{name: main, image: "+rackbox.HeldImage+"}]\n"), "seLinuxOptions"},
-		{"an unsafe sysctl", pod("sysctl", "  securityContext: {sysctls: [{name: kernel.msgmax, value: '65536'}]}\n  containers: [{name: main, image: "+rackbox.HeldImage+"}]\n"), "sysctls outside the safe set"},
-		{"root with privilege escalation", pod("root", "  containers:\n  - name: main\n"+img+"    securityContext: {runAsUser: 0, allowPrivilegeEscalation: true}\n"), "runAsUser 0 (root)"},
-		{"a priority class that preempts other teams", pod("priority", "  priorityClassName: system-node-critical\n  containers: [{name: main, image: "+rackbox.HeldImage+"}]\n"), "priorityClassName: not one of the site's priority classes"},
-		{"every GPU of the node", pod("devices", "  containers:\n  - name: main\n"+img+"    env: [{name: NVIDIA_VISIBLE_DEVICES, value: all}]\n"), "env: NVIDIA_* and CUDA_VISIBLE_*"},
-		{"a node named directly", pod("nodename", "  nodeName: cpu-0\n  containers: [{name: main, image: "+rackbox.HeldImage+"}]\n"), "nodeName: a team's pod goes through the scheduler"},
-		// A worker's label does not widen what a pod may do beyond the workers' exemption.
-		{"a worker's label and more", "apiVersion: v1\nkind: Pod\nmetadata: {name: fakeworker, namespace: " + ns + ", labels: {nvidia.com/dynamo-component-type: worker}}\nspec:\n  runtimeClassName: " + rackbox.WorkerRuntimeClass + "\n  containers:\n  - name: main\n" + img + "    securityContext: {runAsUser: 0, capabilities: {add: [IPC_LOCK, SYS_ADMIN]}}\n", "Pod Security baseline: non-default capabilities"},
+		{"nfs", pod("nfs", "  containers: [{name: app, image: "+rackbox.HeldImage+", volumeMounts: [{name: share, mountPath: /data}]}]\n  volumes: [{name: share, nfs: {server: 10.0.0.9, path: /}}]\n"), "volumes: a team's pods mount only"},
+		{"inline csi at /", pod("csi", app+"  volumes: [{name: csi, csi: {driver: nfs.csi.k8s.io, volumeAttributes: {server: 10.0.0.9, share: /}}}]\n"), "volumes: a team's pods mount only"},
+		{"another team's volume through an ephemeral claim", pod("ephemeral", app+"  volumes: [{name: eph, ephemeral: {volumeClaimTemplate: {spec: {accessModes: [ReadWriteOnce], volumeName: team-b-weights, resources: {requests: {storage: 1Gi}}}}}}]\n"), "volumes: a team's pods mount only"},
+		{"gitRepo", pod("gitrepo", app+"  volumes: [{name: git, gitRepo: {repository: 'https://example.com/x.git'}}]\n"), "volumes: a team's pods mount only"},
+		{"hostPath", pod("hostpath", app+"  volumes: [{name: host, hostPath: {path: /}}]\n"), "volumes: a team's pods mount only"},
+		{"hostPort", pod("hostport", "  containers:\n  - name: app\n"+img+"    ports: [{containerPort: 8000, hostPort: 8000}]\n"), "Pod Security baseline: hostPort"},
+		{"hostPID", pod("hostpid", "  hostPID: true\n"+app), "Pod Security baseline: host namespaces"},
+		{"privileged, even a worker's main container", pod("privileged", "  containers:\n  - name: main\n"+img+"    securityContext: {privileged: true}\n"), "Pod Security baseline: privileged containers"},
+		{"SYS_ADMIN, even a worker's main container", pod("sysadmin", "  containers:\n  - name: main\n"+img+"    securityContext: {capabilities: {add: [IPC_LOCK, SYS_ADMIN]}}\n"), "Pod Security baseline: non-default capabilities"},
+		{"a worker's capabilities on another container", pod("caps", "  containers:\n  - name: app\n"+img+"    securityContext: {capabilities: {add: [IPC_LOCK]}}\n"), "Pod Security baseline: non-default capabilities"},
+		{"seccomp Unconfined", pod("seccomp", "  securityContext: {seccompProfile: {type: Unconfined}}\n"+app), "seccompProfile Unconfined"},
+		{"AppArmor Unconfined", pod("apparmor", "  containers:\n  - name: app\n"+img+"    securityContext: {appArmorProfile: {type: Unconfined}}\n"), "AppArmor profile Unconfined"},
+		{"SELinux spc_t", pod("selinux", "  securityContext: {seLinuxOptions: {type: spc_t}}\n"+app), "seLinuxOptions"},
+		{"an unsafe sysctl", pod("sysctl", "  securityContext: {sysctls: [{name: kernel.msgmax, value: '65536'}]}\n"+app), "sysctls outside the safe set"},
+		{"a probe reaching another host", pod("probehost", "  containers:\n  - name: app\n"+img+"    livenessProbe: {httpGet: {host: 10.0.0.9, port: 80, path: /}}\n"), "probe or lifecycle host"},
+		{"root with privilege escalation", pod("root", "  containers:\n  - name: app\n"+img+"    securityContext: {runAsUser: 0, allowPrivilegeEscalation: true}\n"), "runAsUser 0 (root)"},
+		{"a priority class that preempts other teams", pod("priority", "  priorityClassName: system-node-critical\n"+app), "priorityClassName: not one of the site's priority classes"},
+		{"every GPU of the node", pod("devices", "  containers:\n  - name: app\n"+img+"    env: [{name: NVIDIA_VISIBLE_DEVICES, value: all}]\n"), "env: NVIDIA_* and CUDA_VISIBLE_*"},
+		{"the runtime's variables under a prefix", pod("envfrom", "  containers:\n  - name: app\n"+img+"    envFrom: [{prefix: NVIDIA_, configMapRef: {name: devices}}]\n"), "envFrom: only a Secret, with no prefix"},
+		{"a node named directly", pod("nodename", "  nodeName: cpu-0\n"+app), "nodeName: a team's pod goes through the scheduler"},
+		{"another ServiceAccount", pod("account", "  serviceAccountName: builder\n"+app), "serviceAccountName: a team's pods run as the namespace's default ServiceAccount"},
+		// The exempt class is the workers': another pod taking it is refused, not exempted.
+		{"the workers' RuntimeClass on a pod that is no worker", "apiVersion: v1\nkind: Pod\nmetadata: {name: notworker, namespace: " + ns + "}\nspec:\n  runtimeClassName: " + rackbox.WorkerRuntimeClass + "\n" + app, "runtimeClassName: nvidia, which Pod Security admission exempts, is the GPU workers' alone"},
 		// Without the exempt RuntimeClass, Pod Security admission refuses at baseline first.
-		{"hostPID without the workers' class", "apiVersion: v1\nkind: Pod\nmetadata: {name: plain-hostpid, namespace: " + ns + "}\nspec:\n  hostPID: true\n  containers: [{name: main, image: " + rackbox.HeldImage + "}]\n", `violates PodSecurity "baseline:latest": host namespaces`},
+		{"hostPID without the workers' class", "apiVersion: v1\nkind: Pod\nmetadata: {name: plain-hostpid, namespace: " + ns + "}\nspec:\n  hostPID: true\n" + app, `violates PodSecurity "baseline:latest": host namespaces`},
 		{"a worker's capabilities without the workers' class", "apiVersion: v1\nkind: Pod\nmetadata: {name: plain-caps, namespace: " + ns + "}\nspec:\n  containers:\n  - name: main\n" + img + "    securityContext: {capabilities: {add: [IPC_LOCK]}}\n", `violates PodSecurity "baseline:latest": non-default capabilities`},
 	}
+	// An account of the namespace that is neither its default nor the operator's.
+	require.NoError(t, box.Client.Create(context.Background(), &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "builder"}}))
 	kubectl := filepath.Join(cluster.bin, "kubectl")
 	for _, b := range bypasses {
 		cmd := exec.Command(kubectl, "--kubeconfig", box.Kubeconfig, "apply", "-f", "-")
@@ -143,13 +163,23 @@ func TestBoxTeamNamespaceRefusesBypassPodsAndAdmitsTheStacks(t *testing.T) {
 	require.NoError(t, box.Client.List(context.Background(), &pods, client.InNamespace(ns)))
 	assert.Empty(t, pods.Items, "no bypass pod exists")
 
-	// A graph setting a variable the operator writes is refused too, before any pod exists.
-	graph := "apiVersion: nvidia.com/v1alpha1\nkind: DynamoGraphDeployment\nmetadata: {name: join, namespace: " + ns + "}\nspec:\n  backendFramework: vllm\n  components:\n  - name: Worker\n    type: worker\n    envs: [{name: DYN_NAMESPACE, value: team-b-graph}]\n"
-	cmd := exec.Command(kubectl, "--kubeconfig", box.Kubeconfig, "apply", "-f", "-")
-	cmd.Stdin = strings.NewReader(graph)
-	out, err := cmd.CombinedOutput()
-	if assert.Error(t, err, "a graph joining another team's Dynamo namespace was admitted:\n%s", out) {
-		assert.Contains(t, string(out), teamboundary.GraphPolicyName)
+	// A graph setting a variable the operator writes is refused too, before any pod exists: in a
+	// component's pod template, or for the whole graph.
+	graph := func(name, spec string) string {
+		return "apiVersion: nvidia.com/v1beta1\nkind: DynamoGraphDeployment\nmetadata: {name: " + name + ", namespace: " + ns + "}\nspec:\n  backendFramework: vllm\n" + spec
+	}
+	for _, g := range []struct{ name, manifest, refusal string }{
+		{"a worker joining another team's graph", graph("join", "  components:\n  - name: Worker\n    type: worker\n    podTemplate:\n      spec:\n        containers:\n        - name: main\n          env: [{name: DYN_NAMESPACE, value: team-b-graph}]\n"), "components[].podTemplate"},
+		{"the graph's own env", graph("genv", "  env: [{name: NVIDIA_VISIBLE_DEVICES, value: all}]\n  components:\n  - name: Frontend\n    type: frontend\n"), "spec.env: the graph sets a variable"},
+		{"the global Dynamo namespace", graph("global", "  components:\n  - name: Frontend\n    type: frontend\n    globalDynamoNamespace: true\n"), "globalDynamoNamespace"},
+	} {
+		cmd := exec.Command(kubectl, "--kubeconfig", box.Kubeconfig, "apply", "-f", "-")
+		cmd.Stdin = strings.NewReader(g.manifest)
+		out, err := cmd.CombinedOutput()
+		if assert.Error(t, err, "%s was admitted:\n%s", g.name, out) {
+			assert.Contains(t, string(out), teamboundary.GraphPolicyName, g.name)
+			assert.Contains(t, string(out), g.refusal, g.name)
+		}
 	}
 
 	// The stack's own pods: agg with its namespace from the site, the workers on the exempt class.

@@ -59,26 +59,12 @@ func (f *fakeGitHub) serve(t *testing.T) *pullrequest.Client {
 				items = append(items, map[string]any{"name": l})
 			}
 			page(items)
-		case r.Method == http.MethodGet && p == "/repos/acme/mm3/issues/7/events":
-			items := []any{map[string]any{"event": "labeled", "actor": map[string]any{"login": "bot"}, "label": map[string]any{"name": "needs-review"}},
-				map[string]any{"event": "committed"}}
-			for i, who := range f.labelledBy {
-				items = append(items, map[string]any{"event": "labeled", "actor": map[string]any{"login": who}, "label": map[string]any{"name": pullrequest.RollLabel},
-					"created_at": fmt.Sprintf("2026-12-01T10:%02d:00Z", i)})
-			}
-			page(items)
 		case r.Method == http.MethodGet && p == "/repos/acme/mm3/pulls/7/reviews":
 			var items []any
 			for _, rv := range f.reviews {
 				items = append(items, rv)
 			}
 			page(items)
-		case r.Method == http.MethodGet && p == "/repos/acme/mm3/commits/"+headSHA+"/check-suites":
-			pushed := f.pushedAt
-			if pushed == "" {
-				pushed = "2026-12-01T09:00:00Z"
-			}
-			_ = json.NewEncoder(w).Encode(map[string]any{"check_suites": []any{map[string]any{"created_at": "2026-12-01T11:30:00Z"}, map[string]any{"created_at": pushed}}})
 		case r.Method == http.MethodGet && strings.HasPrefix(p, "/repos/acme/mm3/collaborators/"):
 			login := strings.TrimSuffix(strings.TrimPrefix(p, "/repos/acme/mm3/collaborators/"), "/permission")
 			_ = json.NewEncoder(w).Encode(map[string]string{"permission": f.permissions[login]})
@@ -101,27 +87,30 @@ func (f *fakeGitHub) serve(t *testing.T) *pullrequest.Client {
 	return &pullrequest.Client{API: srv.URL, Token: "gh-token", Repo: "acme/mm3"}
 }
 
-// Worker rolls need the label from a maintainer other than the pull request's author: the author's
-// own label, or one from someone who may not write, consents to nothing; the last one to add it
-// counts, however many pages of events precede it.
+// Worker rolls need the label from a maintainer other than the pull request's author, in the run
+// its adding starts: the author's own label, or one from someone who may not write, consents to
+// nothing; nor does a label another event's run finds.
 func TestRollConsentNeedsAMaintainerOtherThanTheAuthor(t *testing.T) {
 	ctx := context.Background()
 	perms := map[string]string{"alice": "write", "bob": "maintain", "eve": "read"}
 	for _, tc := range []struct {
-		name       string
-		labels     []string
-		labelledBy []string
-		allow      string
-		why        string
+		name    string
+		labels  []string
+		trigger pullrequest.Trigger
+		allow   string
+		why     string
 	}{
-		{"no label", []string{"bug"}, nil, "", "no allow-worker-roll label"},
-		{"the author's own", []string{pullrequest.RollLabel}, []string{"alice"}, "", "added by the pull request's author (alice)"},
-		{"a maintainer's", []string{"bug", "docs", pullrequest.RollLabel}, []string{"alice", "bob"}, "all", "added by bob"},
-		{"the author's, after a maintainer's", []string{pullrequest.RollLabel}, []string{"bob", "alice"}, "", "added by the pull request's author"},
-		{"someone who may not write", []string{pullrequest.RollLabel}, []string{"eve"}, "", "added by eve, who may not write to acme/mm3"},
+		{"no label, no review", []string{"bug"}, pullrequest.Trigger{}, "", "this run was not started by adding allow-worker-roll"},
+		{"the author's own", []string{pullrequest.RollLabel}, pullrequest.Trigger{Labeled: true, Sender: "alice"}, "", "added by the pull request's author (alice)"},
+		{"a maintainer's", []string{"bug", "docs", pullrequest.RollLabel}, pullrequest.Trigger{Labeled: true, Sender: "bob"}, "all", "added by bob to " + headSHA},
+		{"someone who may not write", []string{pullrequest.RollLabel}, pullrequest.Trigger{Labeled: true, Sender: "eve"}, "", "added by eve, who may not write to acme/mm3"},
+		{"removed before the run read it", []string{"bug"}, pullrequest.Trigger{Labeled: true, Sender: "bob"}, "", "was removed since"},
+		// A label left from an earlier commit (its removal's run cancelled by a reopen): the
+		// reopen's run was not started by adding it.
+		{"left from an earlier commit", []string{pullrequest.RollLabel}, pullrequest.Trigger{Sender: "alice"}, "", "this run was not started by adding allow-worker-roll"},
 	} {
-		f := &fakeGitHub{labels: tc.labels, labelledBy: tc.labelledBy, permissions: perms}
-		allow, why, err := pullrequest.Consent(ctx, f.serve(t), 7, "alice", headSHA)
+		f := &fakeGitHub{labels: tc.labels, permissions: perms}
+		allow, why, err := pullrequest.Consent(ctx, f.serve(t), 7, "alice", headSHA, tc.trigger)
 		require.NoError(t, err, tc.name)
 		assert.Equal(t, tc.allow, allow, tc.name)
 		assert.Contains(t, why, tc.why, tc.name)
@@ -131,9 +120,8 @@ func TestRollConsentNeedsAMaintainerOtherThanTheAuthor(t *testing.T) {
 // headSHA is the pull request's head commit in fakeGitHub.
 const headSHA = "0123456789abcdef0123456789abcdef01234567"
 
-// Consent is tied to the commit it was given for: a label added before the head was pushed (its
-// removal's run cancelled, say) counts for nothing; an approving review counts for the commit it
-// reviewed only, and only when it names the label and comes from a maintainer other than the author.
+// Consent by review is tied to the commit it reviewed: it counts for that commit only, when it
+// approves, has a line that is the label alone, and comes from a maintainer other than the author.
 func TestRollConsentIsForTheCommitItWasGivenFor(t *testing.T) {
 	ctx := context.Background()
 	perms := map[string]string{"alice": "write", "bob": "maintain", "eve": "read"}
@@ -142,25 +130,20 @@ func TestRollConsentIsForTheCommitItWasGivenFor(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name       string
-		labels     []string
-		labelledBy []string
-		pushedAt   string
 		reviews    []map[string]any
 		allow, why string
 	}{
-		{"the label, given before the last push", []string{pullrequest.RollLabel}, []string{"bob"}, "2026-12-01T10:30:00Z", nil, "",
-			"allow-worker-roll was added by bob at 2026-12-01T10:00:00Z, before " + headSHA + " was pushed (2026-12-01T10:30:00Z)"},
-		{"the label, given after it", []string{pullrequest.RollLabel}, []string{"bob"}, "2026-12-01T09:30:00Z", nil, "all", "added by bob after " + headSHA + " was pushed"},
-		{"a review of the head naming the label", nil, nil, "", []map[string]any{review("bob", "APPROVED", headSHA, "fine, allow-worker-roll")}, "all",
+		{"a review of the head naming the label", []map[string]any{review("bob", "APPROVED", headSHA, "fine\nallow-worker-roll\n")}, "all",
 			"allow-worker-roll in bob's approving review of " + headSHA},
-		{"a review of an earlier commit", nil, nil, "", []map[string]any{review("bob", "APPROVED", "fedcba9876543210fedcba9876543210fedcba98", "allow-worker-roll")}, "", "no allow-worker-roll label"},
-		{"a review that does not name it", nil, nil, "", []map[string]any{review("bob", "APPROVED", headSHA, "LGTM")}, "", "no allow-worker-roll label"},
-		{"the author's own review", nil, nil, "", []map[string]any{review("alice", "APPROVED", headSHA, "allow-worker-roll")}, "", "no allow-worker-roll label"},
-		{"a review asking for changes", nil, nil, "", []map[string]any{review("bob", "CHANGES_REQUESTED", headSHA, "allow-worker-roll")}, "", "no allow-worker-roll label"},
-		{"a reader's review", nil, nil, "", []map[string]any{review("eve", "APPROVED", headSHA, "allow-worker-roll")}, "", "no allow-worker-roll label"},
+		{"a review of an earlier commit", []map[string]any{review("bob", "APPROVED", "fedcba9876543210fedcba9876543210fedcba98", "allow-worker-roll")}, "", "no approving review of " + headSHA},
+		{"a review that does not name it", []map[string]any{review("bob", "APPROVED", headSHA, "LGTM")}, "", "no approving review"},
+		{"a review that names it to refuse it", []map[string]any{review("bob", "APPROVED", headSHA, "no allow-worker-roll for this one")}, "", "no approving review"},
+		{"the author's own review", []map[string]any{review("alice", "APPROVED", headSHA, "allow-worker-roll")}, "", "no approving review"},
+		{"a review asking for changes", []map[string]any{review("bob", "CHANGES_REQUESTED", headSHA, "allow-worker-roll")}, "", "no approving review"},
+		{"a reader's review", []map[string]any{review("eve", "APPROVED", headSHA, "allow-worker-roll")}, "", "no approving review"},
 	} {
-		f := &fakeGitHub{labels: tc.labels, labelledBy: tc.labelledBy, pushedAt: tc.pushedAt, reviews: tc.reviews, permissions: perms}
-		allow, why, err := pullrequest.Consent(ctx, f.serve(t), 7, "alice", headSHA)
+		f := &fakeGitHub{reviews: tc.reviews, permissions: perms}
+		allow, why, err := pullrequest.Consent(ctx, f.serve(t), 7, "alice", headSHA, pullrequest.Trigger{})
 		require.NoError(t, err, tc.name)
 		assert.Equal(t, tc.allow, allow, tc.name)
 		assert.Contains(t, why, tc.why, tc.name)
