@@ -518,7 +518,7 @@ func TestAStackIsBoundToItsNamespace(t *testing.T) {
 	srv.AuditLog = audit
 	h := srv.Handler()
 	before := len(cli.Calls(t))
-	for _, op := range []string{"destroy", "refresh", "recover", "preview", "up"} {
+	for _, op := range []string{"destroy", "refresh", "recover", "preview", "up", "cancel"} {
 		code, body := call(h, http.MethodPost, "/api/stacks/team-ab-prod/"+op, aliceToken, map[string]any{"base": "agg", "config": map[string]any{"namespace": map[string]any{"name": "team-a"}}})
 		assert.Equal(t, http.StatusForbidden, code, "%s: %s", op, body)
 		assert.Contains(t, body, `stack team-ab-prod deploys into namespace \"team-ab\", which user alice@team-a may not deploy into`, op)

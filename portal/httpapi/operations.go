@@ -96,6 +96,11 @@ type operationBody struct {
 func (s *Server) operation(w http.ResponseWriter, r *http.Request) {
 	stack, op := r.PathValue("stack"), r.PathValue("op")
 	if op == "cancel" {
+		// Bound to its namespace as every other operation (below): a stack pattern that happens
+		// to match does not reach another team's running update.
+		if !s.mayActOn(w, r, stack, "") {
+			return
+		}
 		// Answer at once: the operation's event stream says when it has stopped.
 		if s.m.Running(stack) == "" {
 			writeError(w, http.StatusConflict, fmt.Errorf("stack %s runs no operation here", stack))
@@ -141,20 +146,11 @@ func (s *Server) operation(w http.ResponseWriter, r *http.Request) {
 	}
 	// A stack is bound to the namespace it deploys into: acting on it (a destroy, a refresh, an up
 	// that moves it) needs that namespace's grant, not only a stack pattern that matches its name.
-	// A namespace that cannot be told refuses the operation.
 	// (A preview or up that names no namespace is validation's to refuse, with nothing read.)
-	current, err := "", error(nil)
 	if (op != "preview" && op != "up") || req.Config.Namespace.Name != "" {
-		current, err = s.m.StackNamespace(r.Context(), stack)
-	}
-	if err != nil {
-		writeError(w, http.StatusServiceUnavailable, portal.ScrubError(fmt.Errorf("cannot tell which namespace stack %s deploys into, so nothing runs: %w", stack, err), body.HFToken))
-		return
-	}
-	if current != "" && !user.MayDeployTo(current) {
-		writeError(w, http.StatusForbidden, invalidAt("stack", fmt.Sprintf("stack %s deploys into namespace %q, which %s may not deploy into (their namespaces: %s)",
-			stack, current, nameOf(user), strings.Join(user.Namespaces, ", "))))
-		return
+		if !s.mayActOn(w, r, stack, body.HFToken) {
+			return
+		}
 	}
 	log := newOpLog(op, s.MaxEvents)
 	opts := portal.RunOptions{Progress: log.add, Identity: portal.Identity{User: user.Name, Groups: user.Groups}}
@@ -287,4 +283,21 @@ func dashboardNamespace(c config.Config) string {
 		return o.Dashboard.Namespace
 	}
 	return ""
+}
+
+// mayActOn refuses (and answers) a request on a stack whose namespace the user may not deploy
+// into, and one whose namespace cannot be told: a stack is bound to its namespace.
+func (s *Server) mayActOn(w http.ResponseWriter, r *http.Request, stack string, token portal.Secret) bool {
+	user := userOf(r.Context())
+	current, err := s.m.StackNamespace(r.Context(), stack)
+	if err != nil {
+		writeError(w, http.StatusServiceUnavailable, portal.ScrubError(fmt.Errorf("cannot tell which namespace stack %s deploys into, so nothing runs: %w", stack, err), token))
+		return false
+	}
+	if current != "" && !user.MayDeployTo(current) {
+		writeError(w, http.StatusForbidden, invalidAt("stack", fmt.Sprintf("stack %s deploys into namespace %q, which %s may not deploy into (their namespaces: %s)",
+			stack, current, nameOf(user), strings.Join(user.Namespaces, ", "))))
+		return false
+	}
+	return true
 }
