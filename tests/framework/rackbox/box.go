@@ -29,7 +29,7 @@ import (
 const StorageClass = "rackbox-rwx"
 
 // TeamNamespaces are the namespaces whose writes the box's API server audits (Box.AuditLog).
-var TeamNamespaces = []string{"box-team-a", "box-team-b"}
+var TeamNamespaces = []string{"box-guarded-a", "box-guarded-b"}
 
 // AuditLogName is the audit log's file in the box's directory.
 const AuditLogName = "audit.log"

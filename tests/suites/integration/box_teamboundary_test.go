@@ -48,7 +48,8 @@ func installSite(t *testing.T) {
 			return
 		}
 		args := teamboundary.SiteArgs{
-			Teams:              map[string][]string{"team-a": {"box-team-a"}, "team-b": {"box-team-b"}, "team-c": {"box-team-c"}},
+			Teams: map[string][]string{"team-a": {"box-guarded-a"}, "team-b": {"box-guarded-b"}, "team-c": {"box-guarded-c"},
+				"team-d": {"box-guarded-d"}},
 			WorkerRuntimeClass: rackbox.WorkerRuntimeClass,
 			// The portal's identity in the box: its admin user, which may impersonate anyway.
 			Portal: &rbacv1.Subject{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: "pulumi"},
@@ -109,7 +110,7 @@ func ptrTo[T any](v T) *T { return &v }
 func TestBoxTeamNamespaceRefusesBypassPodsAndAdmitsTheStacks(t *testing.T) {
 	parallelOnBox(t)
 	rackBox(t)
-	const ns = "box-team-a"
+	const ns = "box-guarded-a"
 	installTeamBoundary(t, ns)
 
 	// Each bypass pod carries a worker's label and RuntimeClass, which Pod Security admission
@@ -208,4 +209,39 @@ func TestBoxTeamNamespaceRefusesBypassPodsAndAdmitsTheStacks(t *testing.T) {
 	var selected corev1.PodList
 	require.NoError(t, box.Client.List(context.Background(), &selected, client.InNamespace(ns), client.MatchingLabelsSelector{Selector: selector}))
 	assert.Len(t, selected.Items, len(running), "the policy isolates every pod of the graph")
+}
+
+// disagg with every option on, in a team namespace: the endpoint picker (the operator's own
+// ServiceAccount), the workers' frontend sidecars, the monitors, the disruption budgets, the
+// benchmark's ConfigMap and the smoke test's Job are all admitted, and the graph is Ready.
+func TestBoxTeamNamespaceAdmitsDisaggWithEveryOption(t *testing.T) {
+	parallelOnBox(t)
+	rackBox(t)
+	const ns = "box-guarded-d"
+	installTeamBoundary(t, ns)
+	readyBoxStack(t, "disagg", ns, rackbox.NVL72("nvl72-team-d").WithGPUs(24), auto.ConfigMap{
+		"minimax-m3:namespace.create":                          {Value: "false"},
+		"minimax-m3:prefillWorker.scheduling.runtimeClassName": {Value: rackbox.WorkerRuntimeClass},
+		"minimax-m3:decodeWorker.scheduling.runtimeClassName":  {Value: rackbox.WorkerRuntimeClass},
+		"minimax-m3:exposure.enabled":                          {Value: "true"},
+		"minimax-m3:exposure.backend":                          {Value: "inferencePool"},
+		"minimax-m3:exposure.gateway.namespace":                {Value: "box-gateways"},
+		"minimax-m3:exposure.gateway.name":                     {Value: "inference"},
+		"minimax-m3:exposure.gateway.sectionName":              {Value: "https"},
+		"minimax-m3:exposure.hostname":                         {Value: "team-d.box.example"},
+		"minimax-m3:exposure.endpointPicker.image":             {Value: "nvcr.io/nvidia/ai-dynamo/dynamo-frontend:1.4.0"},
+		"minimax-m3:observability.enabled":                     {Value: "true"},
+		"minimax-m3:placement.disruptionBudget":                {Value: "true"},
+		"minimax-m3:benchmark.enabled":                         {Value: "true"},
+	})
+	running := podsOf(t, ns, client.MatchingLabels{graphLabelKey: disaggGraph})
+	types := map[string]int{}
+	for _, p := range running {
+		assert.Equal(t, corev1.PodRunning, p.Status.Phase, "pod %s", p.Name)
+		types[p.Labels["nvidia.com/dynamo-component-type"]]++
+	}
+	assert.Equal(t, 3, types["prefill"], "%v", types)
+	assert.Equal(t, 3, types["decode"], "%v", types)
+	assert.Equal(t, 1, types["frontend"], "%v", types)
+	assert.Equal(t, 1, types["epp"], "the endpoint picker, on the operator's own ServiceAccount: %v", types)
 }

@@ -30,7 +30,7 @@ func TestBoxThePortalActsAsTheTeamAtTheAPIServer(t *testing.T) {
 	parallelOnBox(t)
 	rackBox(t)
 	ctx := context.Background()
-	const teamNS, otherNS = "box-team-b", "box-team-c"
+	const teamNS, otherNS = "box-guarded-b", "box-guarded-c"
 	require.Contains(t, rackbox.TeamNamespaces, teamNS, "the box audits the team's namespace")
 	installSite(t) // team-b's namespace and RoleBinding; team-c's namespace, with no binding for team-b
 	m := newPortalWith(t, box.Kubeconfig, t.TempDir(), "portal-tests", func(o *portal.Options) {

@@ -42,6 +42,7 @@ var longestFirst = []string{
 	"TestBoxStackLifecycleAgg",
 	"TestBoxTeamNamespaceRefusesBypassPodsAndAdmitsTheStacks",
 	"TestBoxThePortalActsAsTheTeamAtTheAPIServer",
+	"TestBoxTeamNamespaceAdmitsDisaggWithEveryOption",
 	"TestBoxOnAClusterWithGroveTheGraphStaysOnTheComponentPath",
 	"TestBoxPackageFromYAML",
 	"TestBoxFailuresCarryKubernetesReasonsTooFewGPUs",
