@@ -26,8 +26,6 @@ import (
 type fakeGitHub struct {
 	mu          sync.Mutex
 	labels      []string
-	labelledBy  []string // who added allow-worker-roll, in order (at 10:00, 10:01, ... of 2026-12-01)
-	pushedAt    string   // when the head commit was pushed (its check suites' creation); 09:00 when empty
 	reviews     []map[string]any
 	permissions map[string]string // login: admin, maintain, write, read
 	comments    []map[string]any
