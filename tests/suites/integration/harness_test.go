@@ -442,6 +442,7 @@ func playGarbageCollector(ctx context.Context, t *testing.T, on client.Client, n
 		{Version: "v1", Kind: "SecretList"},
 		{Version: "v1", Kind: "PersistentVolumeClaimList"},
 		{Group: "policy", Version: "v1", Kind: "PodDisruptionBudgetList"},
+		{Group: "networking.k8s.io", Version: "v1", Kind: "NetworkPolicyList"},
 		graphGVK.GroupVersion().WithKind("DynamoGraphDeploymentList"),
 		computeDomainGVK.GroupVersion().WithKind("ComputeDomainList"),
 	}
