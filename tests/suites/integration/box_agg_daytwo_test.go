@@ -256,9 +256,11 @@ func TestBoxOneAggStackThroughDayTwoChanges(t *testing.T) {
 				"minimax-m3:index:Exposure exposure":                            "create",
 				"kubernetes:gateway.networking.k8s.io/v1:HTTPRoute " + aggGraph: "create",
 			}
+			// The graph's NetworkPolicy now admits the Gateway's namespace on the frontend's port.
+			isolation := "kubernetes:networking.k8s.io/v1:NetworkPolicy network-policy"
 			res, ops, err := s.up(ctx)
 			require.NoError(t, err, s.log.String())
-			assert.Equal(t, added, graphOps(t, ops))
+			assert.Equal(t, withOp(added, isolation, "update"), graphOps(t, ops))
 			assert.Equal(t, "https://m3.box.example", res.Outputs["externalUrl"].Value)
 			assert.Equal(t, generation, boxGraph(t, ns, aggGraph).GetGeneration(), "the graph untouched")
 
@@ -282,7 +284,7 @@ func TestBoxOneAggStackThroughDayTwoChanges(t *testing.T) {
 			for k := range added {
 				removed[k] = "delete"
 			}
-			assert.Equal(t, removed, graphOps(t, upOK(t, s)))
+			assert.Equal(t, withOp(removed, isolation, "update"), graphOps(t, upOK(t, s)), "and no longer admits it")
 			_, err = dyn.Resource(components.HTTPRoutes).Namespace("box-team-b").Get(ctx, "their-model", metav1.GetOptions{})
 			assert.NoError(t, err, "the other team's route is theirs, untouched")
 		}},
@@ -336,4 +338,11 @@ func TestBoxOneAggStackThroughDayTwoChanges(t *testing.T) {
 			return
 		}
 	}
+}
+
+// withOp is ops with one more resource's operation.
+func withOp(ops map[string]string, resource, op string) map[string]string {
+	out := maps.Clone(ops)
+	out[resource] = op
+	return out
 }

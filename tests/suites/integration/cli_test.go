@@ -161,7 +161,7 @@ func TestRenderedManifestsPassAServerSideDryRun(t *testing.T) {
 					}
 				}
 			}
-			want := []string{"Namespace", "PersistentVolumeClaim", "Job", "ComputeDomain", "ConfigMap", "DynamoGraphDeployment", "Job"}
+			want := []string{"Namespace", "PersistentVolumeClaim", "Job", "ComputeDomain", "ConfigMap", "DynamoGraphDeployment", "Job", "NetworkPolicy"}
 			for range workerRoles(stack) {
 				want = append(want, "PodDisruptionBudget")
 			}
@@ -169,7 +169,7 @@ func TestRenderedManifestsPassAServerSideDryRun(t *testing.T) {
 				// The route, and monitors of the frontend, the workers and their frontend sidecars.
 				want = append(want, "HTTPRoute", "PodMonitor", "PodMonitor", "PodMonitor", "PrometheusRule")
 			}
-			assert.ElementsMatch(t, want, kinds, "without HF_TOKEN no Secret is rendered; the second Job is the smoke test; a budget per worker role")
+			assert.ElementsMatch(t, want, kinds, "without HF_TOKEN no Secret is rendered; the second Job is the smoke test; a budget per worker role; the graph's NetworkPolicy")
 
 			// A dry run of namespaced objects needs their namespace to exist.
 			require.NoError(t, kube.Create(context.Background(), &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: ns}}))

@@ -97,7 +97,7 @@ func TestPortalService(t *testing.T) {
 	last := events[len(events)-1]
 	require.Equal(t, "result", last.Status)
 	require.NoError(t, json.Unmarshal([]byte(last.Message), &preview))
-	assert.Equal(t, 16, preview.Changes["create"])
+	assert.Equal(t, 17, preview.Changes["create"])
 	require.Regexp(t, `^[0-9a-f]{32}$`, preview.Plan, "the plan's name, not a path of the server's")
 
 	// A second preview of the stack, by anyone, with another config, saves a plan of its own: the

@@ -95,7 +95,7 @@ func TestPortalLifecycle(t *testing.T) {
 	pre, err := m.Preview(ctx, r, portal.RunOptions{Plan: plan, Progress: progress})
 	require.NoError(t, err)
 	assert.FileExists(t, plan)
-	assert.Equal(t, 16, pre.Changes["create"], "%+v", pre.Changes)
+	assert.Equal(t, 17, pre.Changes["create"], "%+v", pre.Changes)
 	names := map[string]string{}
 	for _, s := range pre.Steps {
 		names[s.Name] = s.Op
@@ -108,7 +108,7 @@ func TestPortalLifecycle(t *testing.T) {
 	leaks := scan()
 	require.Len(t, leaks, 1, "only the control process: %v", leaks)
 	assert.Contains(t, leaks[0], "control-"+portalToken)
-	assert.Equal(t, 16, up.Changes["create"])
+	assert.Equal(t, 17, up.Changes["create"])
 	assert.Equal(t, portal.Outputs{Namespace: "portal", GraphName: aggGraph, FrontendService: aggGraph + "-frontend", FrontendPort: 8000,
 		FrontendURL: "http://" + aggGraph + "-frontend.portal.svc.cluster.local:8000", GPUCount: 12,
 		Model: "nvidia/MiniMax-M3-NVFP4", ServedModelName: "nvidia/MiniMax-M3-NVFP4", ModelRevision: r.Config.Model.Revision,
