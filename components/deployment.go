@@ -88,8 +88,9 @@ func NewMiniMaxM3(ctx *pulumi.Context, name string, args *MiniMaxM3Args, opts ..
 	}
 
 	ns, err := NewNamespace(ctx, "namespace", &NamespaceArgs{
-		Name:   c.Namespace.Name,
-		Create: c.Namespace.Create,
+		Name:        c.Namespace.Name,
+		Create:      c.Namespace.Create,
+		PodSecurity: c.Namespace.PodSecurity,
 		// A namespace that holds a kept cache claim is kept too, or deleting it would take the
 		// claim; so is one the stack adopted: it existed before, with whatever it holds.
 		RetainOnDelete: c.ModelCache.Create && !c.ModelCache.DeleteOnDestroy || args.Meta.Adopted("Namespace", c.Namespace.Name),

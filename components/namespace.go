@@ -1,6 +1,8 @@
 package components
 
 import (
+	"minimax-m3/config"
+
 	corev1 "github.com/pulumi/pulumi-kubernetes/sdk/v4/go/kubernetes/core/v1"
 	metav1 "github.com/pulumi/pulumi-kubernetes/sdk/v4/go/kubernetes/meta/v1"
 	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
@@ -12,6 +14,8 @@ type NamespaceArgs struct {
 	// Create makes the stack create the namespace; otherwise an existing one is used by name and
 	// never changed or deleted.
 	Create bool
+	// PodSecurity is the Pod Security level a created namespace enforces (namespace.podSecurity).
+	PodSecurity string
 	// RetainOnDelete keeps a created namespace on destroy: deleting a namespace deletes every claim
 	// in it, the model cache included.
 	RetainOnDelete bool
@@ -20,22 +24,28 @@ type NamespaceArgs struct {
 	LegacyName string
 }
 
-// PodSecurityLabels are on every namespace the stack creates, at the level its workers need: they
-// add IPC_LOCK, SYS_PTRACE and SYS_RESOURCE (config.WorkerCapabilities), which the baseline level
-// refuses, so the namespace enforces privileged, said in so many words rather than left to the
-// cluster's default; and it warns and audits at baseline, so the API server's audit log and the
-// creator of any pod beyond baseline (the workers' three capabilities, or anything else) hear of
-// it. What keeps a stack's pods from the node (no privileged container, host namespace, hostPath or
-// other capability) is config.PodSecurity, checked in validation and the policies before anything
-// is applied. A namespace the stack uses but did not create (namespace.create false), or took over
-// (adopt), keeps its owner's Pod Security labels.
-var PodSecurityLabels = map[string]string{
-	"pod-security.kubernetes.io/enforce":         "privileged",
-	"pod-security.kubernetes.io/enforce-version": "latest",
-	"pod-security.kubernetes.io/warn":            "baseline",
-	"pod-security.kubernetes.io/warn-version":    "latest",
-	"pod-security.kubernetes.io/audit":           "baseline",
-	"pod-security.kubernetes.io/audit-version":   "latest",
+// PodSecurityLabels are on every namespace the stack creates: it enforces level (namespace.podSecurity)
+// and warns and audits at baseline, so the creator of any pod beyond baseline and the API server's
+// audit log hear of it. At baseline the workers run by their RuntimeClass, which the site exempts
+// from Pod Security admission, and config.PodPolicyLabel binds the site's admission policy, which
+// holds them to baseline with their one exemption (docs/security.md); privileged is for a cluster
+// that exempts no RuntimeClass. What keeps a stack's pods from the node either way is
+// config.PodSecurity, checked in validation and the policies before anything is applied. A
+// namespace the stack uses but did not create (namespace.create false), or took over (adopt),
+// keeps its owner's labels.
+func PodSecurityLabels(level string) map[string]string {
+	labels := map[string]string{
+		"pod-security.kubernetes.io/enforce":         level,
+		"pod-security.kubernetes.io/enforce-version": "latest",
+		"pod-security.kubernetes.io/warn":            "baseline",
+		"pod-security.kubernetes.io/warn-version":    "latest",
+		"pod-security.kubernetes.io/audit":           "baseline",
+		"pod-security.kubernetes.io/audit-version":   "latest",
+	}
+	if level == config.PodSecurityBaseline {
+		labels[config.PodPolicyLabel] = level
+	}
+	return labels
 }
 
 // Namespace is the namespace every object of the stack lives in.
@@ -57,7 +67,7 @@ func NewNamespace(ctx *pulumi.Context, name string, args *NamespaceArgs, opts ..
 		if !args.Meta.Adopted("Namespace", args.Name) {
 			// A namespace that existed before the stack (adopt) keeps the level its owner set:
 			// the forced apply that takes an adopted object over would otherwise lower it.
-			for k, v := range PodSecurityLabels {
+			for k, v := range PodSecurityLabels(args.PodSecurity) {
 				labels[k] = pulumi.String(v)
 			}
 		}

@@ -108,6 +108,7 @@ func Validate(c *Config) Problems {
 	}
 
 	c.Namespace.validate(v, "namespace")
+	c.podSecurity(v)
 	v.dns1123Subdomain("huggingFace.secretName", c.HuggingFace.SecretName)
 	c.Model.validate(v, "model")
 	c.Speculative.validate(v, "speculativeDecoding")
@@ -156,6 +157,46 @@ type NamespaceConfig struct {
 	// Create makes the stack create the namespace; false uses an existing one, which the stack
 	// never changes or deletes.
 	Create bool `json:"create"`
+	// PodSecurity is the Pod Security level a namespace the stack creates enforces: baseline, with
+	// the workers' RuntimeClass exempted by the API server (and held to baseline with the workers'
+	// one exemption by the site's admission policy), or privileged where the cluster exempts no
+	// RuntimeClass.
+	PodSecurity string `json:"podSecurity"`
+}
+
+// The Pod Security levels a namespace the stack creates may enforce.
+const (
+	PodSecurityBaseline   = "baseline"
+	PodSecurityPrivileged = "privileged"
+)
+
+// PodPolicyLabel on a namespace binds the site's admission policies to it
+// (teamboundary.PodPolicyBinding): the site's team namespaces carry it, and so does every
+// namespace a stack creates at baseline, where the workers' exempt RuntimeClass would otherwise
+// escape Pod Security altogether.
+const PodPolicyLabel = "minimax-m3.io/pod-policy"
+
+// DefaultWorkerRuntimeClass is the GPU workers' RuntimeClass by default: the one the NVIDIA GPU
+// Operator installs, which the site exempts from Pod Security admission.
+const DefaultWorkerRuntimeClass = "nvidia"
+
+// podSecurity refuses a created baseline namespace whose workers have no RuntimeClass: baseline
+// refuses their capabilities unless the API server exempts their class.
+func (c *Config) podSecurity(v validator) {
+	v.oneOf("namespace.podSecurity", c.Namespace.PodSecurity, PodSecurityBaseline, PodSecurityPrivileged)
+	if !c.Namespace.Create || c.Namespace.PodSecurity != PodSecurityBaseline || (c.Profile != Aggregated && c.Profile != Disaggregated) {
+		return
+	}
+	caps := make([]string, len(WorkerCapabilities))
+	for i, c := range WorkerCapabilities {
+		caps[i] = string(c)
+	}
+	for _, r := range c.Workers() {
+		if r.Config.Scheduling.RuntimeClassName == "" {
+			v.add("namespace.podSecurity", "baseline refuses the workers' capabilities (%s) unless the API server exempts their RuntimeClass, and %s.scheduling.runtimeClassName is empty: set it to the class the site exempts (%s by default; docs/security.md), or namespace.podSecurity to privileged on a cluster that exempts none",
+				strings.Join(caps, ", "), r.Key, DefaultWorkerRuntimeClass)
+		}
+	}
 }
 
 func (n NamespaceConfig) validate(v validator, key string) {

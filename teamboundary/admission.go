@@ -13,8 +13,8 @@ import (
 // PolicyName names the ValidatingAdmissionPolicy and its binding.
 const PolicyName = "minimax-m3-team-pods"
 
-// TeamLabel is on every team namespace the site installs, with the team's name: the binding
-// selects the namespaces by it, and a team may not label a namespace (namespaces are the site's).
+// TeamLabel is on every team namespace the site installs, with the team's name; a team may not
+// label a namespace (namespaces are the site's).
 const TeamLabel = "minimax-m3.io/team"
 
 // baselineCapabilities are the capabilities Pod Security baseline lets a container add.
@@ -151,8 +151,9 @@ func workerCapabilities() []string {
 	return out
 }
 
-// PodPolicyBinding binds PodPolicy to every namespace labelled TeamLabel, denying (and recording in
-// the audit log) what it refuses.
+// PodPolicyBinding binds PodPolicy to every namespace labelled config.PodPolicyLabel (the team
+// namespaces, and the namespaces stacks create at baseline), denying (and recording in the audit
+// log) what it refuses.
 func PodPolicyBinding() *admissionv1.ValidatingAdmissionPolicyBinding {
 	return &admissionv1.ValidatingAdmissionPolicyBinding{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "admissionregistration.k8s.io/v1", Kind: "ValidatingAdmissionPolicyBinding"},
@@ -161,7 +162,7 @@ func PodPolicyBinding() *admissionv1.ValidatingAdmissionPolicyBinding {
 			PolicyName:        PolicyName,
 			ValidationActions: []admissionv1.ValidationAction{admissionv1.Deny, admissionv1.Audit},
 			MatchResources: &admissionv1.MatchResources{NamespaceSelector: &metav1.LabelSelector{
-				MatchExpressions: []metav1.LabelSelectorRequirement{{Key: TeamLabel, Operator: metav1.LabelSelectorOpExists}},
+				MatchExpressions: []metav1.LabelSelectorRequirement{{Key: config.PodPolicyLabel, Operator: metav1.LabelSelectorOpExists}},
 			}},
 		},
 	}
@@ -221,7 +222,7 @@ func GraphPolicy() *admissionv1.ValidatingAdmissionPolicy {
 	}
 }
 
-// GraphPolicyBinding binds GraphPolicy to the team namespaces.
+// GraphPolicyBinding binds GraphPolicy to the namespaces PodPolicyBinding binds.
 func GraphPolicyBinding() *admissionv1.ValidatingAdmissionPolicyBinding {
 	b := PodPolicyBinding()
 	b.Name, b.Spec.PolicyName = GraphPolicyName, GraphPolicyName

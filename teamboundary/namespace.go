@@ -1,6 +1,8 @@
 package teamboundary
 
 import (
+	"minimax-m3/config"
+
 	"fmt"
 	"strings"
 
@@ -15,8 +17,8 @@ import (
 const WorkerRuntimeClassAnnotation = "minimax-m3.io/worker-runtime-class"
 
 // TeamNamespace is a namespace the site hands to a team: Pod Security enforces baseline (and warns
-// and audits at it), TeamLabel binds the admission policies to it, and the annotation names the
-// workers' exempt RuntimeClass.
+// and audits at it), config.PodPolicyLabel binds the admission policies to it, TeamLabel names the
+// team, and the annotation names the workers' exempt RuntimeClass.
 func TeamNamespace(team, name, workerRuntimeClass string) *corev1.Namespace {
 	return &corev1.Namespace{
 		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Namespace"},
@@ -24,6 +26,7 @@ func TeamNamespace(team, name, workerRuntimeClass string) *corev1.Namespace {
 			Name: name,
 			Labels: map[string]string{
 				TeamLabel:                                    team,
+				config.PodPolicyLabel:                        "baseline",
 				"pod-security.kubernetes.io/enforce":         "baseline",
 				"pod-security.kubernetes.io/enforce-version": "latest",
 				"pod-security.kubernetes.io/warn":            "baseline",

@@ -5,7 +5,6 @@ import (
 	"maps"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -25,13 +24,13 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
-	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	gaiev1 "sigs.k8s.io/gateway-api-inference-extension/api/v1"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	"minimax-m3/components"
 	kcluster "minimax-m3/internal/cluster"
+	"minimax-m3/teamboundary"
 	"minimax-m3/tests/framework/poll"
 	"minimax-m3/tests/framework/rackbox"
 )
@@ -146,18 +145,21 @@ func boxStackLifecycle(t *testing.T, tc lifecycleCase) {
 	for _, p := range podsOf(t, ns, client.MatchingLabels{"batch.kubernetes.io/job-name": job.Name}) {
 		assert.True(t, strings.HasPrefix(p.Spec.NodeName, "cpu-"), "the download ran on a CPU node, not %s", p.Spec.NodeName)
 	}
-	// The namespace the stack made enforces the level its workers need (they run, below)
-	// and warns at baseline: the API server tells whoever creates a pod beyond it.
-	var warnings warningRecorder
-	warned := restConfigOf(t, box.Kubeconfig)
-	warned.WarningHandler = &warnings
-	cs, err := kubernetes.NewForConfig(warned)
-	require.NoError(t, err)
+	// The namespace the stack made enforces baseline (its workers run, below, by the RuntimeClass
+	// the box's API server exempts): Pod Security admission itself refuses a pod beyond it, and
+	// once the site is installed its admission policy holds a pod of the exempt class to what a
+	// worker may do.
 	escape := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "escape"}, Spec: corev1.PodSpec{HostPID: true,
 		Containers: []corev1.Container{{Name: "main", Image: rackbox.HeldImage}}}}
-	_, err = cs.CoreV1().Pods(ns).Create(ctx, escape, metav1.CreateOptions{DryRun: []string{metav1.DryRunAll}})
-	require.NoError(t, err)
-	assert.Contains(t, warnings.String(), `would violate PodSecurity "baseline:latest": host namespaces (hostPID=true)`)
+	err := box.Client.Create(ctx, escape.DeepCopy(), client.DryRunAll)
+	require.Error(t, err, "a stack's namespace enforces baseline")
+	assert.Contains(t, err.Error(), `violates PodSecurity "baseline:latest": host namespaces (hostPID=true)`)
+	installTeamBoundary(t, ns)
+	escape.Spec.RuntimeClassName = ptrTo(rackbox.WorkerRuntimeClass)
+	err = box.Client.Create(ctx, escape, client.DryRunAll)
+	require.Error(t, err, "the exempt RuntimeClass does not escape the site's policy in a stack's namespace")
+	assert.Contains(t, err.Error(), teamboundary.PolicyName)
+	assert.Contains(t, err.Error(), "Pod Security baseline: host namespaces")
 
 	pods := podsOf(t, ns, client.MatchingLabels{graphLabelKey: tc.graph})
 	trays := map[string]bool{}
@@ -579,22 +581,4 @@ func TestBoxFailuresCarryKubernetesReasonsTooFewGPUs(t *testing.T) {
 	assert.Contains(t, err.Error(), "kubernetes:nvidia.com/v1beta1:DynamoGraphDeployment (graph):", "the error names the graph resource")
 	assert.Contains(t, err.Error(), "was not Ready at generation 1 within 1m0s (readiness.timeout, 60s)")
 	assert.Contains(t, err.Error(), "Insufficient nvidia.com/gpu", "and what kept its pods from running")
-}
-
-// warningRecorder keeps the warnings the API server sends a client.
-type warningRecorder struct {
-	mu   sync.Mutex
-	text []string
-}
-
-func (w *warningRecorder) HandleWarningHeader(_ int, _ string, text string) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.text = append(w.text, text)
-}
-
-func (w *warningRecorder) String() string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return strings.Join(w.text, "\n")
 }

@@ -1,6 +1,8 @@
 package unit
 
 import (
+	"minimax-m3/config"
+
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -301,9 +303,19 @@ func TestHFTokenSecretAndNamespace(t *testing.T) {
 			ns := r.one(t, "kubernetes:core/v1:Namespace")
 			assert.Equal(t, "inference", decode[string](t, ns, "metadata", "name"))
 			labels := decode[map[string]string](t, ns, "metadata", "labels")
-			assert.Equal(t, "privileged", labels["pod-security.kubernetes.io/enforce"], "the workers add capabilities baseline refuses: %v", labels)
+			assert.Equal(t, "baseline", labels["pod-security.kubernetes.io/enforce"], "the workers run by the RuntimeClass the site exempts: %v", labels)
 			assert.Equal(t, "baseline", labels["pod-security.kubernetes.io/warn"])
 			assert.Equal(t, "baseline", labels["pod-security.kubernetes.io/audit"])
+			assert.Equal(t, "baseline", labels[config.PodPolicyLabel], "the site's admission policy binds the namespace")
+			for _, w := range graphSpec(t, r).Components[1:] {
+				assert.Equal(t, config.DefaultWorkerRuntimeClass, *w.PodTemplate.Spec.RuntimeClassName, "%s: beyond the recipe, the exempt RuntimeClass", w.Name)
+			}
+			// A cluster that exempts no RuntimeClass: privileged, named, and no policy label.
+			r = mustRun(t, p.stack, map[string]string{"minimax-m3:namespace": `{"name": "inference", "podSecurity": "privileged"}`})
+			labels = decode[map[string]string](t, r.one(t, "kubernetes:core/v1:Namespace"), "metadata", "labels")
+			assert.Equal(t, "privileged", labels["pod-security.kubernetes.io/enforce"])
+			assert.Equal(t, "baseline", labels["pod-security.kubernetes.io/warn"])
+			assert.NotContains(t, labels, config.PodPolicyLabel)
 			s := r.one(t, "kubernetes:core/v1:Secret")
 			assert.Equal(t, "hf-token-secret", decode[string](t, s, "metadata", "name"))
 			assert.Equal(t, "inference", decode[string](t, s, "metadata", "namespace"))
