@@ -1,11 +1,11 @@
 package components
 
 import (
-	"minimax-m3/config"
-
 	corev1 "github.com/pulumi/pulumi-kubernetes/sdk/v4/go/kubernetes/core/v1"
 	metav1 "github.com/pulumi/pulumi-kubernetes/sdk/v4/go/kubernetes/meta/v1"
 	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
+
+	"minimax-m3/config"
 )
 
 // NamespaceArgs says which namespace the stack deploys to and whether the stack owns it.

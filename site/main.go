@@ -25,6 +25,7 @@ func main() {
 		if u := c.Get("portalUser"); u != "" {
 			args.Portal = &rbacv1.Subject{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: u}
 		}
+		args.Workspaces = c.Get("workspaces")
 		_, err := teamboundary.NewSite(ctx, "site", args)
 		return err
 	})

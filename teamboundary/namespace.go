@@ -1,13 +1,13 @@
 package teamboundary
 
 import (
-	"minimax-m3/config"
-
 	"fmt"
 	"strings"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"minimax-m3/config"
 )
 
 // WorkerRuntimeClassAnnotation on a team namespace names the RuntimeClass the site exempts from

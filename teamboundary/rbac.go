@@ -1,6 +1,7 @@
 package teamboundary
 
 import (
+	corev1 "k8s.io/api/core/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
@@ -73,14 +74,15 @@ func ImpersonatorClusterRole(groups []string) *rbacv1.ClusterRole {
 	)
 }
 
-// TeamBinding grants team's group TeamRole in one of its namespaces: without it the API server
-// refuses every write of the team there, whatever the portal would allow.
-func TeamBinding(team, namespace string) *rbacv1.RoleBinding {
+// TeamBinding grants team's group, and the team's other subjects (its workspace ServiceAccount),
+// TeamRole in one of its namespaces: without it the API server refuses every write of the team
+// there, whatever the portal would allow.
+func TeamBinding(team, namespace string, others ...rbacv1.Subject) *rbacv1.RoleBinding {
 	return &rbacv1.RoleBinding{
 		TypeMeta:   metav1.TypeMeta{APIVersion: "rbac.authorization.k8s.io/v1", Kind: "RoleBinding"},
 		ObjectMeta: metav1.ObjectMeta{Name: TeamRole, Namespace: namespace, Labels: map[string]string{TeamLabel: team}},
 		RoleRef:    rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: TeamRole},
-		Subjects:   []rbacv1.Subject{{APIGroup: "rbac.authorization.k8s.io", Kind: "Group", Name: team}},
+		Subjects:   append(Groups(team), others...),
 	}
 }
 
@@ -93,6 +95,23 @@ func ClusterBinding(role string, subjects ...rbacv1.Subject) *rbacv1.ClusterRole
 		Subjects:   subjects,
 	}
 }
+
+// WorkspaceServiceAccount is a team's identity in the Pulumi Kubernetes Operator's workspace
+// namespace (SiteArgs.Workspaces): the account a team's workspace pods run as (pko.Runner acting as
+// the team), bound where the team's group is.
+func WorkspaceServiceAccount(team string) string { return "minimax-m3-" + team }
+
+// serviceAccount is a team's workspace ServiceAccount.
+func serviceAccount(team, namespace string) *corev1.ServiceAccount {
+	return &corev1.ServiceAccount{
+		TypeMeta:   metav1.TypeMeta{APIVersion: "v1", Kind: "ServiceAccount"},
+		ObjectMeta: metav1.ObjectMeta{Name: WorkspaceServiceAccount(team), Namespace: namespace, Labels: map[string]string{TeamLabel: team}},
+	}
+}
+
+// AuthDelegatorBinding is the name of the binding that lets the teams' workspace accounts check who
+// calls their workspace pod (the operator's requirement of a workspace's account).
+const AuthDelegatorBinding = "minimax-m3-workspaces-auth-delegator"
 
 // Groups are subjects for team groups.
 func Groups(teams ...string) []rbacv1.Subject {

@@ -5,10 +5,12 @@ import (
 	"fmt"
 	"maps"
 	"slices"
+	"strings"
 
 	yamlv2 "github.com/pulumi/pulumi-kubernetes/sdk/v4/go/kubernetes/yaml/v2"
 	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
 	rbacv1 "k8s.io/api/rbac/v1"
+	"k8s.io/apimachinery/pkg/util/validation"
 )
 
 // SiteArgs is what a site hands to its teams.
@@ -23,6 +25,10 @@ type SiteArgs struct {
 	// Portal is the portal's identity at the API server (a User, or a ServiceAccount with its
 	// namespace), which may impersonate the teams; nil grants no one.
 	Portal *rbacv1.Subject
+	// Workspaces is the namespace of the Pulumi Kubernetes Operator's Stacks (pko.Runner's): each
+	// team gets a ServiceAccount there (WorkspaceServiceAccount), bound as the team's group is, for
+	// its workspace pods to run as. Empty: none.
+	Workspaces string
 }
 
 // Site is the site's install for teams sharing a fleet: the admission policies and their bindings,
@@ -40,22 +46,47 @@ func Objects(a SiteArgs) ([]any, error) {
 		return nil, fmt.Errorf("workerRuntimeClass: name the GPU workers' RuntimeClass the API server exempts from Pod Security")
 	}
 	teams := slices.Sorted(maps.Keys(a.Teams))
+	// Each team's workspace ServiceAccount, when the site runs the operator's workspaces.
+	var accounts []any
+	var workspaces []rbacv1.Subject
+	if a.Workspaces != "" {
+		if errs := validation.IsDNS1123Label(a.Workspaces); len(errs) > 0 {
+			return nil, fmt.Errorf("workspaces: %q is not a namespace name: %s", a.Workspaces, strings.Join(errs, "; "))
+		}
+		for _, team := range teams {
+			if errs := validation.IsDNS1123Subdomain(WorkspaceServiceAccount(team)); len(errs) > 0 {
+				return nil, fmt.Errorf("teams.%s: the workspace ServiceAccount %q is not a valid name: %s", team, WorkspaceServiceAccount(team), strings.Join(errs, "; "))
+			}
+			accounts = append(accounts, serviceAccount(team, a.Workspaces))
+			workspaces = append(workspaces, rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Name: WorkspaceServiceAccount(team), Namespace: a.Workspaces})
+		}
+	}
 	objs := []any{PodPolicy(a.PriorityClasses, a.WorkerRuntimeClass), PodPolicyBinding(), GraphPolicy(), GraphPolicyBinding(),
-		TeamClusterRole(), FleetReaderClusterRole(), ClusterBinding(FleetReaderRole, Groups(teams...)...)}
+		TeamClusterRole(), FleetReaderClusterRole(), ClusterBinding(FleetReaderRole, append(Groups(teams...), workspaces...)...)}
 	if a.Portal != nil {
 		objs = append(objs, ImpersonatorClusterRole(teams), ClusterBinding(ImpersonatorRole, *a.Portal))
 	}
+	if len(workspaces) > 0 {
+		// The operator's requirement of a workspace's account: checking who calls its pod.
+		delegator := ClusterBinding("system:auth-delegator", workspaces...)
+		delegator.Name = AuthDelegatorBinding
+		objs = append(append(objs, accounts...), delegator)
+	}
 	seen := map[string]string{}
-	for _, team := range teams {
+	for i, team := range teams {
 		if len(a.Teams[team]) == 0 {
 			return nil, fmt.Errorf("teams.%s: no namespace", team)
+		}
+		var own []rbacv1.Subject
+		if workspaces != nil {
+			own = workspaces[i : i+1]
 		}
 		for _, ns := range a.Teams[team] {
 			if other, taken := seen[ns]; taken {
 				return nil, fmt.Errorf("teams.%s: namespace %s is team %s's already: a namespace belongs to one team", team, ns, other)
 			}
 			seen[ns] = team
-			objs = append(objs, TeamNamespace(team, ns, a.WorkerRuntimeClass), TeamBinding(team, ns))
+			objs = append(objs, TeamNamespace(team, ns, a.WorkerRuntimeClass), TeamBinding(team, ns, own...))
 		}
 	}
 	// As plain JSON objects, which the provider's ConfigGroup takes.

@@ -20,7 +20,11 @@
 // current generation (*UpdateFailedError, with the update's message; the operator keeps retrying
 // and stalls only after several failures: *StalledError). Resources default to
 // DefaultWorkspaceResources (requests 1 CPU and 2 GiB, limit 4 GiB). The workspace Image is
-// required and pinned by digest, and ServiceAccountName required. Instead of ProjectRepo and
+// required and pinned by digest, and ServiceAccountName required unless ActAsTeam: then each
+// request's workspace pod runs as its team's own ServiceAccount from the site install
+// (teamboundary.WorkspaceServiceAccount; the team is the site's label on the request's namespace,
+// and ApplyOptions.Identity must be in its group), so the API server's RBAC and audit log see the
+// team, not the portal. Instead of ProjectRepo and
 // Commit, LocalDir runs a program prebuilt into Image; TrackBranch deploys a branch's newest
 // commit (an explicit choice, never a fallback). A Stack or token Secret of the request's name
 // that the runner did not make is never written (NotOursError), and its apply is never forced.

@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"maps"
-	"minimax-m3/portal"
 	"regexp"
 	"slices"
 	"time"
@@ -24,6 +23,8 @@ import (
 
 	"minimax-m3/config"
 	"minimax-m3/internal/objwatch"
+	"minimax-m3/portal"
+	"minimax-m3/teamboundary"
 )
 
 // StackResource is the Pulumi Kubernetes Operator's Stack (v2).
@@ -58,6 +59,13 @@ type Runner struct {
 	EnvRefs                  map[string]SecretKey
 	// ServiceAccountName is the workspace pod's identity (it needs to reach the target cluster).
 	ServiceAccountName string
+	// ActAsTeam runs each request's workspace pod as its team's own ServiceAccount instead
+	// (teamboundary.WorkspaceServiceAccount, which the site install makes in Namespace and binds
+	// where the team's group is bound): the API server's RBAC then decides what the update may
+	// write, and its audit log names the team. The team is the site's label on the request's
+	// namespace (teamboundary.TeamLabel), and ApplyOptions.Identity must belong to it; a namespace
+	// with no team, or a team with no account, is refused before anything is written.
+	ActAsTeam bool
 	// ImageRegistries are the registries every request's images must come from, as the portal's
 	// (a request may not widen them); empty: config.DefaultImageRegistries.
 	ImageRegistries []string
@@ -89,6 +97,9 @@ type Gate interface {
 type ApplyOptions struct {
 	DryRun    bool
 	AllowRoll string
+	// Identity is who the request is for: passed to the Gate (whose preview then acts as them,
+	// portal.Options.Impersonate), and with ActAsTeam it must be of the namespace's team.
+	Identity portal.Identity
 }
 
 // ErrUngated is Apply's refusal when the runner has no Gate and is not Ungated.
@@ -119,6 +130,10 @@ func TokenSecretName(stack string) string { return stack + "-hf-token" }
 // config (the same values the Manager writes), the token through a Secret reference, backend and
 // secrets provider, and the environment from Secrets.
 func (o *Runner) StackObject(r portal.Request) (*unstructured.Unstructured, error) {
+	return o.stackObject(r, o.ServiceAccountName)
+}
+
+func (o *Runner) stackObject(r portal.Request, account string) (*unstructured.Unstructured, error) {
 	// As the portal's own runs: a workspace that cannot read the cluster refuses instead of
 	// skipping the ownership and placement checks (many teams share it).
 	r.Config.Kubernetes.RequireRead = true
@@ -157,8 +172,8 @@ func (o *Runner) StackObject(r portal.Request) (*unstructured.Unstructured, erro
 	if !digestPinned.MatchString(o.Image) {
 		return nil, fmt.Errorf("the operator runner needs the workspace Image pinned by digest (name@sha256:<64 hex>), got %q", o.Image)
 	}
-	if o.ServiceAccountName == "" {
-		return nil, errors.New("the operator runner needs the ServiceAccountName the site gives workspace pods (the operator's default is the namespace's default account)")
+	if account == "" {
+		return nil, errors.New("the operator runner needs the ServiceAccountName the site gives workspace pods (the operator's default is the namespace's default account), or ActAsTeam")
 	}
 	workspace := map[string]any{"image": o.Image}
 	switch {
@@ -181,7 +196,7 @@ func (o *Runner) StackObject(r portal.Request) (*unstructured.Unstructured, erro
 	default:
 		return nil, errors.New("the operator runner needs ProjectRepo (with Commit or Branch) or LocalDir (a prebuilt program in Image)")
 	}
-	workspace["serviceAccountName"] = o.ServiceAccountName
+	workspace["serviceAccountName"] = account
 	res := DefaultWorkspaceResources()
 	if o.Resources != nil {
 		res = *o.Resources
@@ -225,7 +240,14 @@ func (o *Runner) Apply(ctx context.Context, r portal.Request, ao ApplyOptions) (
 	if ps = append(ps, r.Validate()...); len(ps) > 0 {
 		return nil, &portal.InvalidRequestError{Problems: ps}
 	}
-	stack, err := o.StackObject(r)
+	account := o.ServiceAccountName
+	if o.ActAsTeam {
+		var err error
+		if account, err = o.teamAccount(ctx, r, ao.Identity); err != nil {
+			return nil, err
+		}
+	}
+	stack, err := o.stackObject(r, account)
 	if err != nil {
 		return nil, err
 	}
@@ -239,7 +261,7 @@ func (o *Runner) Apply(ctx context.Context, r portal.Request, ao ApplyOptions) (
 		return nil, err
 	}
 	if o.Gate != nil {
-		if err := o.Gate.Check(ctx, r, portal.RunOptions{AllowRoll: ao.AllowRoll}); err != nil {
+		if err := o.Gate.Check(ctx, r, portal.RunOptions{AllowRoll: ao.AllowRoll, Identity: ao.Identity}); err != nil {
 			return nil, portal.ScrubError(err, r.HFToken)
 		}
 	}
@@ -259,6 +281,44 @@ func (o *Runner) Apply(ctx context.Context, r portal.Request, ao ApplyOptions) (
 		}
 	}
 	return o.Dynamic.Resource(StackResource).Namespace(o.Namespace).Apply(ctx, stack.GetName(), stack, opts)
+}
+
+// NotTheTeamsError refuses a request the runner would run as a team it cannot name, or for an
+// identity outside that team.
+type NotTheTeamsError struct{ Namespace, Team, User, Reason string }
+
+func (e *NotTheTeamsError) Error() string {
+	return fmt.Sprintf("namespace %s (team %q), for %q: %s", e.Namespace, e.Team, e.User, e.Reason)
+}
+
+// teamAccount is the ServiceAccount a request's workspace runs as under ActAsTeam: its namespace's
+// team's, which the identity must belong to.
+func (o *Runner) teamAccount(ctx context.Context, r portal.Request, id portal.Identity) (string, error) {
+	if id.User == "" {
+		return "", portal.ErrNoIdentity
+	}
+	name := r.Config.Namespace.Name
+	ns, err := o.Kube.CoreV1().Namespaces().Get(ctx, name, metav1.GetOptions{})
+	if apierrors.IsNotFound(err) {
+		return "", &NotTheTeamsError{Namespace: name, User: id.User, Reason: "no such namespace: the runner acts as a team in the namespaces the site hands it"}
+	}
+	if err != nil {
+		return "", err
+	}
+	team := ns.Labels[teamboundary.TeamLabel]
+	if team == "" {
+		return "", &NotTheTeamsError{Namespace: name, User: id.User, Reason: "not a team's namespace (no " + teamboundary.TeamLabel + " label from the site install)"}
+	}
+	if !slices.Contains(id.Groups, team) {
+		return "", &NotTheTeamsError{Namespace: name, Team: team, User: id.User, Reason: "not in the team's group"}
+	}
+	account := teamboundary.WorkspaceServiceAccount(team)
+	if _, err := o.Kube.CoreV1().ServiceAccounts(o.Namespace).Get(ctx, account, metav1.GetOptions{}); apierrors.IsNotFound(err) {
+		return "", &NotTheTeamsError{Namespace: name, Team: team, User: id.User, Reason: fmt.Sprintf("the team has no workspace ServiceAccount %s/%s (the site install's workspaces)", o.Namespace, account)}
+	} else if err != nil {
+		return "", err
+	}
+	return account, nil
 }
 
 func patchOptions(o metav1.ApplyOptions) metav1.PatchOptions {

@@ -17,9 +17,11 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
 	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
+	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
 	"minimax-m3/automation"
 	"minimax-m3/teamboundary"
@@ -36,10 +38,18 @@ var boxSite struct {
 	err  error
 }
 
+// boxWorkspaces is the box's namespace of the Pulumi Kubernetes Operator's Stacks, where the site
+// gives each team its workspace ServiceAccount.
+const boxWorkspaces = "box-workspaces"
+
 func installSite(t *testing.T) {
 	t.Helper()
 	boxSite.once.Do(func() {
 		ctx := context.Background()
+		if err := box.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: boxWorkspaces}}); err != nil && !apierrors.IsAlreadyExists(err) {
+			boxSite.err = err
+			return
+		}
 		env := pulumiEnv(t)
 		env["KUBECONFIG"] = box.Kubeconfig
 		cli, err := automation.PulumiCommand()
@@ -52,7 +62,8 @@ func installSite(t *testing.T) {
 				"team-d": {"box-guarded-d"}},
 			WorkerRuntimeClass: rackbox.WorkerRuntimeClass,
 			// The portal's identity in the box: its admin user, which may impersonate anyway.
-			Portal: &rbacv1.Subject{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: "pulumi"},
+			Portal:     &rbacv1.Subject{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: "pulumi"},
+			Workspaces: boxWorkspaces,
 		}
 		s, err := auto.UpsertStackInlineSource(ctx, "site", "minimax-m3-site", func(ctx *pulumi.Context) error {
 			_, err := teamboundary.NewSite(ctx, "site", args)
@@ -65,6 +76,21 @@ func installSite(t *testing.T) {
 		_, boxSite.err = s.Up(ctx, optup.ProgressStreams(&boxSite.log), optup.ErrorProgressStreams(&boxSite.log))
 	})
 	require.NoError(t, boxSite.err, boxSite.log.String())
+}
+
+// boxPKOCRDs installs the Pulumi Kubernetes Operator's CRDs in the box once.
+var boxPKOCRDs struct {
+	once sync.Once
+	err  error
+}
+
+func installBoxPKOCRDs(t *testing.T) {
+	t.Helper()
+	dir := pkoCRDs(t)
+	boxPKOCRDs.once.Do(func() {
+		_, boxPKOCRDs.err = envtest.InstallCRDs(restConfigOf(t, box.Kubeconfig), envtest.CRDInstallOptions{Paths: []string{dir}, ErrorIfPathMissing: true, MaxTime: time.Minute})
+	})
+	require.NoError(t, boxPKOCRDs.err)
 }
 
 // installTeamBoundary installs the site and waits until the API server enforces the pod policy

@@ -12,12 +12,20 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	authenticationv1 "k8s.io/api/authentication/v1"
+	authorizationv1 "k8s.io/api/authorization/v1"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"minimax-m3/config"
 	"minimax-m3/portal"
+	"minimax-m3/portal/pko"
+	"minimax-m3/teamboundary"
 	"minimax-m3/tests/framework/rackbox"
 )
 
@@ -83,28 +91,7 @@ func TestBoxThePortalActsAsTheTeamAtTheAPIServer(t *testing.T) {
 	// The API server's audit log names bob, through the portal's identity, for every object the
 	// stack created in the team's namespace.
 	created := map[string]string{} // resource/name: the impersonated user
-	f, err := os.Open(filepath.Clean(box.AuditLog()))
-	require.NoError(t, err)
-	defer func() { _ = f.Close() }()
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		if !json.Valid(sc.Bytes()) {
-			continue // the last line, while the API server writes it
-		}
-		var e struct {
-			Verb      string `json:"verb"`
-			ObjectRef struct {
-				Resource, Namespace, Name string
-			} `json:"objectRef"`
-			User             struct{ Username string } `json:"user"`
-			ImpersonatedUser *struct {
-				Username string
-				Groups   []string
-			} `json:"impersonatedUser"`
-			ResponseStatus struct{ Code int } `json:"responseStatus"`
-		}
-		require.NoError(t, json.Unmarshal(sc.Bytes(), &e))
+	for _, e := range auditEvents(t) {
 		// The provider creates by server-side apply: a patch answered 201.
 		if (e.Verb != "create" && e.Verb != "patch") || e.ObjectRef.Namespace != teamNS || e.ImpersonatedUser == nil || e.ResponseStatus.Code >= 300 {
 			continue
@@ -112,9 +99,154 @@ func TestBoxThePortalActsAsTheTeamAtTheAPIServer(t *testing.T) {
 		assert.Contains(t, e.ImpersonatedUser.Groups, "team-b")
 		created[e.ObjectRef.Resource+"/"+e.ObjectRef.Name] = e.ImpersonatedUser.Username
 	}
-	require.NoError(t, sc.Err())
 	for _, obj := range []string{"secrets/hf-token-secret", "persistentvolumeclaims/shared-model-cache", "jobs/minimax-m3-model-download",
 		"configmaps/" + aggGraph + "-config", "dynamographdeployments/" + aggGraph, "networkpolicies/" + aggGraph + "-isolation"} {
 		assert.Equal(t, "bob@team-b", created[obj], "the audit log names bob for %s (got %v)", obj, created)
 	}
+}
+
+// auditEvent is what the tests read of an entry of the box's audit log.
+type auditEvent struct {
+	Verb      string `json:"verb"`
+	ObjectRef struct {
+		Resource, Namespace, Name string
+	} `json:"objectRef"`
+	User             struct{ Username string } `json:"user"`
+	ImpersonatedUser *struct {
+		Username string
+		Groups   []string
+	} `json:"impersonatedUser"`
+	ResponseStatus struct{ Code int } `json:"responseStatus"`
+}
+
+// auditEvents reads the box's audit log as it is now.
+func auditEvents(t *testing.T) []auditEvent {
+	t.Helper()
+	f, err := os.Open(filepath.Clean(box.AuditLog()))
+	require.NoError(t, err)
+	defer func() { _ = f.Close() }()
+	var out []auditEvent
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		if !json.Valid(sc.Bytes()) {
+			continue // the last line, while the API server writes it
+		}
+		var e auditEvent
+		require.NoError(t, json.Unmarshal(sc.Bytes(), &e))
+		out = append(out, e)
+	}
+	require.NoError(t, sc.Err())
+	return out
+}
+
+// gateFunc is a pko.Gate of the test's.
+type gateFunc func(ctx context.Context, r portal.Request, o portal.RunOptions) error
+
+func (g gateFunc) Check(ctx context.Context, r portal.Request, o portal.RunOptions) error {
+	return g(ctx, r, o)
+}
+
+// The operator runner acting as the team (ActAsTeam): the Stack's workspace pod runs as the
+// team's own ServiceAccount from the site install, chosen by the site's label on the request's
+// namespace, never for an identity outside that team, a namespace of no team or a team with no
+// account. The workspace pod needs a kubelet and the operator, which the box does not run: its
+// identity does not, so the test writes with a token the API server issues for the account the
+// Stack names (TokenRequest), as the workspace's provider would. The API server lets it write in
+// the team's namespace and read the fleet, refuses it another team's namespace, and its audit log
+// names the account.
+func TestBoxTheOperatorRunnerActsAsTheTeam(t *testing.T) {
+	parallelOnBox(t)
+	rackBox(t)
+	ctx := context.Background()
+	const teamNS, otherNS = "box-guarded-b", "box-guarded-c"
+	installSite(t)
+	installBoxPKOCRDs(t)
+	kube, dyn := kubeClients(t, box.Kubeconfig)
+	var gated []portal.Identity
+	runner := &pko.Runner{Kube: kube, Dynamic: dyn, Namespace: boxWorkspaces, ActAsTeam: true,
+		ProjectRepo: "https://git.example.com/platform/minimax-m3.git", Commit: "0123456789abcdef0123456789abcdef01234567",
+		Image: workspaceImage,
+		Gate: gateFunc(func(_ context.Context, _ portal.Request, o portal.RunOptions) error {
+			gated = append(gated, o.Identity)
+			return nil
+		})}
+	request := func(stack, ns string) portal.Request {
+		r := portalRequest("agg", stack, ns)
+		r.Config.Namespace.Create = false
+		return r
+	}
+	bob := portal.Identity{User: "bob@team-b", Groups: []string{"team-b"}}
+	stack, err := runner.Apply(ctx, request("team-b-pko", teamNS), pko.ApplyOptions{Identity: bob})
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = runner.Delete(context.Background(), "team-b-pko") })
+	account, _, _ := unstructured.NestedString(stack.Object, "spec", "workspaceTemplate", "spec", "serviceAccountName")
+	assert.Equal(t, teamboundary.WorkspaceServiceAccount("team-b"), account)
+	assert.Equal(t, []portal.Identity{bob}, gated, "the Gate's preview acts for bob too")
+
+	// Refused before anything is written: carol is not in team-b; nobody; a namespace of no team;
+	// a team the site gave no workspace account.
+	carol := portal.Identity{User: "carol@team-c", Groups: []string{"team-c"}}
+	var notTheTeams *pko.NotTheTeamsError
+	for _, tc := range []struct {
+		stack, ns string
+		id        portal.Identity
+		want      string
+	}{
+		{"team-b-carol", teamNS, carol, "not in the team's group"},
+		{"team-b-nobody", teamNS, portal.Identity{}, ""},
+		{"team-b-default", "default", bob, "not a team's namespace"},
+	} {
+		_, err := runner.Apply(ctx, request(tc.stack, tc.ns), pko.ApplyOptions{Identity: tc.id})
+		require.Error(t, err, tc.stack)
+		if tc.want == "" {
+			require.ErrorIs(t, err, portal.ErrNoIdentity)
+		} else {
+			require.ErrorAs(t, err, &notTheTeams)
+			assert.Contains(t, err.Error(), tc.want)
+		}
+		_, err = dyn.Resource(pko.StackResource).Namespace(boxWorkspaces).Get(ctx, tc.stack, metav1.GetOptions{})
+		assert.True(t, apierrors.IsNotFound(err), "nothing written for %s", tc.stack)
+	}
+	noAccount := *runner
+	noAccount.Namespace = "default"
+	_, err = noAccount.Apply(ctx, request("team-b-elsewhere", teamNS), pko.ApplyOptions{Identity: bob})
+	require.ErrorAs(t, err, &notTheTeams)
+	assert.Contains(t, err.Error(), "the team has no workspace ServiceAccount default/"+account)
+	assert.Len(t, gated, 1, "no refused request reached the Gate")
+
+	// The workspace's identity at the API server.
+	tok, err := kube.CoreV1().ServiceAccounts(boxWorkspaces).CreateToken(ctx, account, &authenticationv1.TokenRequest{
+		Spec: authenticationv1.TokenRequestSpec{ExpirationSeconds: ptrTo(int64(600))}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	cfg := rest.AnonymousClientConfig(restConfigOf(t, box.Kubeconfig))
+	cfg.BearerToken = tok.Status.Token
+	workspace, err := kubernetes.NewForConfig(cfg)
+	require.NoError(t, err)
+	probe := &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Name: "workspace-probe"}, Data: map[string]string{"by": "team-b's workspace"}}
+	_, err = workspace.CoreV1().ConfigMaps(teamNS).Create(ctx, probe, metav1.CreateOptions{})
+	require.NoError(t, err, "the team's workspace writes in the team's namespace")
+	t.Cleanup(func() {
+		_ = kube.CoreV1().ConfigMaps(teamNS).Delete(context.Background(), probe.Name, metav1.DeleteOptions{})
+	})
+	_, err = workspace.CoreV1().Nodes().List(ctx, metav1.ListOptions{Limit: 1})
+	require.NoError(t, err, "and reads the fleet, as the placement check does")
+	user := "system:serviceaccount:" + boxWorkspaces + ":" + account
+	_, err = workspace.CoreV1().ConfigMaps(otherNS).Create(ctx, probe, metav1.CreateOptions{})
+	require.True(t, apierrors.IsForbidden(err), "another team's namespace: %v", err)
+	assert.Contains(t, err.Error(), `User "`+user+`" cannot create resource "configmaps"`)
+	_, err = workspace.CoreV1().Secrets(otherNS).List(ctx, metav1.ListOptions{})
+	require.True(t, apierrors.IsForbidden(err), "nor read its Secrets: %v", err)
+	review, err := workspace.AuthorizationV1().SelfSubjectAccessReviews().Create(ctx, &authorizationv1.SelfSubjectAccessReview{Spec: authorizationv1.SelfSubjectAccessReviewSpec{
+		ResourceAttributes: &authorizationv1.ResourceAttributes{Group: "authentication.k8s.io", Resource: "tokenreviews", Verb: "create"}}}, metav1.CreateOptions{})
+	require.NoError(t, err)
+	assert.True(t, review.Status.Allowed, "the operator's requirement of a workspace account (system:auth-delegator)")
+
+	var by []string
+	for _, e := range auditEvents(t) {
+		if e.Verb == "create" && e.ObjectRef.Namespace == teamNS && e.ObjectRef.Name == probe.Name && e.ResponseStatus.Code < 300 {
+			by = append(by, e.User.Username)
+		}
+	}
+	assert.Equal(t, []string{user}, by, "the audit log names the team's workspace account")
 }

@@ -1,8 +1,6 @@
 package unit
 
 import (
-	"minimax-m3/config"
-
 	"testing"
 
 	"github.com/stretchr/testify/assert"
@@ -11,6 +9,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"minimax-m3/components"
+	"minimax-m3/config"
 )
 
 // The expected values below are the upstream recipe's (recipes/minimax-m3), written out by hand.
