@@ -15,6 +15,7 @@ import (
 
 	"minimax-m3/components"
 	"minimax-m3/config"
+	"minimax-m3/teamboundary"
 )
 
 // Provider is the package's resource provider: its schema and the Deployment's Construct.
@@ -56,10 +57,14 @@ func (p *Provider) Configure(context.Context, *pulumirpc.ConfigureRequest) (*pul
 	return &pulumirpc.ConfigureResponse{AcceptSecrets: true, SupportsPreview: true, AcceptResources: true, AcceptOutputs: true}, nil
 }
 
-// Construct builds a Deployment from a program's inputs.
+// Construct builds a Deployment, or a Site, from a program's inputs.
 func (p *Provider) Construct(ctx context.Context, req *pulumirpc.ConstructRequest) (*pulumirpc.ConstructResponse, error) {
-	if req.GetType() != DeploymentToken {
-		return nil, fmt.Errorf("unknown resource type %s (this package has %s)", req.GetType(), DeploymentToken)
+	switch req.GetType() {
+	case DeploymentToken:
+	case teamboundary.SiteToken:
+		return p.constructSite(ctx, req)
+	default:
+		return nil, fmt.Errorf("unknown resource type %s (this package has %s and %s)", req.GetType(), DeploymentToken, teamboundary.SiteToken)
 	}
 	inputs, err := plugin.UnmarshalProperties(req.GetInputs(), plugin.MarshalOptions{
 		KeepSecrets: true, KeepUnknowns: true, KeepOutputValues: true, KeepResources: true,

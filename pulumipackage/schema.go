@@ -9,6 +9,7 @@ import (
 	"github.com/invopop/jsonschema"
 
 	"minimax-m3/config"
+	"minimax-m3/teamboundary"
 )
 
 const (
@@ -122,6 +123,7 @@ func Schema(commentsDir string) ([]byte, error) {
 				"properties":     props,
 				"required":       required,
 			},
+			teamboundary.SiteToken: siteResource(),
 		},
 		"types": types,
 		"language": map[string]any{

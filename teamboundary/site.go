@@ -35,7 +35,15 @@ type SiteArgs struct {
 // the teams' namespaces (Pod Security baseline enforced), their roles and bindings.
 type Site struct {
 	pulumi.ResourceState
+	// PodPolicy and GraphPolicy name the admission policies (and their bindings).
+	PodPolicy   pulumi.StringOutput `pulumi:"podPolicy"`
+	GraphPolicy pulumi.StringOutput `pulumi:"graphPolicy"`
+	// Namespaces are the team namespaces, sorted.
+	Namespaces pulumi.StringArrayOutput `pulumi:"namespaces"`
 }
+
+// SiteToken is the Site component's type token.
+const SiteToken = "minimax-m3:index:Site"
 
 // Objects are the site's objects, in the order they are applied.
 func Objects(a SiteArgs) ([]any, error) {
@@ -112,15 +120,28 @@ func NewSite(ctx *pulumi.Context, name string, args SiteArgs, opts ...pulumi.Res
 		return nil, err
 	}
 	s := &Site{}
-	if err := ctx.RegisterComponentResource("minimax-m3:index:Site", name, s, opts...); err != nil {
+	if err := ctx.RegisterComponentResource(SiteToken, name, s, opts...); err != nil {
 		return nil, err
 	}
 	arr := pulumi.Array{}
 	for _, o := range objs {
 		arr = append(arr, pulumi.ToMap(o.(map[string]any)))
 	}
-	if _, err := yamlv2.NewConfigGroup(ctx, name, &yamlv2.ConfigGroupArgs{Objs: arr}, pulumi.Parent(s)); err != nil {
+	group, err := yamlv2.NewConfigGroup(ctx, name, &yamlv2.ConfigGroupArgs{Objs: arr}, pulumi.Parent(s))
+	if err != nil {
 		return nil, err
 	}
-	return s, ctx.RegisterResourceOutputs(s, pulumi.Map{})
+	var namespaces []string
+	for _, team := range args.Teams {
+		namespaces = append(namespaces, team...)
+	}
+	slices.Sort(namespaces)
+	// Known once every object is applied.
+	applied := group.Resources.ApplyT(func([]any) string { return "" }).(pulumi.StringOutput)
+	after := func(v string) pulumi.StringOutput {
+		return applied.ApplyT(func(string) string { return v }).(pulumi.StringOutput)
+	}
+	s.PodPolicy, s.GraphPolicy = after(PolicyName), after(GraphPolicyName)
+	s.Namespaces = applied.ApplyT(func(string) []string { return namespaces }).(pulumi.StringArrayOutput)
+	return s, ctx.RegisterResourceOutputs(s, pulumi.Map{"podPolicy": s.PodPolicy, "graphPolicy": s.GraphPolicy, "namespaces": s.Namespaces})
 }

@@ -36,11 +36,7 @@ func TestBoxPackageFromYAML(t *testing.T) {
 	env["KUBECONFIG"] = rackBox(t).Kubeconfig
 
 	// The plugin, as the Go language host builds it from provider/.
-	plugin := t.TempDir()
-	build := exec.Command("go", "build", "-o", filepath.Join(plugin, "pulumi-resource-minimax-m3"), "./provider")
-	build.Dir = cluster.root
-	out, err := build.CombinedOutput()
-	require.NoError(t, err, string(out))
+	plugin := packagePlugin(t)
 
 	dir := t.TempDir()
 	program := fmt.Sprintf(`name: m3-consumer
@@ -87,22 +83,8 @@ outputs:
 	require.NoError(t, os.WriteFile(filepath.Join(dir, "Pulumi.yaml"), []byte(program), 0o644))
 
 	log := &syncBuffer{}
-	run := func(args ...string) (string, error) {
-		cmd := exec.Command("pulumi", append(args, "--cwd", dir, "--non-interactive")...)
-		for k, v := range env {
-			cmd.Env = append(cmd.Env, k+"="+v)
-		}
-		// The Go language host builds the plugin with the test's Go settings.
-		for _, k := range []string{"HOME", "GOFLAGS", "GOCACHE", "GOMODCACHE", "GOPATH", "GOPROXY", "GOTOOLCHAIN"} {
-			if v, ok := os.LookupEnv(k); ok {
-				cmd.Env = append(cmd.Env, k+"="+v)
-			}
-		}
-		out, err := cmd.CombinedOutput()
-		_, _ = log.Write(out)
-		return string(out), err
-	}
-	_, err = run("stack", "init", "dev")
+	run := pulumiRunner(dir, env, log)
+	_, err := run("stack", "init", "dev")
 	require.NoError(t, err, log.String())
 	_, err = run("config", "set", "--secret", "hfToken", testToken)
 	require.NoError(t, err, log.String())
@@ -199,4 +181,35 @@ outputs:
 	require.NoError(t, err, out2)
 	_, ok = getOn(t, box.Client, graphGVK, ns, aggGraph)
 	assert.False(t, ok, "destroy removed the graph")
+}
+
+// packagePlugin is the package's plugin, built once for the suite as the Go language host builds
+// it from provider/: the folder that holds it.
+func packagePlugin(t *testing.T) string {
+	t.Helper()
+	return filepath.Dir(buildOnce(t, filepath.Join("package", "pulumi-resource-minimax-m3"), func(out string) *exec.Cmd {
+		require.NoError(t, os.MkdirAll(filepath.Dir(out), 0o755))
+		cmd := exec.Command("go", "build", "-o", out, "./provider")
+		cmd.Dir = cluster.root
+		return cmd
+	}))
+}
+
+// pulumiRunner runs the real CLI on the program in dir with env, non-interactive, writing its
+// output to log too; the Go language host builds with the test's Go settings.
+func pulumiRunner(dir string, env map[string]string, log *syncBuffer) func(args ...string) (string, error) {
+	return func(args ...string) (string, error) {
+		cmd := exec.Command("pulumi", append(args, "--cwd", dir, "--non-interactive")...)
+		for k, v := range env {
+			cmd.Env = append(cmd.Env, k+"="+v)
+		}
+		for _, k := range []string{"HOME", "GOFLAGS", "GOCACHE", "GOMODCACHE", "GOPATH", "GOPROXY", "GOTOOLCHAIN"} {
+			if v, ok := os.LookupEnv(k); ok {
+				cmd.Env = append(cmd.Env, k+"="+v)
+			}
+		}
+		out, err := cmd.CombinedOutput()
+		_, _ = log.Write(out)
+		return string(out), err
+	}
 }

@@ -2,6 +2,9 @@ package integration
 
 import (
 	"context"
+	"encoding/json"
+	"fmt"
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -10,32 +13,35 @@ import (
 	"time"
 
 	"github.com/pulumi/pulumi/sdk/v3/go/auto"
-	"github.com/pulumi/pulumi/sdk/v3/go/auto/optup"
-	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
 	networkingv1 "k8s.io/api/networking/v1"
-	rbacv1 "k8s.io/api/rbac/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/envtest"
 
-	"minimax-m3/automation"
 	"minimax-m3/teamboundary"
 	"minimax-m3/tests/framework/rackbox"
 )
 
-// boxSite is the site's install on the box (package teamboundary, through its Pulumi component
-// and the real provider, as the site's own stack applies it): the admission policies, bound only
-// to the team namespaces (the other tests' namespaces are not touched), the teams' namespaces and
-// roles. One install for every test; it stays until the box stops.
+// boxSite is the site's install on the box, through the package's Site resource in a Pulumi YAML
+// program (the real CLI, engine, plugin and provider, as a site's own program in any language
+// applies it): the admission policies, bound only to the namespaces labelled for them (the
+// stacks' own at baseline and the team namespaces; the other tests' namespaces are not touched),
+// the teams' namespaces, roles and workspace accounts. One install for every test; it stays until
+// the box stops.
 var boxSite struct {
-	once sync.Once
-	log  syncBuffer
-	err  error
+	once    sync.Once
+	log     syncBuffer
+	err     error
+	outputs struct {
+		PodPolicy   string   `json:"podPolicy"`
+		GraphPolicy string   `json:"graphPolicy"`
+		Namespaces  []string `json:"namespaces"`
+	}
 }
 
 // boxWorkspaces is the box's namespace of the Pulumi Kubernetes Operator's Stacks, where the site
@@ -52,28 +58,42 @@ func installSite(t *testing.T) {
 		}
 		env := pulumiEnv(t)
 		env["KUBECONFIG"] = box.Kubeconfig
-		cli, err := automation.PulumiCommand()
-		if err != nil {
-			boxSite.err = err
+		dir := t.TempDir()
+		// The portal's identity in the box is its admin user, which may impersonate anyway.
+		program := fmt.Sprintf(`name: minimax-m3-site
+runtime: yaml
+packages:
+  minimax-m3: %s
+resources:
+  site:
+    type: minimax-m3:index:Site
+    properties:
+      teams:
+        team-a: [box-guarded-a]
+        team-b: [box-guarded-b]
+        team-c: [box-guarded-c]
+        team-d: [box-guarded-d]
+      workerRuntimeClass: %s
+      portalUser: pulumi
+      workspaces: %s
+outputs:
+  podPolicy: ${site.podPolicy}
+  graphPolicy: ${site.graphPolicy}
+  namespaces: ${site.namespaces}
+`, packagePlugin(t), rackbox.WorkerRuntimeClass, boxWorkspaces)
+		if boxSite.err = os.WriteFile(filepath.Join(dir, "Pulumi.yaml"), []byte(program), 0o644); boxSite.err != nil {
 			return
 		}
-		args := teamboundary.SiteArgs{
-			Teams: map[string][]string{"team-a": {"box-guarded-a"}, "team-b": {"box-guarded-b"}, "team-c": {"box-guarded-c"},
-				"team-d": {"box-guarded-d"}},
-			WorkerRuntimeClass: rackbox.WorkerRuntimeClass,
-			// The portal's identity in the box: its admin user, which may impersonate anyway.
-			Portal:     &rbacv1.Subject{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: "pulumi"},
-			Workspaces: boxWorkspaces,
+		run := pulumiRunner(dir, env, &boxSite.log)
+		for _, args := range [][]string{{"stack", "init", "site"}, {"up", "--yes", "--skip-preview"}} {
+			if _, boxSite.err = run(args...); boxSite.err != nil {
+				return
+			}
 		}
-		s, err := auto.UpsertStackInlineSource(ctx, "site", "minimax-m3-site", func(ctx *pulumi.Context) error {
-			_, err := teamboundary.NewSite(ctx, "site", args)
-			return err
-		}, auto.WorkDir(t.TempDir()), auto.EnvVars(env), auto.Pulumi(cli))
-		if err != nil {
-			boxSite.err = err
-			return
+		var out string
+		if out, boxSite.err = run("stack", "output", "--json"); boxSite.err == nil {
+			boxSite.err = json.Unmarshal([]byte(out), &boxSite.outputs)
 		}
-		_, boxSite.err = s.Up(ctx, optup.ProgressStreams(&boxSite.log), optup.ErrorProgressStreams(&boxSite.log))
 	})
 	require.NoError(t, boxSite.err, boxSite.log.String())
 }
@@ -209,12 +229,16 @@ func TestBoxTeamNamespaceRefusesBypassPodsAndAdmitsTheStacks(t *testing.T) {
 		}
 	}
 
-	// The stack's own pods: agg with its namespace from the site, the workers on the exempt class.
-	s := readyBoxStack(t, "agg", ns, rackbox.NVL72("nvl72-team-a").WithGPUs(12), auto.ConfigMap{
-		"minimax-m3:namespace.create":                   {Value: "false"},
-		"minimax-m3:worker.scheduling.runtimeClassName": {Value: rackbox.WorkerRuntimeClass},
+	// The site's package resource reported what it installed.
+	assert.Equal(t, teamboundary.PolicyName, boxSite.outputs.PodPolicy)
+	assert.Equal(t, teamboundary.GraphPolicyName, boxSite.outputs.GraphPolicy)
+	assert.Equal(t, []string{"box-guarded-a", "box-guarded-b", "box-guarded-c", "box-guarded-d"}, boxSite.outputs.Namespaces)
+
+	// The stack's own pods: agg with its namespace from the site, the workers on the exempt class
+	// (the default: rackbox.WorkerRuntimeClass is the GPU Operator's nvidia).
+	readyBoxStack(t, "agg", ns, rackbox.NVL72("nvl72-team-a").WithGPUs(12), auto.ConfigMap{
+		"minimax-m3:namespace.create": {Value: "false"},
 	})
-	_ = s
 	running := podsOf(t, ns, client.MatchingLabels{graphLabelKey: aggGraph})
 	require.NotEmpty(t, running)
 	workers := 0

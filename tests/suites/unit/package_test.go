@@ -16,10 +16,12 @@ import (
 	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	rbacv1 "k8s.io/api/rbac/v1"
 
 	"minimax-m3/components"
 	"minimax-m3/config"
 	"minimax-m3/pulumipackage"
+	"minimax-m3/teamboundary"
 )
 
 // The package's schema is what the config's Go types give (regenerate it with `go run
@@ -43,6 +45,11 @@ func TestThePackageSchemaIsTheConfigTypes(t *testing.T) {
 		Types map[string]any `json:"types"`
 	}
 	require.NoError(t, json.Unmarshal(want, &spec))
+	site, ok := spec.Resources[teamboundary.SiteToken]
+	require.True(t, ok, "the site's install is the package's other resource")
+	assert.True(t, site.IsComponent)
+	assert.ElementsMatch(t, []string{"teams", "workerRuntimeClass", "priorityClasses", "portalUser", "portalServiceAccount", "workspaces"},
+		slices.Collect(maps.Keys(site.InputProperties)))
 	d, ok := spec.Resources[pulumipackage.DeploymentToken]
 	require.True(t, ok, "the Deployment is the package's resource")
 	assert.True(t, d.IsComponent)
@@ -208,4 +215,40 @@ func TestAGoProgramUsesTheDeploymentAsAComponent(t *testing.T) {
 			assert.NotEqual(t, "minimax-m3:index:Deployment", r.Type, "nothing of the Deployment was registered")
 		}
 	})
+}
+
+// The package's second resource is the site's install: its inputs read into the site's arguments,
+// each problem named by its input before anything is registered; an input still unknown is refused
+// (the site's objects depend on every one).
+func TestThePackageReadsTheSitesInputs(t *testing.T) {
+	teams := resource.NewProperty(resource.PropertyMap{"team-a": resource.NewProperty([]resource.PropertyValue{resource.NewProperty("a-prod")})})
+	args, err := pulumipackage.SiteArgs(resource.PropertyMap{
+		"teams":                teams,
+		"workerRuntimeClass":   resource.NewProperty("nvidia"),
+		"priorityClasses":      resource.NewProperty([]resource.PropertyValue{resource.NewProperty("inference-high")}),
+		"portalServiceAccount": resource.NewProperty("portal/minimax-m3-portal"),
+		"workspaces":           resource.NewProperty("pulumi-stacks"),
+	})
+	require.NoError(t, err)
+	assert.Equal(t, map[string][]string{"team-a": {"a-prod"}}, args.Teams)
+	assert.Equal(t, []string{"inference-high"}, args.PriorityClasses)
+	assert.Equal(t, "pulumi-stacks", args.Workspaces)
+	require.NotNil(t, args.Portal)
+	assert.Equal(t, rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Namespace: "portal", Name: "minimax-m3-portal"}, *args.Portal)
+
+	for _, tc := range []struct {
+		inputs resource.PropertyMap
+		want   string
+	}{
+		{resource.PropertyMap{"teams": resource.MakeComputed(resource.NewProperty("")), "workerRuntimeClass": resource.NewProperty("nvidia")}, "teams: not known yet"},
+		{resource.PropertyMap{"teams": teams}, "workerRuntimeClass: name the GPU workers' RuntimeClass"},
+		{resource.PropertyMap{"teams": teams, "workerRuntimeClass": resource.NewProperty("nvidia"), "portalServiceAccount": resource.NewProperty("portal")}, `portalServiceAccount: "portal" is not namespace/name`},
+		{resource.PropertyMap{"teams": teams, "workerRuntimeClass": resource.NewProperty("nvidia"), "portalUser": resource.NewProperty("p"), "portalServiceAccount": resource.NewProperty("a/b")}, "portalServiceAccount: name the portal's identity once"},
+		{resource.PropertyMap{"teams": teams, "workerRuntimeClass": resource.NewProperty("nvidia"), "team": resource.NewProperty("x")}, `unknown field "team"`},
+		{resource.PropertyMap{"teams": teams, "workerRuntimeClass": resource.NewProperty("nvidia"), "workspaces": resource.NewProperty("Pulumi Stacks")}, "workspaces:"},
+	} {
+		_, err := pulumipackage.SiteArgs(tc.inputs)
+		require.Error(t, err, tc.want)
+		assert.Contains(t, err.Error(), tc.want)
+	}
 }
