@@ -154,7 +154,7 @@ outputs:
 	// committed beside it.
 	src := t.TempDir()
 	copyProgramInto(t, src)
-	for _, p := range []string{"pulumipackage", "provider"} {
+	for _, p := range []string{"pulumipackage", "teamboundary", "provider"} {
 		out, err := exec.Command("cp", "-r", filepath.Join(cluster.root, p), src).CombinedOutput()
 		require.NoError(t, err, string(out))
 	}
