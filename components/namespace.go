@@ -34,6 +34,9 @@ type NamespaceArgs struct {
 // namespace the stack uses but did not create (namespace.create false), or took over (adopt),
 // keeps its owner's labels.
 func PodSecurityLabels(level string) map[string]string {
+	if level != config.PodSecurityBaseline {
+		level = config.PodSecurityPrivileged
+	}
 	labels := map[string]string{
 		"pod-security.kubernetes.io/enforce":         level,
 		"pod-security.kubernetes.io/enforce-version": "latest",

@@ -167,8 +167,18 @@ func refusal(c *config.Config, res placement.Result, previous string, pinnedByUs
 	case previous != "":
 		d, _ := res.Domain(previous)
 		e.Key = "placement.clique"
-		e.Message = fmt.Sprintf("the graph runs in clique %s=%s, which holds %d of its %d workers (%s); free room there, "+
-			"or set placement.clique to a clique below that holds them all to move the graph (every worker restarts)", key, previous, d.Holds, len(workers), need)
+		e.Message = fmt.Sprintf("the graph runs in clique %s=%s, which holds %d of its %d workers (%s)", key, previous, d.Holds, len(workers), need)
+		if trays := res.Trays(previous); len(trays) > 0 {
+			var out []string
+			for _, t := range trays {
+				out = append(out, t.Node+" "+t.State)
+			}
+			e.Message += fmt.Sprintf(" with its trays out of service: %s; wait for them to return, uncordon one (kubectl uncordon <node>) "+
+				"or have its taint's owner lift it, move the graph with placement.clique to a clique below that holds every worker "+
+				"(every worker restarts), or shrink the graph (%s)", strings.Join(out, ", "), replicaKeys(c))
+		} else {
+			e.Message += "; free room there, or set placement.clique to a clique below that holds them all to move the graph (every worker restarts)"
+		}
 	case len(res.Domains) == 0 && res.Excluded[placement.ExcludedTooSmall] > 0 && res.Excluded[placement.ExcludedNoKey] == 0:
 		e.Key = "placement.check"
 		e.Message = fmt.Sprintf("no GPU node the workers may use could hold one of them even empty (%s): does the pool offer every resource they request (an RDMA device, say)?", need)
@@ -182,6 +192,15 @@ func refusal(c *config.Config, res placement.Result, previous string, pinnedByUs
 		e.Message = fmt.Sprintf("the nodes the workers may use have no room for the graph's %d workers (%s)", len(workers), need)
 	}
 	return e
+}
+
+// replicaKeys are the worker roles' replica keys, for a refusal's choices.
+func replicaKeys(c *config.Config) string {
+	var keys []string
+	for _, r := range c.Workers() {
+		keys = append(keys, r.Key+".replicas")
+	}
+	return strings.Join(keys, ", ")
 }
 
 // demand says what the workers request, for messages: "4 nvidia.com/gpu each".

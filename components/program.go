@@ -143,12 +143,21 @@ func deploy(ctx *pulumi.Context, name string, c *config.Config, raw config.Raw, 
 			if meta, err = checkOwnership(ctx, reader, c, previous.identity); err != nil {
 				return nil, err
 			}
+			if err := resolvePodSecurity(ctx, reader, c, meta); err != nil {
+				return nil, err
+			}
 			if err := place(ctx, reader, c, meta, previous); err != nil {
 				return nil, err
 			}
 			if previous.namespace == c.Namespace.Name && previous.graphName == c.GraphName {
 				readyBefore = previous.readyGeneration
 			}
+		}
+	}
+	if reader == nil {
+		// A render, or a cluster not read: no site to find.
+		if err := resolvePodSecurity(ctx, nil, c, meta); err != nil {
+			return nil, err
 		}
 	}
 	if c.Speculative.Mode == config.SpeculativeSynthetic {

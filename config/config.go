@@ -108,7 +108,6 @@ func Validate(c *Config) Problems {
 	}
 
 	c.Namespace.validate(v, "namespace")
-	c.podSecurity(v)
 	v.dns1123Subdomain("huggingFace.secretName", c.HuggingFace.SecretName)
 	c.Model.validate(v, "model")
 	c.Speculative.validate(v, "speculativeDecoding")
@@ -157,10 +156,11 @@ type NamespaceConfig struct {
 	// Create makes the stack create the namespace; false uses an existing one, which the stack
 	// never changes or deletes.
 	Create bool `json:"create"`
-	// PodSecurity is the Pod Security level a namespace the stack creates enforces: baseline, with
-	// the workers' RuntimeClass exempted by the API server (and held to baseline with the workers'
-	// one exemption by the site's admission policy), or privileged where the cluster exempts no
-	// RuntimeClass.
+	// PodSecurity is the Pod Security level a namespace the stack creates enforces: baseline (the
+	// workers run by the RuntimeClass the API server exempts, and the site's admission policy
+	// holds them to baseline with their one exemption), privileged, or "" to choose by the cluster:
+	// baseline where the site's install is found (its pod policy names the workers' class),
+	// privileged where it is not.
 	PodSecurity string `json:"podSecurity"`
 }
 
@@ -176,30 +176,19 @@ const (
 // escape Pod Security altogether.
 const PodPolicyLabel = "minimax-m3.io/pod-policy"
 
-// DefaultWorkerRuntimeClass is the GPU workers' RuntimeClass by default: the one the NVIDIA GPU
-// Operator installs, which the site exempts from Pod Security admission.
-const DefaultWorkerRuntimeClass = "nvidia"
+// SitePodPolicy is the site's ValidatingAdmissionPolicy on pods (teamboundary.PodPolicy): where a
+// stack finds it, the site is installed, and its annotation names the workers' class.
+const SitePodPolicy = "minimax-m3-team-pods"
 
-// podSecurity refuses a created baseline namespace whose workers have no RuntimeClass: baseline
-// refuses their capabilities unless the API server exempts their class.
-func (c *Config) podSecurity(v validator) {
-	v.oneOf("namespace.podSecurity", c.Namespace.PodSecurity, PodSecurityBaseline, PodSecurityPrivileged)
-	if !c.Namespace.Create || c.Namespace.PodSecurity != PodSecurityBaseline || (c.Profile != Aggregated && c.Profile != Disaggregated) {
-		return
-	}
-	caps := make([]string, len(WorkerCapabilities))
-	for i, c := range WorkerCapabilities {
-		caps[i] = string(c)
-	}
-	for _, r := range c.Workers() {
-		if r.Config.Scheduling.RuntimeClassName == "" {
-			v.add("namespace.podSecurity", "baseline refuses the workers' capabilities (%s) unless the API server exempts their RuntimeClass, and %s.scheduling.runtimeClassName is empty: set it to the class the site exempts (%s by default; docs/security.md), or namespace.podSecurity to privileged on a cluster that exempts none",
-				strings.Join(caps, ", "), r.Key, DefaultWorkerRuntimeClass)
-		}
-	}
-}
+// WorkerRuntimeClassAnnotation, on the site's pod policy and on a team namespace, names the
+// RuntimeClass the site exempts from Pod Security admission for the GPU workers: a stack gives it
+// to workers whose runtimeClassName is not set, and to no other pod.
+const WorkerRuntimeClassAnnotation = "minimax-m3.io/worker-runtime-class"
 
 func (n NamespaceConfig) validate(v validator, key string) {
+	if n.PodSecurity != "" {
+		v.oneOf(key+".podSecurity", n.PodSecurity, PodSecurityBaseline, PodSecurityPrivileged)
+	}
 	if n.Name == "" {
 		v.add(key+".name", "is required: pulumi config set --path %s <namespace>", Key(key+".name"))
 		return

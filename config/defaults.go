@@ -32,7 +32,7 @@ func Defaults(p Profile) Config {
 		Image:           defaultImage,
 		ImageRegistries: slices.Clone(DefaultImageRegistries),
 		RuntimeVersion:  defaultRuntimeVersion,
-		Namespace:       NamespaceConfig{Create: true, PodSecurity: PodSecurityBaseline},
+		Namespace:       NamespaceConfig{Create: true},
 		HuggingFace:     HuggingFaceConfig{SecretName: "hf-token-secret"},
 		Model: ModelConfig{
 			Name:     modelName,
@@ -152,9 +152,7 @@ func baseWorker() WorkerConfig {
 		PodAnnotations: map[string]string{"nvidia.com/vllm-distributed-executor-backend": "mp"},
 		// A stock GB200 pool taints its trays for GPUs and arm64; the recipe's workers tolerate
 		// neither and rely on ExtendedResourceToleration, which many clusters do not enable.
-		// The GPU Operator's RuntimeClass, which the site exempts from Pod Security admission: the
-		// namespace the stack creates enforces baseline (namespace.podSecurity).
-		Scheduling: Scheduling{RuntimeClassName: DefaultWorkerRuntimeClass, Tolerations: []Toleration{
+		Scheduling: Scheduling{Tolerations: []Toleration{
 			{Key: "nvidia.com/gpu", Operator: "Exists", Effect: "NoSchedule"},
 			{Key: "kubernetes.io/arch", Operator: "Equal", Value: "arm64", Effect: "NoSchedule"},
 		}},

@@ -65,6 +65,28 @@ type Result struct {
 	Excluded map[string]int
 	// Chosen is the domain the graph goes to; "" when none holds every worker.
 	Chosen string
+	// OutOfService are the nodes of each domain the workers could use but for their state: cordoned,
+	// not Ready, or tainted against them. By domain, then name.
+	OutOfService []Tray
+}
+
+// Tray is a node of a domain out of service for the workers, and why.
+type Tray struct {
+	Domain, Node string
+	// State says why: "cordoned", "not Ready (Ready is Unknown: NodeStatusUnknown)", or "tainted
+	// team-b/reserved:NoExecute".
+	State string
+}
+
+// Trays are the domain's nodes out of service.
+func (r Result) Trays(domain string) []Tray {
+	var out []Tray
+	for _, t := range r.OutOfService {
+		if t.Domain == domain {
+			out = append(out, t)
+		}
+	}
+	return out
 }
 
 // Reasons a node is left out.
@@ -72,9 +94,15 @@ const (
 	ExcludedCordoned   = "cordoned"
 	ExcludedNotReady   = "not Ready"
 	ExcludedNoKey      = "without the topology label"
-	ExcludedNotMatched = "not selected, tainted, or without GPUs"
+	ExcludedNotMatched = "not selected, or without GPUs"
+	ExcludedTainted    = "tainted against the workers"
 	ExcludedTooSmall   = "too small for a worker"
 )
+
+// outOfServiceTaints are the taints Kubernetes itself puts on a node out of service (the node
+// lifecycle controller's, for a cordoned, NotReady or unreachable node): the fit names the state,
+// cordoned or not Ready, not the taint.
+var outOfServiceTaints = []string{corev1.TaintNodeUnschedulable, corev1.TaintNodeNotReady, corev1.TaintNodeUnreachable}
 
 // Place fits the request's workers into each domain of the pool, as the scheduler's node filters
 // (node selector and required affinity, taints, cordon, readiness, resources) would, and chooses a
@@ -98,8 +126,23 @@ func Place(p Pool, r Request) Result {
 	domains := map[string][]*node{}
 	for i := range p.Nodes {
 		n := &p.Nodes[i]
-		if !usableByAny(n, r.Workers) {
+		if !selectedByAny(n, r.Workers) {
 			res.Excluded[ExcludedNotMatched]++
+			continue
+		}
+		name, labelled := "", true
+		if r.TopologyKey != "" {
+			name = n.Labels[r.TopologyKey]
+			labelled = name != ""
+		}
+		out := func(reason, state string) {
+			res.Excluded[reason]++
+			if labelled {
+				res.OutOfService = append(res.OutOfService, Tray{Domain: name, Node: n.Name, State: state})
+			}
+		}
+		if taint, ok := untoleratedByAll(n, r.Workers); ok {
+			out(ExcludedTainted, "tainted "+taint)
 			continue
 		}
 		if !holdsAny(n, r.Workers) {
@@ -115,20 +158,14 @@ func Place(p Pool, r Request) Result {
 		}
 		switch {
 		case n.Spec.Unschedulable:
-			res.Excluded[ExcludedCordoned]++
+			out(ExcludedCordoned, "cordoned")
 			continue
 		case !ready(n):
-			res.Excluded[ExcludedNotReady]++
+			out(ExcludedNotReady, "not Ready ("+readiness(n)+")")
 			continue
-		}
-		name := ""
-		if r.TopologyKey != "" {
-			v, ok := n.Labels[r.TopologyKey]
-			if !ok || v == "" {
-				res.Excluded[ExcludedNoKey]++
-				continue
-			}
-			name = v
+		case !labelled:
+			res.Excluded[ExcludedNoKey]++
+			continue
 		}
 		free := n.Status.Allocatable.DeepCopy()
 		for k, q := range used[n.Name] {
@@ -188,7 +225,7 @@ func (r Result) Fits() bool {
 // Empty reports a pool with no node the workers may use at all, in any state: nothing to choose
 // from (a node pool scaled to zero, or no GPU nodes).
 func (r Result) Empty() bool {
-	return len(r.Domains) == 0 && r.Excluded[ExcludedCordoned]+r.Excluded[ExcludedNotReady]+r.Excluded[ExcludedNoKey]+r.Excluded[ExcludedTooSmall] == 0
+	return len(r.Domains) == 0 && r.Excluded[ExcludedCordoned]+r.Excluded[ExcludedNotReady]+r.Excluded[ExcludedTainted]+r.Excluded[ExcludedNoKey]+r.Excluded[ExcludedTooSmall] == 0
 }
 
 // Domain is the named domain's row, and whether the pool has it.
@@ -224,7 +261,7 @@ func (r Result) Table() string {
 		fmt.Fprintf(&b, "  (no node the workers may use)\n")
 	}
 	var left []string
-	for _, reason := range []string{ExcludedCordoned, ExcludedNotReady, ExcludedNoKey, ExcludedTooSmall} {
+	for _, reason := range []string{ExcludedCordoned, ExcludedNotReady, ExcludedTainted, ExcludedNoKey, ExcludedTooSmall} {
 		if n := r.Excluded[reason]; n > 0 {
 			what := reason
 			if reason == ExcludedNoKey {
@@ -303,20 +340,58 @@ func holdsAny(n *corev1.Node, workers []Worker) bool {
 	})
 }
 
-func usableByAny(n *corev1.Node, workers []Worker) bool {
-	return slices.ContainsFunc(workers, func(w Worker) bool { return usable(n, &w) })
+// selectedByAny reports whether a worker's node selector and required affinity select the node.
+func selectedByAny(n *corev1.Node, workers []Worker) bool {
+	return slices.ContainsFunc(workers, func(w Worker) bool { return selected(n, &w) })
 }
 
-// usable is the scheduler's node affinity and taint filters for one worker.
+func selected(n *corev1.Node, w *Worker) bool {
+	ok, err := nodeaffinity.GetRequiredNodeAffinity(&corev1.Pod{Spec: w.Spec}).Match(n)
+	return err == nil && ok
+}
+
+// untoleratedByAll is a taint (key=value:effect) that keeps every worker the node selects off it,
+// if there is one; Kubernetes' own out-of-service taints aside (the node's state says those).
+func untoleratedByAll(n *corev1.Node, workers []Worker) (string, bool) {
+	var first string
+	for i := range workers {
+		if !selected(n, &workers[i]) {
+			continue
+		}
+		t, ok := untolerated(n, &workers[i])
+		if !ok {
+			return "", false
+		}
+		if first == "" {
+			first = taintString(t)
+		}
+	}
+	return first, first != ""
+}
+
+// usable is the scheduler's node affinity and taint filters for one worker (the out-of-service
+// taints aside: a cordoned or NotReady node is not in any domain).
 func usable(n *corev1.Node, w *Worker) bool {
-	pod := &corev1.Pod{Spec: w.Spec}
-	if ok, err := nodeaffinity.GetRequiredNodeAffinity(pod).Match(n); err != nil || !ok {
+	if !selected(n, w) {
 		return false
 	}
-	_, untolerated := schedulingcorev1.FindMatchingUntoleratedTaint(klog.Background(), n.Spec.Taints, tolerations(pod), func(t *corev1.Taint) bool {
-		return t.Effect == corev1.TaintEffectNoSchedule || t.Effect == corev1.TaintEffectNoExecute
+	_, bad := untolerated(n, w)
+	return !bad
+}
+
+func untolerated(n *corev1.Node, w *Worker) (corev1.Taint, bool) {
+	pod := &corev1.Pod{Spec: w.Spec}
+	return schedulingcorev1.FindMatchingUntoleratedTaint(klog.Background(), n.Spec.Taints, tolerations(pod), func(t *corev1.Taint) bool {
+		return (t.Effect == corev1.TaintEffectNoSchedule || t.Effect == corev1.TaintEffectNoExecute) && !slices.Contains(outOfServiceTaints, t.Key)
 	}, false)
-	return !untolerated
+}
+
+// taintString is a taint as kubectl writes it: key=value:effect.
+func taintString(t corev1.Taint) string {
+	if t.Value == "" {
+		return t.Key + ":" + string(t.Effect)
+	}
+	return t.Key + "=" + t.Value + ":" + string(t.Effect)
 }
 
 // tolerations are the worker's own and, for each extended resource it requests (nvidia.com/gpu),
@@ -331,6 +406,16 @@ func tolerations(pod *corev1.Pod) []corev1.Toleration {
 		}
 	}
 	return out
+}
+
+// readiness is the node's Ready condition as a phrase: "Ready is Unknown: NodeStatusUnknown".
+func readiness(n *corev1.Node) string {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return strings.TrimSpace(fmt.Sprintf("Ready is %s: %s", c.Status, c.Reason))
+		}
+	}
+	return "no Ready condition"
 }
 
 func ready(n *corev1.Node) bool {

@@ -97,16 +97,25 @@ func TestTwoCliquesEachTooSmallAreRefusedWithTheirTable(t *testing.T) {
 
 func TestCordonedNotReadyUnlabelledAndUntoleratedTraysAreNotCounted(t *testing.T) {
 	a := rack("a", 6)
-	a[0].Spec.Unschedulable = true                           // drained for maintenance
-	a[1].Status.Conditions[0].Status = corev1.ConditionFalse // lost
-	delete(a[2].Labels, key)                                 // fabric manager not initialised
-	a[3].Spec.Taints = append(a[3].Spec.Taints, corev1.Taint{Key: "team-b/reserved", Effect: corev1.TaintEffectNoExecute})
+	// Drained for maintenance, and lost, as kube-controller-manager leaves them: tainted by the
+	// node lifecycle controller too, which the fit reads as the state it is.
+	a[0].Spec.Unschedulable = true
+	a[0].Spec.Taints = append(a[0].Spec.Taints, corev1.Taint{Key: corev1.TaintNodeUnschedulable, Effect: corev1.TaintEffectNoSchedule})
+	a[1].Status.Conditions[0].Status, a[1].Status.Conditions[0].Reason = corev1.ConditionUnknown, "NodeStatusUnknown"
+	a[1].Spec.Taints = append(a[1].Spec.Taints, corev1.Taint{Key: corev1.TaintNodeUnreachable, Effect: corev1.TaintEffectNoExecute})
+	delete(a[2].Labels, key) // fabric manager not initialised
+	a[3].Spec.Taints = append(a[3].Spec.Taints, corev1.Taint{Key: "team-b/reserved", Value: "true", Effect: corev1.TaintEffectNoExecute})
 	res := placement.Place(placement.Pool{Nodes: a}, placement.Request{TopologyKey: key, Workers: workers(3)})
 	assert.False(t, res.Fits(), "two usable trays for three workers")
 	d, _ := res.Domain("fabric.a")
 	assert.Equal(t, 2, d.Trays)
-	assert.Equal(t, map[string]int{placement.ExcludedCordoned: 1, placement.ExcludedNotReady: 1, placement.ExcludedNoKey: 1, placement.ExcludedNotMatched: 1}, res.Excluded)
-	assert.Contains(t, res.Table(), "not counted: 1 cordoned, 1 not Ready, 1 without the label nvidia.com/gpu.clique")
+	assert.Equal(t, map[string]int{placement.ExcludedCordoned: 1, placement.ExcludedNotReady: 1, placement.ExcludedNoKey: 1, placement.ExcludedTainted: 1}, res.Excluded)
+	assert.Contains(t, res.Table(), "not counted: 1 cordoned, 1 not Ready, 1 tainted against the workers, 1 without the label nvidia.com/gpu.clique")
+	assert.Equal(t, []placement.Tray{
+		{Domain: "fabric.a", Node: a[0].Name, State: "cordoned"},
+		{Domain: "fabric.a", Node: a[1].Name, State: "not Ready (Ready is Unknown: NodeStatusUnknown)"},
+		{Domain: "fabric.a", Node: a[3].Name, State: "tainted team-b/reserved=true:NoExecute"},
+	}, res.Trays("fabric.a"), "the clique's trays out of service, each with its state")
 
 	// A PreferNoSchedule taint does not keep a pod off a node.
 	a[3].Spec.Taints[1].Effect = corev1.TaintEffectPreferNoSchedule

@@ -6,6 +6,9 @@
 package main
 
 import (
+	"fmt"
+	"strings"
+
 	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
 	"github.com/pulumi/pulumi/sdk/v3/go/pulumi/config"
 	rbacv1 "k8s.io/api/rbac/v1"
@@ -24,6 +27,13 @@ func main() {
 		_ = c.TryObject("priorityClasses", &args.PriorityClasses)
 		if u := c.Get("portalUser"); u != "" {
 			args.Portal = &rbacv1.Subject{APIGroup: rbacv1.GroupName, Kind: rbacv1.UserKind, Name: u}
+		}
+		if sa := c.Get("portalServiceAccount"); sa != "" {
+			ns, name, ok := strings.Cut(sa, "/")
+			if !ok || ns == "" || name == "" || args.Portal != nil {
+				return fmt.Errorf("portalServiceAccount: %q is not namespace/name, or portalUser is set too", sa)
+			}
+			args.Portal = &rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Namespace: ns, Name: name}
 		}
 		args.Workspaces = c.Get("workspaces")
 		_, err := teamboundary.NewSite(ctx, "site", args)

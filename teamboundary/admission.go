@@ -11,7 +11,7 @@ import (
 )
 
 // PolicyName names the ValidatingAdmissionPolicy and its binding.
-const PolicyName = "minimax-m3-team-pods"
+const PolicyName = config.SitePodPolicy
 
 // TeamLabel is on every team namespace the site installs, with the team's name; a team may not
 // label a namespace (namespaces are the site's).
@@ -56,8 +56,9 @@ func PodPolicy(priorityClasses []string, workerRuntimeClass string) *admissionv1
 		return c("variables.containers.all(c, "+test+")", msg)
 	}
 	return &admissionv1.ValidatingAdmissionPolicy{
-		TypeMeta:   metav1.TypeMeta{APIVersion: "admissionregistration.k8s.io/v1", Kind: "ValidatingAdmissionPolicy"},
-		ObjectMeta: metav1.ObjectMeta{Name: PolicyName},
+		TypeMeta: metav1.TypeMeta{APIVersion: "admissionregistration.k8s.io/v1", Kind: "ValidatingAdmissionPolicy"},
+		// The workers' class, which the stacks read to give it to their workers (and to no other pod).
+		ObjectMeta: metav1.ObjectMeta{Name: PolicyName, Annotations: map[string]string{config.WorkerRuntimeClassAnnotation: workerRuntimeClass}},
 		Spec: admissionv1.ValidatingAdmissionPolicySpec{
 			FailurePolicy: &fail,
 			MatchConstraints: &admissionv1.MatchResources{ResourceRules: []admissionv1.NamedRuleWithOperations{{

@@ -10,11 +10,11 @@ import (
 	"minimax-m3/config"
 )
 
-// WorkerRuntimeClassAnnotation on a team namespace names the RuntimeClass the site exempts from
-// Pod Security admission for the workers (PodSecurityConfiguration): the stacks in the namespace
-// give it to their workers (scheduling.runtimeClassName), and PodPolicy holds them to baseline with
-// the workers' one exemption instead.
-const WorkerRuntimeClassAnnotation = "minimax-m3.io/worker-runtime-class"
+// WorkerRuntimeClassAnnotation on a team namespace (and on PodPolicy) names the RuntimeClass the
+// site exempts from Pod Security admission for the workers (PodSecurityConfiguration): the stacks in
+// the namespace give it to their workers, and PodPolicy holds them to baseline with the workers'
+// one exemption instead.
+const WorkerRuntimeClassAnnotation = config.WorkerRuntimeClassAnnotation
 
 // TeamNamespace is a namespace the site hands to a team: Pod Security enforces baseline (and warns
 // and audits at it), config.PodPolicyLabel binds the admission policies to it, TeamLabel names the

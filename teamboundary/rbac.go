@@ -61,6 +61,8 @@ func FleetReaderClusterRole() *rbacv1.ClusterRole {
 		rbacv1.PolicyRule{APIGroups: []string{"resource.nvidia.com"}, Resources: []string{"computedomaincliques"}, Verbs: read},
 		rbacv1.PolicyRule{APIGroups: []string{"gateway.networking.k8s.io"}, Resources: []string{"gateways", "httproutes"}, Verbs: read},
 		rbacv1.PolicyRule{APIGroups: []string{"apiextensions.k8s.io"}, Resources: []string{"customresourcedefinitions"}, Verbs: read},
+		// The site's pod policy, whose annotation names the workers' RuntimeClass.
+		rbacv1.PolicyRule{APIGroups: []string{"admissionregistration.k8s.io"}, Resources: []string{"validatingadmissionpolicies"}, ResourceNames: []string{PolicyName}, Verbs: []string{"get"}},
 	)
 }
 

@@ -54,6 +54,12 @@ func Objects(a SiteArgs) ([]any, error) {
 		return nil, fmt.Errorf("workerRuntimeClass: name the GPU workers' RuntimeClass the API server exempts from Pod Security")
 	}
 	teams := slices.Sorted(maps.Keys(a.Teams))
+	for _, team := range teams {
+		// The team's name is a label value (TeamLabel) and a group at the API server.
+		if errs := validation.IsValidLabelValue(team); len(errs) > 0 || team == "" {
+			return nil, fmt.Errorf("teams.%s: a team's name is a label value on its namespaces (letters, digits, '-', '_', '.'): %s", team, strings.Join(errs, "; "))
+		}
+	}
 	// Each team's workspace ServiceAccount, when the site runs the operator's workspaces.
 	var accounts []any
 	var workspaces []rbacv1.Subject
@@ -61,9 +67,21 @@ func Objects(a SiteArgs) ([]any, error) {
 		if errs := validation.IsDNS1123Label(a.Workspaces); len(errs) > 0 {
 			return nil, fmt.Errorf("workspaces: %q is not a namespace name: %s", a.Workspaces, strings.Join(errs, "; "))
 		}
+		if strings.HasPrefix(a.Workspaces, "kube-") {
+			return nil, fmt.Errorf("workspaces: %q is one of Kubernetes' own namespaces", a.Workspaces)
+		}
+		for _, team := range teams {
+			// A team's role there would reach every team's token Secrets and workspace pods.
+			if slices.Contains(a.Teams[team], a.Workspaces) {
+				return nil, fmt.Errorf("workspaces: namespace %s is team %s's: the operator's namespace holds every team's Stacks and tokens, and belongs to no team", a.Workspaces, team)
+			}
+		}
 		for _, team := range teams {
 			if errs := validation.IsDNS1123Subdomain(WorkspaceServiceAccount(team)); len(errs) > 0 {
 				return nil, fmt.Errorf("teams.%s: the workspace ServiceAccount %q is not a valid name: %s", team, WorkspaceServiceAccount(team), strings.Join(errs, "; "))
+			}
+			if a.Portal != nil && a.Portal.Kind == rbacv1.ServiceAccountKind && a.Portal.Namespace == a.Workspaces && a.Portal.Name == WorkspaceServiceAccount(team) {
+				return nil, fmt.Errorf("teams.%s: the workspace ServiceAccount %s/%s is the portal's identity", team, a.Workspaces, a.Portal.Name)
 			}
 			accounts = append(accounts, serviceAccount(team, a.Workspaces))
 			workspaces = append(workspaces, rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Name: WorkspaceServiceAccount(team), Namespace: a.Workspaces})

@@ -240,10 +240,10 @@ func (o *Runner) Apply(ctx context.Context, r portal.Request, ao ApplyOptions) (
 	if ps = append(ps, r.Validate()...); len(ps) > 0 {
 		return nil, &portal.InvalidRequestError{Problems: ps}
 	}
-	account := o.ServiceAccountName
+	account, team := o.ServiceAccountName, ""
 	if o.ActAsTeam {
 		var err error
-		if account, err = o.teamAccount(ctx, r, ao.Identity); err != nil {
+		if account, team, err = o.teamAccount(ctx, r, ao.Identity); err != nil {
 			return nil, err
 		}
 	}
@@ -251,13 +251,17 @@ func (o *Runner) Apply(ctx context.Context, r portal.Request, ao ApplyOptions) (
 	if err != nil {
 		return nil, err
 	}
+	if team != "" {
+		stack.GetLabels()[teamboundary.TeamLabel] = team
+		stack.SetLabels(stack.GetLabels())
+	}
 	// Never forced: a field another manager owns is a conflict, not taken over. And an object of
 	// the same name this runner did not make (another team's, another tool's) is not touched.
 	opts := metav1.ApplyOptions{FieldManager: fieldManager}
 	if ao.DryRun {
 		opts.DryRun = []string{metav1.DryRunAll}
 	}
-	if err := o.ours(ctx, r); err != nil {
+	if err := o.ours(ctx, r, team); err != nil {
 		return nil, err
 	}
 	if o.Gate != nil {
@@ -271,6 +275,9 @@ func (o *Runner) Apply(ctx context.Context, r portal.Request, ao ApplyOptions) (
 			ObjectMeta: metav1.ObjectMeta{Name: TokenSecretName(r.Name()), Namespace: o.Namespace, Labels: map[string]string{"app.kubernetes.io/part-of": "minimax-m3", managedBy: fieldManager}},
 			Type:       corev1.SecretTypeOpaque,
 			StringData: map[string]string{"token": r.HFToken.Reveal()},
+		}
+		if team != "" {
+			secret.Labels[teamboundary.TeamLabel] = team
 		}
 		body, err := json.Marshal(secret)
 		if err != nil {
@@ -288,37 +295,61 @@ func (o *Runner) Apply(ctx context.Context, r portal.Request, ao ApplyOptions) (
 type NotTheTeamsError struct{ Namespace, Team, User, Reason string }
 
 func (e *NotTheTeamsError) Error() string {
-	return fmt.Sprintf("namespace %s (team %q), for %q: %s", e.Namespace, e.Team, e.User, e.Reason)
+	where := fmt.Sprintf("team %q", e.Team)
+	if e.Namespace != "" {
+		where = fmt.Sprintf("namespace %s (team %q)", e.Namespace, e.Team)
+	}
+	return fmt.Sprintf("%s, for %q: %s", where, e.User, e.Reason)
+}
+
+// memberOf reports whether id is in team's group (a team of "" has no members).
+func memberOf(id *portal.Identity, team string) bool {
+	return id != nil && team != "" && slices.Contains(id.Groups, team)
+}
+
+func userOf(id *portal.Identity) string {
+	if id == nil {
+		return ""
+	}
+	return id.User
 }
 
 // teamAccount is the ServiceAccount a request's workspace runs as under ActAsTeam: its namespace's
 // team's, which the identity must belong to.
-func (o *Runner) teamAccount(ctx context.Context, r portal.Request, id portal.Identity) (string, error) {
+func (o *Runner) teamAccount(ctx context.Context, r portal.Request, id portal.Identity) (account, team string, err error) {
 	if id.User == "" {
-		return "", portal.ErrNoIdentity
+		return "", "", portal.ErrNoIdentity
 	}
 	name := r.Config.Namespace.Name
+	if r.Config.Namespace.Create {
+		return "", "", &NotTheTeamsError{Namespace: name, User: id.User, Reason: "namespace.create: a team deploys into a namespace the site handed it (namespace.create false), never one it creates"}
+	}
 	ns, err := o.Kube.CoreV1().Namespaces().Get(ctx, name, metav1.GetOptions{})
 	if apierrors.IsNotFound(err) {
-		return "", &NotTheTeamsError{Namespace: name, User: id.User, Reason: "no such namespace: the runner acts as a team in the namespaces the site hands it"}
+		return "", "", &NotTheTeamsError{Namespace: name, User: id.User, Reason: "no such namespace: the runner acts as a team in the namespaces the site hands it"}
 	}
 	if err != nil {
-		return "", err
+		return "", "", err
 	}
-	team := ns.Labels[teamboundary.TeamLabel]
+	team = ns.Labels[teamboundary.TeamLabel]
 	if team == "" {
-		return "", &NotTheTeamsError{Namespace: name, User: id.User, Reason: "not a team's namespace (no " + teamboundary.TeamLabel + " label from the site install)"}
+		return "", "", &NotTheTeamsError{Namespace: name, User: id.User, Reason: "not a team's namespace (no " + teamboundary.TeamLabel + " label from the site install)"}
 	}
 	if !slices.Contains(id.Groups, team) {
-		return "", &NotTheTeamsError{Namespace: name, Team: team, User: id.User, Reason: "not in the team's group"}
+		return "", "", &NotTheTeamsError{Namespace: name, Team: team, User: id.User, Reason: "not in the team's group"}
 	}
-	account := teamboundary.WorkspaceServiceAccount(team)
-	if _, err := o.Kube.CoreV1().ServiceAccounts(o.Namespace).Get(ctx, account, metav1.GetOptions{}); apierrors.IsNotFound(err) {
-		return "", &NotTheTeamsError{Namespace: name, Team: team, User: id.User, Reason: fmt.Sprintf("the team has no workspace ServiceAccount %s/%s (the site install's workspaces)", o.Namespace, account)}
-	} else if err != nil {
-		return "", err
+	account = teamboundary.WorkspaceServiceAccount(team)
+	sa, err := o.Kube.CoreV1().ServiceAccounts(o.Namespace).Get(ctx, account, metav1.GetOptions{})
+	switch {
+	case apierrors.IsNotFound(err):
+		return "", "", &NotTheTeamsError{Namespace: name, Team: team, User: id.User, Reason: fmt.Sprintf("the team has no workspace ServiceAccount %s/%s (the site install's workspaces)", o.Namespace, account)}
+	case err != nil:
+		return "", "", err
+	case sa.Labels[teamboundary.TeamLabel] != team:
+		// An account of that name the site did not make for the team (the portal's own, say).
+		return "", "", &NotTheTeamsError{Namespace: name, Team: team, User: id.User, Reason: fmt.Sprintf("ServiceAccount %s/%s is not the site's workspace account of the team (its %s label is %q)", o.Namespace, account, teamboundary.TeamLabel, sa.Labels[teamboundary.TeamLabel])}
 	}
-	return account, nil
+	return account, team, nil
 }
 
 func patchOptions(o metav1.ApplyOptions) metav1.PatchOptions {
@@ -345,12 +376,15 @@ func (e *NotOursError) Error() string {
 		e.Kind, e.Namespace, e.Name, managedBy, by)
 }
 
-// ours refuses a request whose Stack or token Secret exists without the runner's label.
-func (o *Runner) ours(ctx context.Context, r portal.Request) error {
+// ours refuses a request whose Stack or token Secret exists without the runner's label, or, acting
+// as a team (team not ""), is another team's.
+func (o *Runner) ours(ctx context.Context, r portal.Request, team string) error {
 	stack, err := o.Dynamic.Resource(StackResource).Namespace(o.Namespace).Get(ctx, r.Name(), metav1.GetOptions{})
 	switch {
 	case err == nil && stack.GetLabels()[managedBy] != fieldManager:
 		return &NotOursError{Kind: "Stack", Namespace: o.Namespace, Name: r.Name(), ManagedBy: stack.GetLabels()[managedBy]}
+	case err == nil && team != "" && stack.GetLabels()[teamboundary.TeamLabel] != team:
+		return &NotTheTeamsError{Namespace: r.Config.Namespace.Name, Team: team, Reason: fmt.Sprintf("Stack %s/%s is team %q's: name the stack otherwise", o.Namespace, r.Name(), stack.GetLabels()[teamboundary.TeamLabel])}
 	case err != nil && !apierrors.IsNotFound(err):
 		return err
 	}
@@ -469,7 +503,23 @@ func conditions(u *unstructured.Unstructured) map[string]condition {
 // Stack that sets it).
 // Neither is deleted unless the runner made it (NotOursError), and each only as it was read (a
 // UID precondition).
+// Acting as a team, it deletes only for a member of the Stack's team (DeleteAs); Delete refuses.
 func (o *Runner) Delete(ctx context.Context, stack string) error {
+	if o.ActAsTeam {
+		return portal.ErrNoIdentity
+	}
+	return o.delete(ctx, stack, nil)
+}
+
+// DeleteAs is Delete for id: acting as a team, only a member of the Stack's team may delete it.
+func (o *Runner) DeleteAs(ctx context.Context, stack string, id portal.Identity) error {
+	if o.ActAsTeam && id.User == "" {
+		return portal.ErrNoIdentity
+	}
+	return o.delete(ctx, stack, &id)
+}
+
+func (o *Runner) delete(ctx context.Context, stack string, id *portal.Identity) error {
 	stacks := o.Dynamic.Resource(StackResource).Namespace(o.Namespace)
 	s, err := stacks.Get(ctx, stack, metav1.GetOptions{})
 	switch {
@@ -478,6 +528,8 @@ func (o *Runner) Delete(ctx context.Context, stack string) error {
 		return err
 	case s.GetLabels()[managedBy] != fieldManager:
 		return &NotOursError{Kind: "Stack", Namespace: o.Namespace, Name: stack, ManagedBy: s.GetLabels()[managedBy]}
+	case o.ActAsTeam && !memberOf(id, s.GetLabels()[teamboundary.TeamLabel]):
+		return &NotTheTeamsError{Team: s.GetLabels()[teamboundary.TeamLabel], User: userOf(id), Reason: fmt.Sprintf("Stack %s/%s is not of a team of theirs", o.Namespace, stack)}
 	default:
 		uid := s.GetUID()
 		if err := stacks.Delete(ctx, stack, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}}); err != nil && !apierrors.IsNotFound(err) {
@@ -493,6 +545,8 @@ func (o *Runner) Delete(ctx context.Context, stack string) error {
 		return err
 	case sec.Labels[managedBy] != fieldManager:
 		return &NotOursError{Kind: "Secret", Namespace: o.Namespace, Name: sec.Name, ManagedBy: sec.Labels[managedBy]}
+	case o.ActAsTeam && !memberOf(id, sec.Labels[teamboundary.TeamLabel]):
+		return &NotTheTeamsError{Team: sec.Labels[teamboundary.TeamLabel], User: userOf(id), Reason: fmt.Sprintf("Secret %s/%s is not of a team of theirs", o.Namespace, sec.Name)}
 	}
 	uid := sec.UID
 	if err := secrets.Delete(ctx, sec.Name, metav1.DeleteOptions{Preconditions: &metav1.Preconditions{UID: &uid}}); err != nil && !apierrors.IsNotFound(err) {

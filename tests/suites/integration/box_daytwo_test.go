@@ -72,8 +72,6 @@ func TestBoxAdoptingAKubectlAppliedRecipeThenChangingIt(t *testing.T) {
 		// The recipe's workers tolerate no taint (the default tolerates a stock pool's GPU and
 		// arm64 taints): the recipe-exact form, like the rollout above.
 		"minimax-m3:worker.scheduling.tolerations": {Value: "[]"},
-		// Nor name a RuntimeClass (the default is the one a site exempts from Pod Security).
-		"minimax-m3:worker.scheduling.runtimeClassName": {Value: ""},
 		// The recipe keeps the operator's startup probe (the default outlasts the engine's timeout).
 		"minimax-m3:worker.probes.startup": {Value: "null"},
 		"minimax-m3:adopt":                 {Value: "true"},

@@ -187,12 +187,19 @@ outputs:
 // it from provider/: the folder that holds it.
 func packagePlugin(t *testing.T) string {
 	t.Helper()
-	return filepath.Dir(buildOnce(t, filepath.Join("package", "pulumi-resource-minimax-m3"), func(out string) *exec.Cmd {
-		require.NoError(t, os.MkdirAll(filepath.Dir(out), 0o755))
+	dir, err := packagePluginBuilt()
+	require.NoError(t, err)
+	return dir
+}
+
+// packagePluginBuilt is packagePlugin off any test.
+func packagePluginBuilt() (string, error) {
+	out, err := buildOnceErr(filepath.Join("package", "pulumi-resource-minimax-m3"), func(out string) (*exec.Cmd, error) {
 		cmd := exec.Command("go", "build", "-o", out, "./provider")
 		cmd.Dir = cluster.root
-		return cmd
-	}))
+		return cmd, os.MkdirAll(filepath.Dir(out), 0o755)
+	})
+	return filepath.Dir(out), err
 }
 
 // pulumiRunner runs the real CLI on the program in dir with env, non-interactive, writing its

@@ -27,16 +27,14 @@ import (
 	"minimax-m3/tests/framework/rackbox"
 )
 
-// boxSite is the site's install on the box, through the package's Site resource in a Pulumi YAML
-// program (the real CLI, engine, plugin and provider, as a site's own program in any language
-// applies it): the admission policies, bound only to the namespaces labelled for them (the
-// stacks' own at baseline and the team namespaces; the other tests' namespaces are not touched),
-// the teams' namespaces, roles and workspace accounts. One install for every test; it stays until
-// the box stops.
+// boxSite is the site's install on the box, made as the box starts (before any stack, so every
+// test sees the same site), through the package's Site resource in a Pulumi YAML program (the real
+// CLI, engine, plugin and provider, as a site's own program in any language applies it): the
+// admission policies, bound to the namespaces labelled for them (the team namespaces, and the
+// namespaces stacks create, which enforce baseline where the site is found), the teams'
+// namespaces, roles and workspace accounts. It stays until the box stops.
 var boxSite struct {
-	once    sync.Once
 	log     syncBuffer
-	err     error
 	outputs struct {
 		PodPolicy   string   `json:"podPolicy"`
 		GraphPolicy string   `json:"graphPolicy"`
@@ -48,19 +46,31 @@ var boxSite struct {
 // gives each team its workspace ServiceAccount.
 const boxWorkspaces = "box-workspaces"
 
-func installSite(t *testing.T) {
-	t.Helper()
-	boxSite.once.Do(func() {
-		ctx := context.Background()
-		if err := box.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: boxWorkspaces}}); err != nil && !apierrors.IsAlreadyExists(err) {
-			boxSite.err = err
-			return
-		}
-		env := pulumiEnv(t)
-		env["KUBECONFIG"] = box.Kubeconfig
-		dir := t.TempDir()
-		// The portal's identity in the box is its admin user, which may impersonate anyway.
-		program := fmt.Sprintf(`name: minimax-m3-site
+// startSite installs the site on the box (rackBox, once). It runs off any test: it returns its
+// error instead of failing one.
+func startSite(b *rackbox.Box) error {
+	ctx := context.Background()
+	if err := b.Client.Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: boxWorkspaces}}); err != nil && !apierrors.IsAlreadyExists(err) {
+		return err
+	}
+	plugin, err := packagePluginBuilt()
+	if err != nil {
+		return err
+	}
+	dir := filepath.Join(built.dir, "site")
+	if err := os.MkdirAll(filepath.Join(dir, "state"), 0o755); err != nil {
+		return err
+	}
+	env := map[string]string{
+		"PULUMI_BACKEND_URL":       "file://" + filepath.Join(dir, "state"),
+		"PULUMI_CONFIG_PASSPHRASE": "integration-tests",
+		"PULUMI_HOME":              filepath.Join(cluster.root, ".toolchain", "pulumi-home"),
+		"PULUMI_SKIP_UPDATE_CHECK": "true",
+		"KUBECONFIG":               b.Kubeconfig,
+		"PATH":                     os.Getenv("PATH"),
+	}
+	// The portal's identity in the box is its admin user, which may impersonate anyway.
+	program := fmt.Sprintf(`name: minimax-m3-site
 runtime: yaml
 packages:
   minimax-m3: %s
@@ -80,22 +90,21 @@ outputs:
   podPolicy: ${site.podPolicy}
   graphPolicy: ${site.graphPolicy}
   namespaces: ${site.namespaces}
-`, packagePlugin(t), rackbox.WorkerRuntimeClass, boxWorkspaces)
-		if boxSite.err = os.WriteFile(filepath.Join(dir, "Pulumi.yaml"), []byte(program), 0o644); boxSite.err != nil {
-			return
+`, plugin, rackbox.WorkerRuntimeClass, boxWorkspaces)
+	if err := os.WriteFile(filepath.Join(dir, "Pulumi.yaml"), []byte(program), 0o644); err != nil {
+		return err
+	}
+	run := pulumiRunner(dir, env, &boxSite.log)
+	for _, args := range [][]string{{"stack", "init", "site"}, {"up", "--yes", "--skip-preview"}} {
+		if _, err := run(args...); err != nil {
+			return fmt.Errorf("the site's install: pulumi %s: %w\n%s", strings.Join(args, " "), err, boxSite.log.String())
 		}
-		run := pulumiRunner(dir, env, &boxSite.log)
-		for _, args := range [][]string{{"stack", "init", "site"}, {"up", "--yes", "--skip-preview"}} {
-			if _, boxSite.err = run(args...); boxSite.err != nil {
-				return
-			}
-		}
-		var out string
-		if out, boxSite.err = run("stack", "output", "--json"); boxSite.err == nil {
-			boxSite.err = json.Unmarshal([]byte(out), &boxSite.outputs)
-		}
-	})
-	require.NoError(t, boxSite.err, boxSite.log.String())
+	}
+	out, err := run("stack", "output", "--json")
+	if err != nil {
+		return fmt.Errorf("the site's outputs: %w\n%s", err, boxSite.log.String())
+	}
+	return json.Unmarshal([]byte(out), &boxSite.outputs)
 }
 
 // boxPKOCRDs installs the Pulumi Kubernetes Operator's CRDs in the box once.
@@ -113,11 +122,9 @@ func installBoxPKOCRDs(t *testing.T) {
 	require.NoError(t, boxPKOCRDs.err)
 }
 
-// installTeamBoundary installs the site and waits until the API server enforces the pod policy
-// in namespace ns.
+// installTeamBoundary waits until the API server enforces the site's pod policy in namespace ns.
 func installTeamBoundary(t *testing.T, ns string) {
 	t.Helper()
-	installSite(t)
 	ctx := context.Background()
 	// The API server compiles a new policy and starts enforcing it shortly after its binding
 	// exists: wait until a pod it refuses is refused.
@@ -270,19 +277,17 @@ func TestBoxTeamNamespaceAdmitsDisaggWithEveryOption(t *testing.T) {
 	const ns = "box-guarded-d"
 	installTeamBoundary(t, ns)
 	readyBoxStack(t, "disagg", ns, rackbox.NVL72("nvl72-team-d").WithGPUs(24), auto.ConfigMap{
-		"minimax-m3:namespace.create":                          {Value: "false"},
-		"minimax-m3:prefillWorker.scheduling.runtimeClassName": {Value: rackbox.WorkerRuntimeClass},
-		"minimax-m3:decodeWorker.scheduling.runtimeClassName":  {Value: rackbox.WorkerRuntimeClass},
-		"minimax-m3:exposure.enabled":                          {Value: "true"},
-		"minimax-m3:exposure.backend":                          {Value: "inferencePool"},
-		"minimax-m3:exposure.gateway.namespace":                {Value: "box-gateways"},
-		"minimax-m3:exposure.gateway.name":                     {Value: "inference"},
-		"minimax-m3:exposure.gateway.sectionName":              {Value: "https"},
-		"minimax-m3:exposure.hostname":                         {Value: "team-d.box.example"},
-		"minimax-m3:exposure.endpointPicker.image":             {Value: "nvcr.io/nvidia/ai-dynamo/dynamo-frontend:1.4.0"},
-		"minimax-m3:observability.enabled":                     {Value: "true"},
-		"minimax-m3:placement.disruptionBudget":                {Value: "true"},
-		"minimax-m3:benchmark.enabled":                         {Value: "true"},
+		"minimax-m3:namespace.create":              {Value: "false"},
+		"minimax-m3:exposure.enabled":              {Value: "true"},
+		"minimax-m3:exposure.backend":              {Value: "inferencePool"},
+		"minimax-m3:exposure.gateway.namespace":    {Value: "box-gateways"},
+		"minimax-m3:exposure.gateway.name":         {Value: "inference"},
+		"minimax-m3:exposure.gateway.sectionName":  {Value: "https"},
+		"minimax-m3:exposure.hostname":             {Value: "team-d.box.example"},
+		"minimax-m3:exposure.endpointPicker.image": {Value: "nvcr.io/nvidia/ai-dynamo/dynamo-frontend:1.4.0"},
+		"minimax-m3:observability.enabled":         {Value: "true"},
+		"minimax-m3:placement.disruptionBudget":    {Value: "true"},
+		"minimax-m3:benchmark.enabled":             {Value: "true"},
 	})
 	running := podsOf(t, ns, client.MatchingLabels{graphLabelKey: disaggGraph})
 	types := map[string]int{}

@@ -40,7 +40,6 @@ func TestBoxThePortalActsAsTheTeamAtTheAPIServer(t *testing.T) {
 	ctx := context.Background()
 	const teamNS, otherNS = "box-guarded-b", "box-guarded-c"
 	require.Contains(t, rackbox.TeamNamespaces, teamNS, "the box audits the team's namespace")
-	installSite(t) // team-b's namespace and RoleBinding; team-c's namespace, with no binding for team-b
 	m := newPortalWith(t, box.Kubeconfig, t.TempDir(), "portal-tests", func(o *portal.Options) {
 		o.Impersonate = true
 		o.ImageRegistries = append(slices.Clone(config.DefaultImageRegistries), rackbox.Registry)
@@ -51,7 +50,6 @@ func TestBoxThePortalActsAsTheTeamAtTheAPIServer(t *testing.T) {
 	request := func(stack, ns string) portal.Request {
 		r := portalRequest("agg", stack, ns)
 		r.Config.Namespace.Create = false
-		r.Config.Worker.Scheduling.RuntimeClassName = rackbox.WorkerRuntimeClass
 		// On a rack of the test's own: the other tests' racks are theirs.
 		r.Config.Worker.Scheduling.NodeSelector = map[string]string{rackbox.RackLabel: rack.Name}
 		r.Config.Placement.TopologyKey = rackbox.CliqueLabel
@@ -160,7 +158,6 @@ func TestBoxTheOperatorRunnerActsAsTheTeam(t *testing.T) {
 	rackBox(t)
 	ctx := context.Background()
 	const teamNS, otherNS = "box-guarded-b", "box-guarded-c"
-	installSite(t)
 	installBoxPKOCRDs(t)
 	kube, dyn := kubeClients(t, box.Kubeconfig)
 	var gated []portal.Identity
@@ -179,7 +176,7 @@ func TestBoxTheOperatorRunnerActsAsTheTeam(t *testing.T) {
 	bob := portal.Identity{User: "bob@team-b", Groups: []string{"team-b"}}
 	stack, err := runner.Apply(ctx, request("team-b-pko", teamNS), pko.ApplyOptions{Identity: bob})
 	require.NoError(t, err)
-	t.Cleanup(func() { _ = runner.Delete(context.Background(), "team-b-pko") })
+	t.Cleanup(func() { _ = runner.DeleteAs(context.Background(), "team-b-pko", bob) })
 	account, _, _ := unstructured.NestedString(stack.Object, "spec", "workspaceTemplate", "spec", "serviceAccountName")
 	assert.Equal(t, teamboundary.WorkspaceServiceAccount("team-b"), account)
 	assert.Equal(t, []portal.Identity{bob}, gated, "the Gate's preview acts for bob too")
@@ -208,6 +205,18 @@ func TestBoxTheOperatorRunnerActsAsTheTeam(t *testing.T) {
 		_, err = dyn.Resource(pko.StackResource).Namespace(boxWorkspaces).Get(ctx, tc.stack, metav1.GetOptions{})
 		assert.True(t, apierrors.IsNotFound(err), "nothing written for %s", tc.stack)
 	}
+	// Another team cannot take team-b's Stack over by naming it, nor delete it; and acting as
+	// teams, the runner deletes for no one.
+	_, err = runner.Apply(ctx, request("team-b-pko", otherNS), pko.ApplyOptions{Identity: carol})
+	require.ErrorAs(t, err, &notTheTeams)
+	assert.Contains(t, err.Error(), `Stack `+boxWorkspaces+`/team-b-pko is team "team-b"'s`)
+	require.ErrorAs(t, runner.DeleteAs(ctx, "team-b-pko", carol), &notTheTeams)
+	require.ErrorIs(t, runner.Delete(ctx, "team-b-pko"), portal.ErrNoIdentity)
+	stack, err = dyn.Resource(pko.StackResource).Namespace(boxWorkspaces).Get(ctx, "team-b-pko", metav1.GetOptions{})
+	require.NoError(t, err, "team-b's Stack is still there")
+	account, _, _ = unstructured.NestedString(stack.Object, "spec", "workspaceTemplate", "spec", "serviceAccountName")
+	assert.Equal(t, teamboundary.WorkspaceServiceAccount("team-b"), account, "and still runs as team-b")
+
 	noAccount := *runner
 	noAccount.Namespace = "default"
 	_, err = noAccount.Apply(ctx, request("team-b-elsewhere", teamNS), pko.ApplyOptions{Identity: bob})
@@ -242,11 +251,13 @@ func TestBoxTheOperatorRunnerActsAsTheTeam(t *testing.T) {
 	require.NoError(t, err)
 	assert.True(t, review.Status.Allowed, "the operator's requirement of a workspace account (system:auth-delegator)")
 
-	var by []string
-	for _, e := range auditEvents(t) {
-		if e.Verb == "create" && e.ObjectRef.Namespace == teamNS && e.ObjectRef.Name == probe.Name && e.ResponseStatus.Code < 300 {
-			by = append(by, e.User.Username)
+	// The API server writes its audit entry as it answers: read until it is there.
+	eventually(t, time.Minute, "the audit log names the team's workspace account", func(context.Context) (bool, error) {
+		for _, e := range auditEvents(t) {
+			if e.Verb == "create" && e.ObjectRef.Namespace == teamNS && e.ObjectRef.Name == probe.Name && e.ResponseStatus.Code < 300 {
+				return e.User.Username == user, nil
+			}
 		}
-	}
-	assert.Equal(t, []string{user}, by, "the audit log names the team's workspace account")
+		return false, nil
+	})
 }

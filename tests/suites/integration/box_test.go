@@ -145,10 +145,10 @@ func boxStackLifecycle(t *testing.T, tc lifecycleCase) {
 	for _, p := range podsOf(t, ns, client.MatchingLabels{"batch.kubernetes.io/job-name": job.Name}) {
 		assert.True(t, strings.HasPrefix(p.Spec.NodeName, "cpu-"), "the download ran on a CPU node, not %s", p.Spec.NodeName)
 	}
-	// The namespace the stack made enforces baseline (its workers run, below, by the RuntimeClass
-	// the box's API server exempts): Pod Security admission itself refuses a pod beyond it, and
-	// once the site is installed its admission policy holds a pod of the exempt class to what a
-	// worker may do.
+	// The box's site is installed, so the namespace the stack made enforces baseline (its workers
+	// run, below, by the RuntimeClass the site's policy names and the box's API server exempts):
+	// Pod Security admission itself refuses a pod beyond it, and the site's admission policy holds
+	// a pod of the exempt class to what a worker may do.
 	escape := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: "escape"}, Spec: corev1.PodSpec{HostPID: true,
 		Containers: []corev1.Container{{Name: "main", Image: rackbox.HeldImage}}}}
 	err := box.Client.Create(ctx, escape.DeepCopy(), client.DryRunAll)
@@ -170,6 +170,7 @@ func boxStackLifecycle(t *testing.T, tc lifecycleCase) {
 			continue
 		}
 		require.True(t, slices.Contains(r.NodeNames(), p.Spec.NodeName), "worker %s on the rack's trays, not %s", p.Name, p.Spec.NodeName)
+		assert.Equal(t, rackbox.WorkerRuntimeClass, ptrValue(p.Spec.RuntimeClassName), "worker %s takes the class the site's policy names", p.Name)
 		trays[p.Spec.NodeName] = true
 		node := &corev1.Node{}
 		require.NoError(t, box.Client.Get(ctx, client.ObjectKey{Name: p.Spec.NodeName}, node))
@@ -581,4 +582,12 @@ func TestBoxFailuresCarryKubernetesReasonsTooFewGPUs(t *testing.T) {
 	assert.Contains(t, err.Error(), "kubernetes:nvidia.com/v1beta1:DynamoGraphDeployment (graph):", "the error names the graph resource")
 	assert.Contains(t, err.Error(), "was not Ready at generation 1 within 1m0s (readiness.timeout, 60s)")
 	assert.Contains(t, err.Error(), "Insufficient nvidia.com/gpu", "and what kept its pods from running")
+}
+
+func ptrValue[T any](p *T) T {
+	var zero T
+	if p == nil {
+		return zero
+	}
+	return *p
 }

@@ -84,7 +84,11 @@ func rackBox(t *testing.T) *rackbox.Box {
 		if box.err = installInferencePoolCRD(box.Config); box.err != nil {
 			return
 		}
-		box.operator, box.err = startBoxOperator()
+		if box.operator, box.err = startBoxOperator(); box.err != nil {
+			return
+		}
+		// The site, before any stack: every test sees the same one.
+		box.err = startSite(box.Box)
 	})
 	require.NoError(t, box.err, "the rack box cannot start\n%s", boxLogs())
 	t.Cleanup(func() {

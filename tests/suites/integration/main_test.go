@@ -166,14 +166,22 @@ func builtProgram(t *testing.T) string {
 // path it builds.
 func buildOnce(t *testing.T, name string, cmd func(out string) *exec.Cmd) string {
 	t.Helper()
+	out, err := buildOnceErr(name, func(out string) (*exec.Cmd, error) { return cmd(out), nil })
+	require.NoError(t, err)
+	return out
+}
+
+// buildOnceErr is buildOnce off any test: cmd may fail to prepare the build.
+func buildOnceErr(name string, cmd func(out string) (*exec.Cmd, error)) (string, error) {
 	built.mu.Lock()
 	defer built.mu.Unlock()
 	out := filepath.Join(built.dir, name)
 	err, ok := built.done[out]
 	if !ok {
-		c := cmd(out)
-		b, berr := c.CombinedOutput()
-		if berr != nil {
+		c, perr := cmd(out)
+		if perr != nil {
+			err = perr
+		} else if b, berr := c.CombinedOutput(); berr != nil {
 			err = fmt.Errorf("%s: %w\n%s", strings.Join(c.Args, " "), berr, b)
 		}
 		if built.done == nil {
@@ -181,8 +189,7 @@ func buildOnce(t *testing.T, name string, cmd func(out string) *exec.Cmd) string
 		}
 		built.done[out] = err
 	}
-	require.NoError(t, err)
-	return out
+	return out, err
 }
 
 func fail(err error) int {

@@ -59,9 +59,19 @@ func TestTheSiteInstallsThePoliciesBeforeTheTeamsNamespaces(t *testing.T) {
 		_, err := teamboundary.Objects(tc.args)
 		assert.ErrorContains(t, err, tc.want)
 	}
-	{
-		_, err := teamboundary.Objects(teamboundary.SiteArgs{Teams: map[string][]string{"a": {"x"}}, WorkerRuntimeClass: "nvidia", Workspaces: "Pulumi"})
-		assert.ErrorContains(t, err, `workspaces: "Pulumi" is not a namespace name`)
+	for _, tc := range []struct {
+		args teamboundary.SiteArgs
+		want string
+	}{
+		{teamboundary.SiteArgs{Teams: map[string][]string{"a": {"x"}}, WorkerRuntimeClass: "nvidia", Workspaces: "Pulumi"}, `workspaces: "Pulumi" is not a namespace name`},
+		{teamboundary.SiteArgs{Teams: map[string][]string{"a": {"x"}}, WorkerRuntimeClass: "nvidia", Workspaces: "kube-system"}, `workspaces: "kube-system" is one of Kubernetes' own`},
+		{teamboundary.SiteArgs{Teams: map[string][]string{"a": {"x", "stacks"}}, WorkerRuntimeClass: "nvidia", Workspaces: "stacks"}, "workspaces: namespace stacks is team a's"},
+		{teamboundary.SiteArgs{Teams: map[string][]string{"portal": {"x"}}, WorkerRuntimeClass: "nvidia", Workspaces: "stacks",
+			Portal: &rbacv1.Subject{Kind: rbacv1.ServiceAccountKind, Namespace: "stacks", Name: "minimax-m3-portal"}}, "teams.portal: the workspace ServiceAccount stacks/minimax-m3-portal is the portal's identity"},
+		{teamboundary.SiteArgs{Teams: map[string][]string{"oidc:team-a": {"x"}}, WorkerRuntimeClass: "nvidia"}, "teams.oidc:team-a: a team's name is a label value"},
+	} {
+		_, err := teamboundary.Objects(tc.args)
+		assert.ErrorContains(t, err, tc.want)
 	}
 	// The admission policies bind by the policy label, which the namespaces stacks create at
 	// baseline carry too.
@@ -105,4 +115,52 @@ func TestTheSiteGivesEachTeamAWorkspaceAccount(t *testing.T) {
 	delegator := byName["ClusterRoleBinding "+teamboundary.AuthDelegatorBinding]
 	assert.Equal(t, "system:auth-delegator", delegator["roleRef"].(map[string]any)["name"])
 	assert.Equal(t, []any{account("team-a"), account("team-b")}, delegator["subjects"])
+}
+
+// A namespace the stack creates enforces baseline where the site's install is found, its workers
+// on the class the site's pod policy names (unless they name one); privileged where it is not.
+// Baseline asked for with no class to give the workers is refused at namespace.podSecurity before
+// anything is registered; the site's class on a pod that is not a worker, at that pod's key. A
+// namespace the stack uses gives its workers the class its annotation names.
+func TestTheStacksNamespaceFollowsTheSite(t *testing.T) {
+	site := fakeCluster{"validatingadmissionpolicies//" + config.SitePodPolicy: {"@" + config.WorkerRuntimeClassAnnotation: "nvidia-exempt"}}
+	for _, stack := range []string{"agg", "disagg"} {
+		r, err := runOn(t, site, stack, nil)
+		require.NoError(t, err)
+		labels := decode[map[string]string](t, r.one(t, "kubernetes:core/v1:Namespace"), "metadata", "labels")
+		assert.Equal(t, "baseline", labels["pod-security.kubernetes.io/enforce"], "%v", labels)
+		assert.Equal(t, "baseline", labels[config.PodPolicyLabel], "the site's policies bind it")
+		workers := graphSpec(t, r).Components[1:]
+		require.NotEmpty(t, workers)
+		for _, w := range workers {
+			require.NotNil(t, w.PodTemplate.Spec.RuntimeClassName, w.Name)
+			assert.Equal(t, "nvidia-exempt", *w.PodTemplate.Spec.RuntimeClassName, w.Name)
+		}
+		assert.Nil(t, graphSpec(t, r).Components[0].PodTemplate.Spec.RuntimeClassName, "the frontend takes no exempt class")
+	}
+
+	// The stack's own choice stands: privileged, or the workers' own class.
+	r, err := runOn(t, site, "agg", map[string]string{"minimax-m3:namespace": `{"name": "inference", "podSecurity": "privileged"}`})
+	require.NoError(t, err)
+	labels := decode[map[string]string](t, r.one(t, "kubernetes:core/v1:Namespace"), "metadata", "labels")
+	assert.Equal(t, "privileged", labels["pod-security.kubernetes.io/enforce"])
+	assert.NotContains(t, labels, config.PodPolicyLabel)
+	r, err = runOn(t, site, "agg", map[string]string{"minimax-m3:worker": `{"scheduling": {"runtimeClassName": "gpu"}}`})
+	require.NoError(t, err)
+	assert.Equal(t, "gpu", *graphSpec(t, r).Components[1].PodTemplate.Spec.RuntimeClassName)
+
+	// Baseline with no site to name the class, and no class of the workers' own: refused.
+	_, err = runOn(t, fakeCluster{}, "disagg", map[string]string{"minimax-m3:namespace": `{"name": "inference", "podSecurity": "baseline"}`})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "minimax-m3:namespace.podSecurity: baseline refuses the workers' capabilities (IPC_LOCK, SYS_PTRACE, SYS_RESOURCE) unless the API server exempts their RuntimeClass, and prefillWorker.scheduling.runtimeClassName is empty")
+	// The site's class on the frontend: refused at its key.
+	_, err = runOn(t, site, "agg", map[string]string{"minimax-m3:frontend": `{"scheduling": {"runtimeClassName": "nvidia-exempt"}}`})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), `minimax-m3:frontend.scheduling.runtimeClassName: "nvidia-exempt" is the GPU workers' RuntimeClass`)
+
+	// A team namespace the site handed out: its annotation names the class.
+	team := fakeCluster{"namespaces//team-a-prod": {"@" + config.WorkerRuntimeClassAnnotation: "nvidia-exempt"}}
+	r, err = runOn(t, team, "agg", map[string]string{"minimax-m3:namespace": `{"name": "team-a-prod", "create": false}`})
+	require.NoError(t, err)
+	assert.Equal(t, "nvidia-exempt", *graphSpec(t, r).Components[1].PodTemplate.Spec.RuntimeClassName)
 }

@@ -1,0 +1,94 @@
+package components
+
+import (
+	"fmt"
+
+	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"minimax-m3/config"
+)
+
+var (
+	validatingAdmissionPolicies = schema.GroupVersionResource{Group: "admissionregistration.k8s.io", Version: "v1", Resource: "validatingadmissionpolicies"}
+	namespacesResource          = schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}
+)
+
+// resolvePodSecurity decides, before anything is registered, the Pod Security level of a namespace
+// the stack creates (namespace.podSecurity) and the workers' RuntimeClass, from what the site
+// installed:
+//   - a namespace the stack creates: with no level set, baseline where the site's pod policy
+//     (config.SitePodPolicy) is found, privileged where it is not (or cannot be read, or no cluster
+//     is read); at baseline the workers take the class the policy's annotation names unless they
+//     name one, and a worker left with none is refused at namespace.podSecurity;
+//   - a namespace the stack uses (or adopted): the workers take the class its annotation
+//     (config.WorkerRuntimeClassAnnotation, on the site's team namespaces) names, unless they name
+//     one.
+//
+// The site's worker class on a pod that is not a worker is refused at its key: Pod Security
+// admission exempts that class, and only the workers may take it.
+func resolvePodSecurity(ctx *pulumi.Context, reader ObjectReader, c *config.Config, meta StackMeta) error {
+	var ps config.Problems
+	siteClass := ""
+	if reader != nil {
+		policy, found, err := reader.Read(ctx.Context(), validatingAdmissionPolicies, "", config.SitePodPolicy)
+		switch {
+		case err != nil && c.Namespace.Create && c.Namespace.PodSecurity == "":
+			_ = ctx.Log.Warn(fmt.Sprintf("cannot read the site's pod policy %s (%v): the namespace the stack creates enforces Pod Security privileged; "+
+				"set namespace.podSecurity to choose", config.SitePodPolicy, err), nil)
+		case found:
+			siteClass = policy.Annotations[config.WorkerRuntimeClassAnnotation]
+		}
+	}
+	created := c.Namespace.Create && !meta.Adopted("Namespace", c.Namespace.Name)
+	workersClass := ""
+	switch {
+	case created && c.Namespace.PodSecurity == "" && siteClass != "":
+		c.Namespace.PodSecurity = config.PodSecurityBaseline
+		workersClass = siteClass
+	case created && c.Namespace.PodSecurity == "":
+		c.Namespace.PodSecurity = config.PodSecurityPrivileged
+	case created && c.Namespace.PodSecurity == config.PodSecurityBaseline:
+		workersClass = siteClass
+	case !created && reader != nil:
+		ns, found, err := reader.Read(ctx.Context(), namespacesResource, "", c.Namespace.Name)
+		if err == nil && found {
+			workersClass = ns.Annotations[config.WorkerRuntimeClassAnnotation]
+		}
+	}
+	for _, r := range c.Workers() {
+		s := &r.Config.Scheduling
+		if s.RuntimeClassName == "" {
+			s.RuntimeClassName = workersClass
+		}
+		if created && c.Namespace.PodSecurity == config.PodSecurityBaseline && s.RuntimeClassName == "" {
+			ps.Add("namespace.podSecurity", "baseline refuses the workers' capabilities (%s) unless the API server exempts their RuntimeClass, and %s.scheduling.runtimeClassName is empty "+
+				"with no site install found to name it (%s): set it to the class the API server exempts, install the site (docs/security.md), "+
+				"or set namespace.podSecurity to privileged on a cluster that exempts none", capabilities(), r.Key, config.SitePodPolicy)
+		}
+	}
+	if siteClass != "" {
+		for key, s := range map[string]string{"frontend.scheduling.runtimeClassName": c.Frontend.Scheduling.RuntimeClassName,
+			"modelDownload.scheduling.runtimeClassName": c.ModelDownload.Scheduling.RuntimeClassName} {
+			if s == siteClass {
+				ps.Add(key, "%q is the GPU workers' RuntimeClass, which the API server exempts from Pod Security: no other pod may take it", s)
+			}
+		}
+	}
+	if len(ps) > 0 {
+		return ps
+	}
+	return nil
+}
+
+// capabilities are the workers' added capabilities, for messages.
+func capabilities() string {
+	out := ""
+	for i, c := range config.WorkerCapabilities {
+		if i > 0 {
+			out += ", "
+		}
+		out += string(c)
+	}
+	return out
+}
