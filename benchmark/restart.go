@@ -60,7 +60,7 @@ func (s *Sweep) RestartPods(ctx context.Context, beat func(string)) error {
 	watched := make(chan cluster.PodProblem, 64)
 	if s.Dynamic != nil {
 		go func() {
-			_ = cluster.NewFromClients(nil, s.Dynamic).WatchPodProblems(ctx, s.Namespace, s.Config.GraphName, func(p cluster.PodProblem) {
+			_ = cluster.NewFromClients(nil, s.Dynamic).WatchPodProblems(ctx, s.Namespace, s.Config.GraphName, s.Config.Readiness.ProgressDeadlineDuration(), func(p cluster.PodProblem) {
 				select {
 				case watched <- p:
 				default: // not read (the wait for the graph, after the pods): dropped, never blocking the watch

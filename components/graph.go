@@ -164,6 +164,7 @@ func NewGraph(ctx *pulumi.Context, name string, args *GraphArgs, opts ...pulumi.
 		g.Ready, g.ReadyGeneration = followGraph(ctx, args.Status, g, dgd, &graphWait{
 			namespace: c.Namespace.Name, name: c.GraphName, restartID: c.Restart.ID,
 			timeout: c.Readiness.Timeout, create: create, update: update, readyBefore: args.ReadyBefore,
+			progressDeadline: c.Readiness.ProgressDeadlineDuration(),
 		})
 	default:
 		// The provider waits (or nothing does): the graph's registration is its Ready.

@@ -25,7 +25,9 @@ type GraphStatusWatcher interface {
 	WatchGraphFailures(ctx context.Context, namespace, name string, after int64, report func(cluster.GraphFailure)) error
 	// WatchPodProblems calls report for each new problem of a pod of the graph, or of the node
 	// under it, with Kubernetes' reason, until ctx ends.
-	WatchPodProblems(ctx context.Context, namespace, graph string, report func(cluster.PodProblem)) error
+	// With a deadline, one terminal problem says when no pod came further for that long while
+	// problems persisted.
+	WatchPodProblems(ctx context.Context, namespace, graph string, deadline time.Duration, report func(cluster.PodProblem)) error
 	// WaitGraphReady returns once the graph is Ready for generation and restartID
 	// (cluster.ReadyFor), or with ctx's error; what it last saw of the graph is in seen.
 	WaitGraphReady(ctx context.Context, namespace, name string, generation int64, restartID string, seen *cluster.GraphSeen) error
@@ -43,6 +45,8 @@ type graphWait struct {
 	create, update time.Duration
 	// readyBefore is the generation an earlier up saw Ready (GraphArgs.ReadyBefore).
 	readyBefore int64
+	// progressDeadline is readiness.progressDeadline.
+	progressDeadline time.Duration
 }
 
 // followGraph waits for the graph in place of the provider (the graph carries
@@ -76,7 +80,7 @@ func followGraph(ctx *pulumi.Context, w GraphStatusWatcher, g *Graph, dgd *apiex
 	}()
 	seen := &problemLog{terminal: make(chan cluster.PodProblem, 1)}
 	go func() {
-		_ = w.WatchPodProblems(rctx, ns, name, func(p cluster.PodProblem) {
+		_ = w.WatchPodProblems(rctx, ns, name, wait.progressDeadline, func(p cluster.PodProblem) {
 			_ = ctx.Log.Warn(PodProblemMessage(ns, name, p, wait.timeout), &pulumi.LogArgs{Resource: g})
 			seen.add(p)
 		})

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -51,13 +52,36 @@ func eventTime(e *corev1.Event) time.Time {
 	return at
 }
 
-// eventProblem is the problem a kubelet's event on a pod says, if it is one of startEvents. The
-// node is the kubelet's (the event's source host).
+// eventProblem is the problem a kubelet's Warning event on a pod says, if it says one: one of
+// startEvents; a pull the registry refused or that failed (Failed: "Failed to pull image …", as
+// ErrImagePull, terminal when PullTerminal says so); a readiness or liveness probe failing
+// (Unhealthy). The node is the kubelet's (the event's source host).
 func eventProblem(e *corev1.Event) (PodProblem, bool) {
-	if e.InvolvedObject.Kind != "Pod" || e.Type != corev1.EventTypeWarning || !slices.Contains(startEvents, e.Reason) {
+	if e.InvolvedObject.Kind != "Pod" || e.Type != corev1.EventTypeWarning {
 		return PodProblem{}, false
 	}
-	return PodProblem{Pod: e.InvolvedObject.Name, Node: e.Source.Host, Reason: e.Reason, Message: e.Message}, true
+	p := PodProblem{Pod: e.InvolvedObject.Name, Node: e.Source.Host, Reason: e.Reason, Message: e.Message}
+	switch {
+	case slices.Contains(startEvents, e.Reason):
+	case probeFailure(e.Reason, e.Message):
+		p.Container = containerOf(e.InvolvedObject.FieldPath)
+	case e.Reason == "Failed" && strings.HasPrefix(e.Message, "Failed to pull image"):
+		p.Reason, p.Container = "ErrImagePull", containerOf(e.InvolvedObject.FieldPath)
+		p.Terminal = PullTerminal(p.Reason, p.Message)
+	default:
+		return PodProblem{}, false
+	}
+	return p, true
+}
+
+// containerOf is the container an event's field path names ("spec.containers{main}": main).
+func containerOf(fieldPath string) string {
+	_, rest, ok := strings.Cut(fieldPath, "{")
+	if !ok {
+		return ""
+	}
+	name, _, _ := strings.Cut(rest, "}")
+	return name
 }
 
 // imexState says what the ComputeDomains of the namespace say of a node whose pod's claims the

@@ -3,9 +3,10 @@ package rackbox
 import (
 	"context"
 	"fmt"
+	"sync"
 
+	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/funcr"
-
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -18,15 +19,23 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/builder"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 	"sigs.k8s.io/controller-runtime/pkg/config"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 )
 
+// quietControllerRuntime sets controller-runtime's process-wide logger once.
+var quietControllerRuntime sync.Once
+
 // startPlayers runs, until Stop, what the box plays in place of a storage system and of the GPU
 // trays' hardware: the provisioner of its storage class, and each tray's DRA kubelet plugin and
 // IMEX daemon (imex.go).
 func (b *Box) startPlayers() error {
+	// The managers' own logs go to logger below; what controller-runtime's process-wide logger
+	// would get (its informers' internals) is not the box's to show, and left unset it prints a
+	// stack trace that reads like a crash.
+	quietControllerRuntime.Do(func() { ctrllog.SetLogger(logr.Discard()) })
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
 		return err

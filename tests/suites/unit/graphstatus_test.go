@@ -104,7 +104,12 @@ func TestContainerProblems(t *testing.T) {
 	}{
 		{"pull back-off", corev1.ContainerStatus{State: waiting("ImagePullBackOff", pull)}, "ImagePullBackOff", false,
 			"pod g-worker-abc (component Worker) on node tray-03, container main: ImagePullBackOff: " + pull},
-		{"pull error", corev1.ContainerStatus{State: waiting("ErrImagePull", "manifest unknown")}, "ErrImagePull", false, "ErrImagePull: manifest unknown"},
+		// The registry's answer decides: a tag or repository that does not exist, or credentials
+		// refused, does not clear without a change; a registry that times out may.
+		{"a tag the registry does not have", corev1.ContainerStatus{State: waiting("ErrImagePull", `failed to pull and unpack image "nvcr.io/nvidia/x:9": failed to resolve reference "nvcr.io/nvidia/x:9": nvcr.io/nvidia/x:9: not found`)}, "ErrImagePull", true, "ErrImagePull: failed to pull"},
+		{"a manifest unknown", corev1.ContainerStatus{State: waiting("ErrImagePull", "reading manifest 9 in nvcr.io/nvidia/x: manifest unknown")}, "ErrImagePull", true, "manifest unknown"},
+		{"credentials refused", corev1.ContainerStatus{State: waiting("ErrImagePull", `failed to resolve reference "nvcr.io/nvidia/x:1": pull access denied, repository does not exist or may require authorization: server message: insufficient_scope: authorization failed`)}, "ErrImagePull", true, "pull access denied"},
+		{"a registry timing out", corev1.ContainerStatus{State: waiting("ErrImagePull", `failed to pull and unpack image "nvcr.io/nvidia/x:1": failed to resolve reference "nvcr.io/nvidia/x:1": failed to do request: Head "https://nvcr.io/v2/nvidia/x/manifests/1": dial tcp 10.0.0.9:443: i/o timeout`)}, "ErrImagePull", false, "i/o timeout"},
 		{"invalid image", corev1.ContainerStatus{State: waiting("InvalidImageName", "couldn't parse image name")}, "InvalidImageName", true, "InvalidImageName"},
 		{"missing Secret key", corev1.ContainerStatus{State: waiting("CreateContainerConfigError", `secret "hf-token-secret" not found`)}, "CreateContainerConfigError", false, `secret "hf-token-secret" not found`},
 		{"first crashes", corev1.ContainerStatus{RestartCount: 2, State: waiting("CrashLoopBackOff", "back-off 20s"), LastTerminationState: ended("Error", 1)}, "CrashLoopBackOff", false,
@@ -194,7 +199,7 @@ func (w *watchingCluster) WatchGraphFailures(ctx context.Context, _, _ string, _
 	return ctx.Err()
 }
 
-func (w *watchingCluster) WatchPodProblems(ctx context.Context, _, _ string, report func(cluster.PodProblem)) error {
+func (w *watchingCluster) WatchPodProblems(ctx context.Context, _, _ string, _ time.Duration, report func(cluster.PodProblem)) error {
 	for _, p := range w.problems {
 		report(p)
 	}

@@ -46,7 +46,7 @@ func TestWatchPodProblemsReportsEachOnceWhileItLasts(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	reports := make(chan cluster.PodProblem, 16)
 	done := make(chan error, 1)
-	go func() { done <- r.WatchPodProblems(ctx, "inference", "g", func(p cluster.PodProblem) { reports <- p }) }()
+	go func() { done <- r.WatchPodProblems(ctx, "inference", "g", 0, func(p cluster.PodProblem) { reports <- p }) }()
 	next := func(what string) cluster.PodProblem { return nextReport(t, reports, what) }
 	none := func(what string) { noReport(t, reports, what, 500*time.Millisecond) }
 	update := func(gvr schema.GroupVersionResource, ns string, obj *unstructured.Unstructured) {
@@ -127,7 +127,7 @@ func TestAnUnschedulablePodNamesTheTraysOutOfService(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	reports := make(chan cluster.PodProblem, 32)
-	go func() { _ = r.WatchPodProblems(ctx, "inference", "g", func(p cluster.PodProblem) { reports <- p }) }()
+	go func() { _ = r.WatchPodProblems(ctx, "inference", "g", 0, func(p cluster.PodProblem) { reports <- p }) }()
 	// until is the first report whose nodes are want (the pod and node watches start in either order).
 	until := func(want string) cluster.PodProblem {
 		deadline := time.After(20 * time.Second)
@@ -198,7 +198,7 @@ func TestAWorkerHeldForItsIMEXDaemonSaysWhatItWaitsFor(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	reports := make(chan cluster.PodProblem, 16)
-	go func() { _ = r.WatchPodProblems(ctx, "inference", "g", func(p cluster.PodProblem) { reports <- p }) }()
+	go func() { _ = r.WatchPodProblems(ctx, "inference", "g", 0, func(p cluster.PodProblem) { reports <- p }) }()
 	next := func(what string) cluster.PodProblem { return nextReport(t, reports, what) }
 	none := func(what string) { noReport(t, reports, what, time.Second) }
 	p := next("the held worker")

@@ -1,0 +1,351 @@
+package cluster
+
+import (
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	corev1helpers "k8s.io/component-helpers/scheduling/corev1"
+	"k8s.io/component-helpers/scheduling/corev1/nodeaffinity"
+	"k8s.io/klog/v2"
+)
+
+// outOfServiceTaints are the taints Kubernetes puts on a node out of service (cordoned, NotReady,
+// unreachable): the condition itself, not a reason the pod could never go there.
+var outOfServiceTaints = []string{corev1.TaintNodeUnschedulable, corev1.TaintNodeNotReady, corev1.TaintNodeUnreachable}
+
+// outOfServiceShown is how many out-of-service nodes an unschedulable pod's account names.
+const outOfServiceShown = 5
+
+// shownBlockers is how many of the problems that persist a progress deadline's problem names.
+const shownBlockers = 3
+
+// problemKey is a problem as reported once: a problem is reported again only when one of these
+// changes.
+type problemKey struct {
+	pod, container, node, reason, outOfService string
+	terminal                                   bool
+}
+
+func keyOf(p PodProblem) problemKey {
+	return problemKey{p.Pod, p.Container, p.Node, p.Reason, p.OutOfService, p.Terminal}
+}
+
+// podTracker is the state of a graph's pods, the nodes under them and the kubelet's events on them,
+// as the watches report it (WatchPodProblems feeds it, under one lock): each method takes what a
+// watch saw and returns the problems to report now, with no I/O. A problem is returned once while
+// it lasts, and again when it changes or comes back after it cleared.
+type podTracker struct {
+	// deadline is the progress deadline (0: none); start when the watch started, lastProgress the
+	// last time a pod of the graph came further (created, scheduled, started, Ready, or deleted).
+	deadline            time.Duration
+	start, lastProgress time.Time
+	expired             bool
+
+	existing map[string]bool              // the pods there at the start
+	seen     map[problemKey]PodProblem    // the problems reported that still hold
+	podsOn   map[string]map[string]string // node → pod → component
+	nodeOf   map[string]string            // pod → node
+	bad      map[string]*corev1.Node      // node → the node, while it is out of service
+	waiting  map[string]*corev1.Pod       // unschedulable pods
+	pods     map[string]*corev1.Pod       // every pod of the graph, as last seen
+	stage    map[types.UID]int            // pod → the furthest stage it reached (podStage)
+	latest   map[types.UID]startEvent     // pod → the kubelet's newest event on it
+	told     map[types.UID]map[string]bool
+}
+
+func newPodTracker(deadline time.Duration, now time.Time) *podTracker {
+	return &podTracker{deadline: deadline, start: now, lastProgress: now,
+		existing: map[string]bool{}, seen: map[problemKey]PodProblem{}, podsOn: map[string]map[string]string{}, nodeOf: map[string]string{},
+		bad: map[string]*corev1.Node{}, waiting: map[string]*corev1.Pod{}, pods: map[string]*corev1.Pod{}, stage: map[types.UID]int{},
+		latest: map[types.UID]startEvent{}, told: map[types.UID]map[string]bool{}}
+}
+
+// listedNodes takes the nodes' first listing.
+func (t *podTracker) listedNodes(nodes []corev1.Node) {
+	for i := range nodes {
+		if _, _, isBad := NodeProblemOf(&nodes[i]); isBad {
+			t.bad[nodes[i].Name] = &nodes[i]
+		}
+	}
+}
+
+// listedPods takes the pods' first listing: the pods there at the start, which the change `up`
+// makes may replace.
+func (t *podTracker) listedPods(pods []corev1.Pod) {
+	for i := range pods {
+		t.existing[pods[i].Name] = true
+		t.stage[pods[i].UID] = podStage(&pods[i])
+	}
+}
+
+// node takes a node's change.
+func (t *podTracker) node(n *corev1.Node, deleted bool) []PodProblem {
+	if _, _, isBad := NodeProblemOf(n); isBad && !deleted {
+		t.bad[n.Name] = n
+	} else {
+		delete(t.bad, n.Name)
+	}
+	out := t.nodeProblems(n.Name)
+	// An unschedulable pod's account names the nodes out of service it could use.
+	for _, name := range slices.Sorted(maps.Keys(t.waiting)) {
+		out = append(out, t.podProblems(name, t.problemsOf(t.waiting[name]))...)
+	}
+	return out
+}
+
+// pod takes a pod's change, at now.
+func (t *podTracker) pod(p *corev1.Pod, deleted bool, now time.Time) []PodProblem {
+	if old := t.nodeOf[p.Name]; old != "" {
+		delete(t.podsOn[old], p.Name)
+	}
+	delete(t.nodeOf, p.Name)
+	delete(t.waiting, p.Name)
+	if deleted || p.DeletionTimestamp != nil {
+		if _, known := t.pods[p.Name]; known && deleted {
+			t.lastProgress = now // the rollout took an old pod away
+		}
+		delete(t.pods, p.Name)
+		delete(t.latest, p.UID)
+		delete(t.told, p.UID)
+		return t.podProblems(p.Name, nil)
+	}
+	t.pods[p.Name] = p
+	if stage, known := t.stage[p.UID]; !known || podStage(p) > stage {
+		t.stage[p.UID] = max(stage, podStage(p))
+		t.lastProgress = now
+	}
+	var out []PodProblem
+	if e, ok := t.latest[p.UID]; ok && !eventApplies(e.problem, p) {
+		delete(t.latest, p.UID) // the pod moved on: its newest event is history
+		delete(t.told, p.UID)
+	}
+	out = append(out, t.tellEvent(p)...)
+	ps := t.problemsOf(p)
+	if len(ps) == 1 && ps[0].Reason == corev1.PodReasonUnschedulable {
+		t.waiting[p.Name] = p
+	}
+	out = append(out, t.podProblems(p.Name, ps)...)
+	if p.Spec.NodeName != "" {
+		t.nodeOf[p.Name] = p.Spec.NodeName
+		if t.podsOn[p.Spec.NodeName] == nil {
+			t.podsOn[p.Spec.NodeName] = map[string]string{}
+		}
+		t.podsOn[p.Spec.NodeName][p.Name] = p.Labels[ComponentLabel]
+		out = append(out, t.nodeProblems(p.Spec.NodeName)...)
+	}
+	return out
+}
+
+// event takes the kubelet's event on a pod (its problem, eventProblem, and when it happened): kept
+// per pod, the newest, whether or not the pod is known yet (the events may be listed before the
+// pods), and reported while it applies to the pod.
+func (t *podTracker) event(uid types.UID, p PodProblem, at time.Time) []PodProblem {
+	if cur, known := t.latest[uid]; known && cur.at.After(at) {
+		return nil // an older event, replayed by a relist
+	}
+	if len(t.latest) >= maxStartEvents {
+		for k := range t.latest { // most are other graphs' pods, or gone
+			delete(t.latest, k)
+			break
+		}
+	}
+	t.latest[uid] = startEvent{p, at}
+	if pod := t.pods[p.Pod]; pod != nil && pod.UID == uid {
+		return t.tellEvent(pod)
+	}
+	return nil
+}
+
+// eventApplies reports whether an event's problem is the pod's now: a start event while it is
+// placed and not running, a probe's failure while it runs and is not Ready.
+func eventApplies(p PodProblem, pod *corev1.Pod) bool {
+	if p.Reason == "Unhealthy" {
+		return pod.Status.Phase == corev1.PodRunning && !podReady(pod)
+	}
+	return pod.Spec.NodeName != "" && pod.Status.Phase == corev1.PodPending
+}
+
+// tellEvent reports the kubelet's newest event on a pod, once per reason and message while it
+// applies (a kubelet repeats its event at each retry, and may alternate two messages of one
+// failure).
+func (t *podTracker) tellEvent(pod *corev1.Pod) []PodProblem {
+	e, ok := t.latest[pod.UID]
+	if !ok || !eventApplies(e.problem, pod) {
+		return nil
+	}
+	k := e.problem.Reason + "\x00" + e.problem.Message
+	if t.told[pod.UID][k] {
+		return nil
+	}
+	if t.told[pod.UID] == nil {
+		t.told[pod.UID] = map[string]bool{}
+	}
+	t.told[pod.UID][k] = true
+	p := e.problem
+	p.Pod, p.Component, p.Node, p.Existing = pod.Name, pod.Labels[ComponentLabel], pod.Spec.NodeName, t.existing[pod.Name]
+	return []PodProblem{p}
+}
+
+// expire is the progress deadline's problem, once: no pod of the graph came further for the
+// deadline while problems persisted (those are named, with what to do). Nothing while any pod
+// comes further, while nothing is wrong (an engine loading for hours is not stuck), or with no
+// deadline.
+func (t *podTracker) expire(now time.Time) []PodProblem {
+	if t.deadline <= 0 || t.expired || now.Sub(t.lastProgress) < t.deadline {
+		return nil
+	}
+	blockers := t.blockers()
+	if len(blockers) == 0 {
+		return nil
+	}
+	t.expired = true
+	var lines []string
+	for _, b := range blockers[:min(len(blockers), shownBlockers)] {
+		lines = append(lines, b.String()+" ("+remedy(b.Reason)+")")
+	}
+	if len(blockers) > shownBlockers {
+		lines = append(lines, fmt.Sprintf("and %d more", len(blockers)-shownBlockers))
+	}
+	first := blockers[0]
+	return []PodProblem{{Pod: first.Pod, Component: first.Component, Node: first.Node, Container: first.Container,
+		Reason: "ProgressDeadlineExceeded", Terminal: true,
+		Message: fmt.Sprintf("no pod of the graph came further (created, scheduled, started, Ready) for %s (readiness.progressDeadline) while: %s",
+			t.deadline, strings.Join(lines, "; "))}}
+}
+
+// blockers are the problems that hold now: the pods' and their nodes' (seen), and the kubelet's
+// newest event on each pod where it still applies; by pod.
+func (t *podTracker) blockers() []PodProblem {
+	var out []PodProblem
+	for _, p := range t.seen {
+		if p.Pod != "" {
+			out = append(out, p)
+		}
+	}
+	for _, name := range slices.Sorted(maps.Keys(t.pods)) {
+		pod := t.pods[name]
+		if e, ok := t.latest[pod.UID]; ok && eventApplies(e.problem, pod) {
+			p := e.problem
+			p.Pod, p.Component, p.Node = pod.Name, pod.Labels[ComponentLabel], pod.Spec.NodeName
+			out = append(out, p)
+		}
+	}
+	slices.SortFunc(out, func(a, b PodProblem) int { return strings.Compare(a.String(), b.String()) })
+	return out
+}
+
+// remedy is what to do about a blocker, by its reason.
+func remedy(reason string) string {
+	switch reason {
+	case "ErrImagePull", "ImagePullBackOff":
+		return "check that the nodes reach the registry and that the image exists: image, imagePullSecrets"
+	case "FailedPrepareDynamicResources":
+		return "the tray's IMEX daemon: kubectl -n nvidia-dra-driver-gpu get pods -o wide, and the ComputeDomain's status"
+	case "Unhealthy":
+		return "the container's log: kubectl logs; its probe: <role>.probes"
+	case corev1.PodReasonUnschedulable:
+		return "free room, or move the graph: placement.clique"
+	case "NodeNotReady", "NodeCordoned":
+		return "the node's state: kubectl describe node"
+	case "FailedMount", "FailedAttachVolume":
+		return "the volume: modelCache"
+	}
+	return "docs/day-two.md#troubleshooting"
+}
+
+// problemsOf are a pod's problems, an unschedulable one's with the nodes out of service it could
+// use.
+func (t *podTracker) problemsOf(pod *corev1.Pod) []PodProblem {
+	ps := ProblemsOf(pod)
+	for i := range ps {
+		if ps[i].Reason == corev1.PodReasonUnschedulable {
+			ps[i].OutOfService = t.outOfService(pod)
+		}
+	}
+	return ps
+}
+
+// outOfService names the bad nodes an unschedulable pod could run on: its node selector and
+// required affinity match them, and it tolerates their taints (but those that say the node is out
+// of service). Another team's cordoned nodes, which the pod could never use, are not its account; at
+// most outOfServiceShown are named.
+func (t *podTracker) outOfService(pod *corev1.Pod) string {
+	var out []string
+	affinity := nodeaffinity.GetRequiredNodeAffinity(pod)
+	for _, name := range slices.Sorted(maps.Keys(t.bad)) {
+		n := t.bad[name]
+		if ok, err := affinity.Match(n); err != nil || !ok {
+			continue
+		}
+		if _, untolerated := corev1helpers.FindMatchingUntoleratedTaint(klog.Background(), n.Spec.Taints, pod.Spec.Tolerations, func(tt *corev1.Taint) bool {
+			return (tt.Effect == corev1.TaintEffectNoSchedule || tt.Effect == corev1.TaintEffectNoExecute) && !slices.Contains(outOfServiceTaints, tt.Key)
+		}, false); untolerated {
+			continue
+		}
+		reason, _, _ := NodeProblemOf(n)
+		out = append(out, fmt.Sprintf("%s (%s)", name, reason))
+	}
+	if len(out) > outOfServiceShown {
+		out = append(out[:outOfServiceShown], fmt.Sprintf("and %d more", len(out)-outOfServiceShown))
+	}
+	return strings.Join(out, ", ")
+}
+
+// podProblems returns a pod's current problems not yet reported, and forgets those it no longer has.
+func (t *podTracker) podProblems(pod string, now []PodProblem) []PodProblem {
+	var out []PodProblem
+	current := map[problemKey]bool{}
+	for _, p := range now {
+		p.Existing = t.existing[p.Pod]
+		k := keyOf(p)
+		current[k] = true
+		if !t.reported(k) {
+			t.seen[k] = p
+			out = append(out, p)
+		}
+	}
+	gone := now == nil // the pod is deleted: its node's problems go with it
+	for k := range t.seen {
+		if k.pod == pod && !current[k] && (gone || !strings.HasPrefix(k.reason, "Node")) {
+			delete(t.seen, k)
+		}
+	}
+	return out
+}
+
+// nodeProblems returns the problem of a bad node for each pod on it not yet told, and forgets a
+// node's problems that cleared or changed (reported again if they come back).
+func (t *podTracker) nodeProblems(node string) []PodProblem {
+	n, isBad := t.bad[node]
+	reason, message := "", ""
+	if isBad {
+		reason, message, _ = NodeProblemOf(n)
+	}
+	for k := range t.seen {
+		if k.node == node && strings.HasPrefix(k.reason, "Node") && (!isBad || k.reason != reason) {
+			delete(t.seen, k)
+		}
+	}
+	if !isBad {
+		return nil
+	}
+	var out []PodProblem
+	for _, pod := range slices.Sorted(maps.Keys(t.podsOn[node])) {
+		p := PodProblem{Pod: pod, Component: t.podsOn[node][pod], Node: node, Reason: reason, Message: message, Existing: t.existing[pod]}
+		if k := keyOf(p); !t.reported(k) {
+			t.seen[k] = p
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func (t *podTracker) reported(k problemKey) bool {
+	_, ok := t.seen[k]
+	return ok
+}

@@ -1,0 +1,187 @@
+package cluster
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// A recorded sequence of what the watches see of one pod, as a kubelet and the scheduler write it;
+// the tracker is fed it step by step at the times given.
+
+var t0 = time.Date(2026, 12, 7, 6, 0, 0, 0, time.UTC)
+
+func pendingPod(name, component string) *corev1.Pod {
+	return &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "inference", Name: name, UID: types.UID("uid-" + name), Labels: map[string]string{ComponentLabel: component}},
+		Status: corev1.PodStatus{Phase: corev1.PodPending}}
+}
+
+func scheduled(p *corev1.Pod, node string) *corev1.Pod {
+	q := p.DeepCopy()
+	q.Spec.NodeName = node
+	return q
+}
+
+func withContainer(p *corev1.Pod, phase corev1.PodPhase, s corev1.ContainerStatus, ready bool) *corev1.Pod {
+	q := p.DeepCopy()
+	q.Status.Phase = phase
+	s.Name = "main"
+	q.Status.ContainerStatuses = []corev1.ContainerStatus{s}
+	status := corev1.ConditionFalse
+	if ready {
+		status = corev1.ConditionTrue
+	}
+	q.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: status}}
+	return q
+}
+
+func waitingFor(reason, message string) corev1.ContainerStatus {
+	return corev1.ContainerStatus{State: corev1.ContainerState{Waiting: &corev1.ContainerStateWaiting{Reason: reason, Message: message}}}
+}
+
+var runningNow = corev1.ContainerStatus{Started: new(bool), State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}
+
+func reasons(ps []PodProblem) []string {
+	var out []string
+	for _, p := range ps {
+		out = append(out, p.Reason)
+	}
+	return out
+}
+
+// A registry that times out is not terminal: the problem shows, and once no pod came further for
+// the deadline while it persisted, one terminal problem names it, the node and what to do: once.
+func TestTheProgressDeadlineNamesWhatPersisted(t *testing.T) {
+	tr := newPodTracker(10*time.Minute, t0)
+	p := pendingPod("g-frontend-a", "Frontend")
+	assert.Empty(t, tr.pod(p, false, t0))
+	p = scheduled(p, "cpu-01")
+	assert.Empty(t, tr.pod(p, false, t0.Add(time.Second)))
+	timeout := `failed to pull and unpack image "nvcr.io/nvidia/x:1": dial tcp 10.0.0.9:443: i/o timeout`
+	p = withContainer(p, corev1.PodPending, waitingFor("ErrImagePull", timeout), false)
+	got := tr.pod(p, false, t0.Add(5*time.Second))
+	require.Equal(t, []string{"ErrImagePull"}, reasons(got))
+	assert.False(t, got[0].Terminal, "a registry that times out may answer")
+	// The kubelet backs off and retries: the same failure, no progress.
+	p = withContainer(p, corev1.PodPending, waitingFor("ImagePullBackOff", `Back-off pulling image "nvcr.io/nvidia/x:1"`), false)
+	assert.Equal(t, []string{"ImagePullBackOff"}, reasons(tr.pod(p, false, t0.Add(time.Minute))))
+
+	assert.Empty(t, tr.expire(t0.Add(9*time.Minute)), "before the deadline")
+	got = tr.expire(t0.Add(10*time.Minute + 2*time.Second))
+	require.Len(t, got, 1)
+	assert.Equal(t, "ProgressDeadlineExceeded", got[0].Reason)
+	assert.True(t, got[0].Terminal)
+	assert.Equal(t, "g-frontend-a", got[0].Pod)
+	assert.Contains(t, got[0].Message, "for 10m0s (readiness.progressDeadline) while: pod g-frontend-a (component Frontend) on node cpu-01, container main: ImagePullBackOff")
+	assert.Contains(t, got[0].Message, "check that the nodes reach the registry and that the image exists")
+	assert.Empty(t, tr.expire(t0.Add(20*time.Minute)), "once")
+}
+
+// An engine loading for hours with nothing wrong is not stuck; a pod coming further moves the
+// deadline; a crash loop's restarts are no progress.
+func TestProgressIsAPodComingFurther(t *testing.T) {
+	tr := newPodTracker(10*time.Minute, t0)
+	w := scheduled(pendingPod("g-worker-a", "Worker"), "tray-01")
+	tr.pod(w, false, t0)
+	w = withContainer(w, corev1.PodRunning, runningNow, false)
+	tr.pod(w, false, t0.Add(time.Minute))
+	assert.Empty(t, tr.expire(t0.Add(3*time.Hour)), "running, not Ready, nothing wrong: loading")
+
+	tr = newPodTracker(10*time.Minute, t0)
+	crash := func(restarts int32) corev1.ContainerStatus {
+		s := waitingFor("CrashLoopBackOff", "back-off")
+		s.RestartCount = restarts
+		return s
+	}
+	w = scheduled(pendingPod("g-worker-b", "Worker"), "tray-02")
+	tr.pod(withContainer(w, corev1.PodRunning, runningNow, false), false, t0)
+	tr.pod(withContainer(w, corev1.PodRunning, crash(1), false), false, t0.Add(time.Minute))
+	tr.pod(withContainer(w, corev1.PodRunning, runningNow, false), false, t0.Add(2*time.Minute))
+	tr.pod(withContainer(w, corev1.PodRunning, crash(2), false), false, t0.Add(3*time.Minute))
+	got := tr.expire(t0.Add(10*time.Minute + time.Second))
+	require.Len(t, got, 1, "restarting is not coming further")
+	assert.Contains(t, got[0].Message, "CrashLoopBackOff")
+
+	tr = newPodTracker(10*time.Minute, t0)
+	tr.pod(withContainer(w, corev1.PodPending, waitingFor("ImagePullBackOff", "Back-off pulling image"), false), false, t0)
+	tr.pod(withContainer(scheduled(pendingPod("g-worker-c", "Worker"), "tray-03"), corev1.PodRunning, runningNow, true), false, t0.Add(8*time.Minute))
+	assert.Empty(t, tr.expire(t0.Add(12*time.Minute)), "another pod became Ready at 8m: the deadline runs from there")
+	assert.NotEmpty(t, tr.expire(t0.Add(18*time.Minute+time.Second)))
+}
+
+// The registry's answer that the tag does not exist is terminal at once, from the container's
+// status or from the kubelet's Failed event.
+func TestAMissingTagIsTerminal(t *testing.T) {
+	tr := newPodTracker(10*time.Minute, t0)
+	p := scheduled(pendingPod("g-worker-a", "Worker"), "tray-01")
+	notFound := `failed to pull and unpack image "nvcr.io/nvidia/x:no-such-tag": failed to resolve reference "nvcr.io/nvidia/x:no-such-tag": nvcr.io/nvidia/x:no-such-tag: not found`
+	got := tr.pod(withContainer(p, corev1.PodPending, waitingFor("ErrImagePull", notFound), false), false, t0)
+	require.Len(t, got, 1)
+	assert.True(t, got[0].Terminal)
+
+	tr = newPodTracker(10*time.Minute, t0)
+	q := scheduled(pendingPod("g-worker-b", "Worker"), "tray-02")
+	tr.pod(q, false, t0)
+	ev := &corev1.Event{Type: corev1.EventTypeWarning, Reason: "Failed", Message: `Failed to pull image "nvcr.io/nvidia/x:no-such-tag": ` + notFound,
+		InvolvedObject: corev1.ObjectReference{Kind: "Pod", Name: q.Name, UID: q.UID, FieldPath: "spec.containers{main}"}, Source: corev1.EventSource{Host: "tray-02"}}
+	problem, ok := eventProblem(ev)
+	require.True(t, ok)
+	got = tr.event(q.UID, problem, t0.Add(time.Second))
+	require.Len(t, got, 1)
+	assert.Equal(t, "ErrImagePull", got[0].Reason)
+	assert.Equal(t, "main", got[0].Container)
+	assert.True(t, got[0].Terminal)
+}
+
+// A container that runs and is never Ready names its failing probe from the kubelet's Unhealthy
+// event, once per message; a startup probe failing (an engine loading) is no problem.
+func TestAFailingReadinessProbeIsNamed(t *testing.T) {
+	tr := newPodTracker(10*time.Minute, t0)
+	fe := withContainer(scheduled(pendingPod("g-frontend-a", "Frontend"), "cpu-01"), corev1.PodRunning, runningNow, false)
+	tr.pod(fe, false, t0)
+	unhealthy := func(msg string) (PodProblem, bool) {
+		return eventProblem(&corev1.Event{Type: corev1.EventTypeWarning, Reason: "Unhealthy", Message: msg,
+			InvolvedObject: corev1.ObjectReference{Kind: "Pod", Name: fe.Name, UID: fe.UID, FieldPath: "spec.containers{main}"}, Source: corev1.EventSource{Host: "cpu-01"}})
+	}
+	_, ok := unhealthy("Startup probe failed: HTTP probe failed with statuscode: 503")
+	assert.False(t, ok, "a startup probe failing is what loading looks like")
+	p, ok := unhealthy("Readiness probe failed: HTTP probe failed with statuscode: 503")
+	require.True(t, ok)
+	got := tr.event(fe.UID, p, t0.Add(10*time.Second))
+	require.Len(t, got, 1)
+	assert.Equal(t, "pod g-frontend-a (component Frontend) on node cpu-01, container main: Unhealthy: Readiness probe failed: HTTP probe failed with statuscode: 503", got[0].String())
+	assert.Empty(t, tr.event(fe.UID, p, t0.Add(20*time.Second)), "the kubelet repeats it: once")
+	got = tr.expire(t0.Add(10*time.Minute + time.Second))
+	require.Len(t, got, 1)
+	assert.Contains(t, got[0].Message, "Readiness probe failed")
+	assert.Contains(t, got[0].Message, "kubectl logs")
+	// Ready after all: the event no longer applies.
+	tr = newPodTracker(10*time.Minute, t0)
+	tr.pod(fe, false, t0)
+	tr.event(fe.UID, p, t0.Add(10*time.Second))
+	tr.pod(withContainer(fe, corev1.PodRunning, runningNow, true), false, t0.Add(time.Minute))
+	assert.Empty(t, tr.blockers())
+}
+
+// A worker held for its tray's IMEX daemon: the kubelet's event says what it waits for; at the
+// deadline it is named with where to look.
+func TestAWorkerHeldForItsIMEXDaemonEndsAtTheDeadline(t *testing.T) {
+	tr := newPodTracker(10*time.Minute, t0)
+	w := withContainer(scheduled(pendingPod("g-worker-a", "Worker"), "tray-07"), corev1.PodPending, corev1.ContainerStatus{}, false)
+	w.Status.ContainerStatuses = nil
+	tr.pod(w, false, t0)
+	msg := "Failed to prepare dynamic resources: NodePrepareResources: DeadlineExceeded (the IMEX daemon on node tray-07 is NotReady in ComputeDomain g-cd: the worker's channel waits for it)"
+	got := tr.event(w.UID, PodProblem{Pod: w.Name, Node: "tray-07", Reason: "FailedPrepareDynamicResources", Message: msg}, t0.Add(time.Second))
+	require.Len(t, got, 1)
+	got = tr.expire(t0.Add(10*time.Minute + time.Second))
+	require.Len(t, got, 1)
+	assert.True(t, strings.Contains(got[0].Message, "IMEX daemon on node tray-07 is NotReady in ComputeDomain g-cd"), got[0].Message)
+	assert.Contains(t, got[0].Message, "kubectl -n nvidia-dra-driver-gpu get pods -o wide")
+	assert.Equal(t, "tray-07", got[0].Node)
+}
