@@ -46,7 +46,9 @@ func TestWatchPodProblemsReportsEachOnceWhileItLasts(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	reports := make(chan cluster.PodProblem, 16)
 	done := make(chan error, 1)
-	go func() { done <- r.WatchPodProblems(ctx, "inference", "g", 0, func(p cluster.PodProblem) { reports <- p }) }()
+	go func() {
+		done <- r.WatchPodProblems(ctx, "inference", "g", 0, func(p cluster.PodProblem) { reports <- p })
+	}()
 	next := func(what string) cluster.PodProblem { return nextReport(t, reports, what) }
 	none := func(what string) { noReport(t, reports, what, 500*time.Millisecond) }
 	update := func(gvr schema.GroupVersionResource, ns string, obj *unstructured.Unstructured) {
