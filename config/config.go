@@ -118,9 +118,6 @@ func Validate(c *Config) Problems {
 	c.Placement.validate(v, "placement")
 	v.duration("readiness.timeout", c.Readiness.Timeout)
 	v.duration("readiness.progressDeadline", c.Readiness.ProgressDeadline)
-	if d, t := c.Readiness.ProgressDeadlineDuration(), c.Readiness.TimeoutDuration(); d > 0 && t > 0 && d > t {
-		v.add("readiness.progressDeadline", "%s is longer than readiness.timeout, %s: the wait would end at the timeout first; shorten it, or lengthen readiness.timeout", c.Readiness.ProgressDeadline, c.Readiness.Timeout)
-	}
 	v.duration("readiness.deleteTimeout", c.Readiness.DeleteTimeout)
 	c.Restart.validate(v, "restart", c)
 	c.SmokeTest.validate(v, "smokeTest", c)
@@ -276,7 +273,8 @@ type ReadinessConfig struct {
 	// further (created, scheduled, every container started, Ready) for that long while a problem
 	// of its pods persists (an image the registry times out on, an IMEX daemon never Ready, a probe
 	// that never passes), naming the problem, like a Deployment's progressDeadlineSeconds. An engine
-	// loading for hours with nothing wrong is not stuck. At most readiness.timeout.
+	// loading for hours with nothing wrong is not stuck. One at or past readiness.timeout never
+	// ends the wait first.
 	ProgressDeadline string `json:"progressDeadline"`
 	// DeleteTimeout bounds how long `destroy` (or a replacement) waits for the graph to be gone:
 	// the Dynamo operator must release its finalizer, and its components must be deleted first.
@@ -286,12 +284,6 @@ type ReadinessConfig struct {
 // ProgressDeadlineDuration is readiness.progressDeadline, 0 when it is not a duration.
 func (r ReadinessConfig) ProgressDeadlineDuration() time.Duration {
 	d, _ := time.ParseDuration(r.ProgressDeadline)
-	return d
-}
-
-// TimeoutDuration is readiness.timeout, 0 when it is not a duration.
-func (r ReadinessConfig) TimeoutDuration() time.Duration {
-	d, _ := time.ParseDuration(r.Timeout)
 	return d
 }
 

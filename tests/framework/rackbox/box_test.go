@@ -441,7 +441,8 @@ func TestBox(t *testing.T) {
 	// NotReady.
 	t.Run("troubled pods reach the state a kubelet writes, and a node made NotReady stays so", func(t *testing.T) {
 		node := rack.NodeNames()[1]
-		for _, trouble := range []string{rackbox.TroubleImagePull, rackbox.TroubleCrashLoop, rackbox.TroubleOOMKilled, rackbox.TroubleNeverReady} {
+		for _, trouble := range []string{rackbox.TroubleImagePull, rackbox.TroubleCrashLoop, rackbox.TroubleOOMKilled, rackbox.TroubleNeverReady,
+			rackbox.TroubleImageNotFound, rackbox.TroubleRegistryTimeout} {
 			pod := &corev1.Pod{
 				ObjectMeta: metav1.ObjectMeta{Namespace: "box", Name: "trouble-" + trouble, Annotations: map[string]string{rackbox.TroubleAnnotation: trouble}},
 				Spec:       corev1.PodSpec{NodeName: node, Containers: []corev1.Container{{Name: "main", Image: "nvcr.io/nvidia/ai-dynamo/vllm-runtime:9.9.9"}}},
@@ -476,6 +477,25 @@ func TestBox(t *testing.T) {
 				assert.Equal(t, corev1.PodRunning, pod.Status.Phase)
 				require.NotNil(t, st.State.Running)
 				assert.True(t, *st.Started)
+				// The kubelet's word on why: its Unhealthy event on the pod.
+				require.NoError(t, poll.Until(ctx, time.Minute, 200*time.Millisecond, "the Unhealthy event", func(ctx context.Context) (bool, error) {
+					var evs corev1.EventList
+					if err := c.List(ctx, &evs, client.InNamespace("box")); err != nil {
+						return false, err
+					}
+					for _, e := range evs.Items {
+						if e.InvolvedObject.Name == pod.Name && e.Reason == "Unhealthy" && e.Type == corev1.EventTypeWarning {
+							return strings.HasPrefix(e.Message, "Readiness probe failed"), nil
+						}
+					}
+					return false, nil
+				}))
+			case rackbox.TroubleImageNotFound, rackbox.TroubleRegistryTimeout:
+				assert.Equal(t, corev1.PodPending, pod.Status.Phase)
+				require.NotNil(t, st.State.Waiting)
+				assert.Equal(t, "ErrImagePull", st.State.Waiting.Reason)
+				want := map[string]string{rackbox.TroubleImageNotFound: "vllm-runtime:9.9.9: not found", rackbox.TroubleRegistryTimeout: "dial tcp 10.0.0.9:443: i/o timeout"}[trouble]
+				assert.True(t, strings.HasSuffix(st.State.Waiting.Message, want), st.State.Waiting.Message)
 			}
 		}
 

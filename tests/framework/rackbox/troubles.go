@@ -21,7 +21,15 @@ import (
 //     CrashLoopBackOff after 3 restarts, the last run ended Error with exit code 1.
 //   - TroubleOOMKilled: the engine outgrows its memory limit. Running, its containers waiting in
 //     CrashLoopBackOff after 1 restart, the last run ended OOMKilled with exit code 137.
-//   - TroubleNeverReady: the engine runs and has started, but its readiness probe never passes.
+//   - TroubleNeverReady: the engine runs and has started, but its readiness probe never passes:
+//     the kubelet's Warning event Unhealthy says `Readiness probe failed: HTTP probe failed with
+//     statuscode: 503`.
+//   - TroubleImageNotFound: the registry answers that the image's tag does not exist. The pod
+//     stays Pending, its containers waiting in ErrImagePull with containerd's message `failed to
+//     pull and unpack image "<image>": failed to resolve reference "<image>": <image>: not found`.
+//   - TroubleRegistryTimeout: the registry does not answer. The pod stays Pending, its containers
+//     waiting in ErrImagePull with containerd's message ending `dial tcp 10.0.0.9:443: i/o
+//     timeout`.
 //
 // A real kubelet goes on retrying (the restart count grows, the back-off doubles); the box writes
 // the state the kubelet has reached by the time a user would look, and leaves it.
@@ -30,8 +38,10 @@ const (
 	TroubleImagePull   = "image-pull-backoff"
 	TroubleCrashLoop   = "crash-loop"
 	TroubleOOMKilled   = "oom-killed"
-	TroubleNeverReady  = "never-ready"
-	troubleNodeUnready = "not-ready"
+	TroubleNeverReady      = "never-ready"
+	TroubleImageNotFound   = "image-not-found"
+	TroubleRegistryTimeout = "registry-timeout"
+	troubleNodeUnready     = "not-ready"
 )
 
 // troubleStages are the kwok stages of the troubles above.
@@ -52,8 +62,26 @@ var troubleStages = strings.Join([]string{
         started: true
         state:
           running:
-            startedAt: {{ $now | Quote }}`),
+            startedAt: {{ $now | Quote }}`) + `    event:
+      type: Warning
+      reason: Unhealthy
+      message: "Readiness probe failed: HTTP probe failed with statuscode: 503"
+`,
+	trouble(TroubleImageNotFound, "Pending", pullFailure(`{{ printf "failed to pull and unpack image %q: failed to resolve reference %q: %s: not found" .image .image .image | Quote }}`)),
+	trouble(TroubleRegistryTimeout, "Pending", pullFailure(`{{ printf "failed to pull and unpack image %q: failed to resolve reference %q: failed to do request: Head %q: dial tcp 10.0.0.9:443: i/o timeout" .image .image "https://registry/v2/" | Quote }}`)),
 }, "")
+
+// pullFailure is a container waiting in ErrImagePull with the kubelet's message (a template).
+func pullFailure(message string) string {
+	return `
+        ready: false
+        restartCount: 0
+        started: false
+        state:
+          waiting:
+            reason: ErrImagePull
+            message: ` + message
+}
 
 // crashed is a container waiting in CrashLoopBackOff after restarts, its last run ended as said.
 func crashed(restarts, exitCode int, reason, backOff string) string {

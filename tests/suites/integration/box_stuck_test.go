@@ -1,0 +1,104 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"regexp"
+	"testing"
+	"time"
+
+	"github.com/pulumi/pulumi/sdk/v3/go/auto"
+	"github.com/stretchr/testify/assert"
+	"github.com/stretchr/testify/require"
+
+	"minimax-m3/tests/framework/rackbox"
+)
+
+// Every stuck rollout ends with its cause, with readiness.timeout at its default (2 h): what is
+// terminal at once, what waits for the progress deadline, and the deadline's error naming what
+// persisted. The box plays what a kubelet writes (the registry's answers, a probe that never
+// passes: rackbox's troubles) and the IMEX daemon (rackbox's players; the compute-domain-controller
+// is real). Each up is bounded by the test's context, well under readiness.timeout: an up that
+// waited for the timeout fails the test.
+
+// stuckUp runs up on stack s and returns its error; the test fails if up has not ended within
+// bound (it would have run into readiness.timeout).
+func stuckUp(t *testing.T, s *testStack, bound time.Duration) error {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), bound)
+	defer cancel()
+	_, _, err := s.up(ctx)
+	require.NoError(t, ctx.Err(), "up did not end on its own within %s\n%s", bound, s.log.String())
+	require.Error(t, err, s.log.String())
+	return err
+}
+
+// A tag the registry does not have ends up at once: the kubelet's message is the registry's answer.
+func TestBoxAMissingTagEndsUpAtOnce(t *testing.T) {
+	parallelOnBox(t)
+	const ns = "box-stuck-tag"
+	s := newBoxStack(t, "agg", ns, addRack(t, rackbox.NVL72("stuck-tag").WithGPUs(12)), auto.ConfigMap{
+		"minimax-m3:readiness.timeout": {Value: "2h"},
+		troubleKey("frontend"):         {Value: rackbox.TroubleImageNotFound},
+	})
+	err := stuckUp(t, s, 6*time.Minute)
+	assert.Regexp(t, `DynamoGraphDeployment `+ns+`/`+aggGraph+` cannot become Ready without a change: pod \S+ \(component Frontend\) on node \S+, container main: ErrImagePull: `+
+		`failed to pull and unpack image "[^"]+": failed to resolve reference "[^"]+": \S+: not found`, err.Error())
+	assert.Contains(t, err.Error(), "up stopped waiting instead of running into readiness.timeout, 2h")
+	assert.NotContains(t, err.Error(), "ProgressDeadlineExceeded", "terminal at once, not at the deadline")
+}
+
+// A registry that times out may answer: shown while up waits, and up ends at the progress deadline
+// naming it, not before.
+func TestBoxARegistryTimeoutEndsAtTheProgressDeadline(t *testing.T) {
+	parallelOnBox(t)
+	const ns = "box-stuck-registry"
+	s := newBoxStack(t, "agg", ns, addRack(t, rackbox.NVL72("stuck-registry").WithGPUs(12)), auto.ConfigMap{
+		"minimax-m3:readiness.timeout":          {Value: "2h"},
+		"minimax-m3:readiness.progressDeadline": {Value: "45s"},
+		troubleKey("frontend"):                  {Value: rackbox.TroubleRegistryTimeout},
+	})
+	err := stuckUp(t, s, 8*time.Minute)
+	log := s.log.String()
+	assert.Regexp(t, `container main: ErrImagePull: [^\n]*i/o timeout \(up waits for Ready until readiness.timeout, 2h, in case it clears`, log,
+		"shown while up waits: not terminal")
+	assert.Regexp(t, `cannot become Ready without a change: pod \S+ \(component Frontend\) on node \S+, container main: ProgressDeadlineExceeded: `+
+		`no pod of the graph came further \(created, scheduled, started, Ready\) for 45s \(readiness.progressDeadline\) while: [^\n]*ErrImagePull: [^\n]*i/o timeout`, err.Error())
+	assert.Contains(t, err.Error(), "check that the nodes reach the registry and that the image exists")
+}
+
+// A frontend whose readiness probe never passes: named from the kubelet's Unhealthy event while up
+// waits, and up ends at the progress deadline naming it.
+func TestBoxAFrontendNeverReadyIsNamedAndEndsAtTheDeadline(t *testing.T) {
+	parallelOnBox(t)
+	const ns = "box-stuck-probe"
+	s := newBoxStack(t, "agg", ns, addRack(t, rackbox.NVL72("stuck-probe").WithGPUs(12)), auto.ConfigMap{
+		"minimax-m3:readiness.timeout":          {Value: "2h"},
+		"minimax-m3:readiness.progressDeadline": {Value: "45s"},
+		troubleKey("frontend"):                  {Value: rackbox.TroubleNeverReady},
+	})
+	err := stuckUp(t, s, 8*time.Minute)
+	assert.Regexp(t, `pod \S+ \(component Frontend\) on node \S+: Unhealthy: Readiness probe failed: HTTP probe failed with statuscode: 503 \(up waits`, s.log.String())
+	assert.Regexp(t, `ProgressDeadlineExceeded: [^\n]*for 45s \(readiness.progressDeadline\) while: [^\n]*Unhealthy: Readiness probe failed`, err.Error())
+	assert.Contains(t, err.Error(), "kubectl logs")
+}
+
+// An IMEX daemon that never gets Ready holds its tray's worker (its channel claim is never
+// prepared): up ends at the progress deadline naming the tray and the ComputeDomain.
+func TestBoxAnIMEXDaemonNeverReadyEndsAtTheDeadline(t *testing.T) {
+	parallelOnBox(t)
+	ctx := context.Background()
+	const ns = "box-stuck-imex"
+	r := addRack(t, rackbox.NVL72("stuck-imex").WithGPUs(12))
+	tray := r.NodeNames()[0]
+	require.NoError(t, box.AnnotateNode(ctx, tray, rackbox.IMEXTroubleAnnotation, rackbox.TroubleNeverReady))
+	t.Cleanup(func() { _ = box.AnnotateNode(context.Background(), tray, rackbox.IMEXTroubleAnnotation, "") })
+	s := newBoxStack(t, "agg", ns, r, auto.ConfigMap{
+		"minimax-m3:readiness.timeout":          {Value: "2h"},
+		"minimax-m3:readiness.progressDeadline": {Value: "45s"},
+	})
+	err := stuckUp(t, s, 8*time.Minute)
+	assert.Regexp(t, fmt.Sprintf(`ProgressDeadlineExceeded: [^\n]*FailedPrepareDynamicResources: [^\n]*the IMEX daemon on node %s is NotReady in ComputeDomain %s`,
+		regexp.QuoteMeta(tray), regexp.QuoteMeta(aggGraph+"-cd")), err.Error())
+	assert.Contains(t, err.Error(), "kubectl -n nvidia-dra-driver-gpu get pods -o wide")
+}
