@@ -251,9 +251,11 @@ func TestARenamedGraphCountsTheGPUsOfTheGraphItReplaces(t *testing.T) {
 }
 
 func TestAnUpdateThatMovesNoWorkerIsNotRefusedForTheRoomItWouldNeed(t *testing.T) {
-	// The graph runs pinned to a, one worker on a tray drained since: anew, a holds 5 of 6.
+	// The graph runs pinned to a, one worker on a tray drained since: anew, a holds 5 of 6. The
+	// tray is cordoned the way kubectl leaves it, with the node lifecycle controller's taint.
 	a := gb200Rack("a", 6)
 	a[0].Spec.Unschedulable = true
+	a[0].Spec.Taints = append(a[0].Spec.Taints, corev1.Taint{Key: corev1.TaintNodeUnschedulable, Effect: corev1.TaintEffectNoSchedule})
 	ns, name := "inference", "minimax-m3-disagg-gb200-agentic"
 	var pods []corev1.Pod
 	for i, role := range []string{"PrefillWorker", "PrefillWorker", "PrefillWorker", "DecodeWorker", "DecodeWorker", "DecodeWorker"} {
@@ -289,6 +291,9 @@ func TestAnUpdateThatMovesNoWorkerIsNotRefusedForTheRoomItWouldNeed(t *testing.T
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "minimax-m3:placement.clique: the graph runs in clique nvidia.com/gpu.clique=fabric.a, which holds 5 of its 6 workers")
 	assert.Contains(t, err.Error(), "not counted: 1 cordoned")
+	// Which of its trays, and the choices.
+	assert.Contains(t, err.Error(), "with its trays out of service: "+a[0].Name+" cordoned; wait for them to return, uncordon one (kubectl uncordon <node>)")
+	assert.Contains(t, err.Error(), "or shrink the graph (prefillWorker.replicas, decodeWorker.replicas)")
 }
 
 func TestTheBudgetLetsADrainEvictPastACrashingWorker(t *testing.T) {
