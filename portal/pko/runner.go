@@ -252,8 +252,9 @@ func (o *Runner) Apply(ctx context.Context, r portal.Request, ao ApplyOptions) (
 		return nil, err
 	}
 	if team != "" {
-		stack.GetLabels()[teamboundary.TeamLabel] = team
-		stack.SetLabels(stack.GetLabels())
+		labels := stack.GetLabels()
+		labels[teamboundary.TeamLabel] = team
+		stack.SetLabels(labels)
 	}
 	// Never forced: a field another manager owns is a conflict, not taken over. And an object of
 	// the same name this runner did not make (another team's, another tool's) is not touched.
@@ -261,7 +262,7 @@ func (o *Runner) Apply(ctx context.Context, r portal.Request, ao ApplyOptions) (
 	if ao.DryRun {
 		opts.DryRun = []string{metav1.DryRunAll}
 	}
-	if err := o.ours(ctx, r, team); err != nil {
+	if err := o.ours(ctx, r, team, ao.Identity.User); err != nil {
 		return nil, err
 	}
 	if o.Gate != nil {
@@ -378,13 +379,13 @@ func (e *NotOursError) Error() string {
 
 // ours refuses a request whose Stack or token Secret exists without the runner's label, or, acting
 // as a team (team not ""), is another team's.
-func (o *Runner) ours(ctx context.Context, r portal.Request, team string) error {
+func (o *Runner) ours(ctx context.Context, r portal.Request, team, user string) error {
 	stack, err := o.Dynamic.Resource(StackResource).Namespace(o.Namespace).Get(ctx, r.Name(), metav1.GetOptions{})
 	switch {
 	case err == nil && stack.GetLabels()[managedBy] != fieldManager:
 		return &NotOursError{Kind: "Stack", Namespace: o.Namespace, Name: r.Name(), ManagedBy: stack.GetLabels()[managedBy]}
 	case err == nil && team != "" && stack.GetLabels()[teamboundary.TeamLabel] != team:
-		return &NotTheTeamsError{Namespace: r.Config.Namespace.Name, Team: team, Reason: fmt.Sprintf("Stack %s/%s is team %q's: name the stack otherwise", o.Namespace, r.Name(), stack.GetLabels()[teamboundary.TeamLabel])}
+		return &NotTheTeamsError{Namespace: r.Config.Namespace.Name, Team: team, User: user, Reason: fmt.Sprintf("Stack %s/%s is team %q's: name the stack otherwise", o.Namespace, r.Name(), stack.GetLabels()[teamboundary.TeamLabel])}
 	case err != nil && !apierrors.IsNotFound(err):
 		return err
 	}

@@ -179,6 +179,10 @@ func TestBoxTheOperatorRunnerActsAsTheTeam(t *testing.T) {
 	t.Cleanup(func() { _ = runner.DeleteAs(context.Background(), "team-b-pko", bob) })
 	account, _, _ := unstructured.NestedString(stack.Object, "spec", "workspaceTemplate", "spec", "serviceAccountName")
 	assert.Equal(t, teamboundary.WorkspaceServiceAccount("team-b"), account)
+	assert.Equal(t, "team-b", stack.GetLabels()[teamboundary.TeamLabel], "the Stack is team-b's")
+	token, err := kube.CoreV1().Secrets(boxWorkspaces).Get(ctx, pko.TokenSecretName("team-b-pko"), metav1.GetOptions{})
+	require.NoError(t, err)
+	assert.Equal(t, "team-b", token.Labels[teamboundary.TeamLabel], "and so is its token's Secret")
 	assert.Equal(t, []portal.Identity{bob}, gated, "the Gate's preview acts for bob too")
 
 	// Refused before anything is written: carol is not in team-b; nobody; a namespace of no team;

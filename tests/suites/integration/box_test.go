@@ -217,6 +217,9 @@ func boxStackLifecycle(t *testing.T, tc lifecycleCase) {
 	cfg, err := s.stack.Config(ctx)
 	require.NoError(t, err)
 	cfg.Placement.Clique = r.Clique() // the clique `up` chose: the rack's
+	for _, role := range cfg.Workers() {
+		role.Config.Scheduling.RuntimeClassName = rackbox.WorkerRuntimeClass // the class the box's site names
+	}
 	want, err := components.GraphSpec(&cfg)
 	require.NoError(t, err)
 	spec := liveGraphSpecOn(t, box.Client, ns, tc.graph)
