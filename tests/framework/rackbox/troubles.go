@@ -34,10 +34,10 @@ import (
 // A real kubelet goes on retrying (the restart count grows, the back-off doubles); the box writes
 // the state the kubelet has reached by the time a user would look, and leaves it.
 const (
-	TroubleAnnotation  = "rackbox.minimax-m3.io/trouble"
-	TroubleImagePull   = "image-pull-backoff"
-	TroubleCrashLoop   = "crash-loop"
-	TroubleOOMKilled   = "oom-killed"
+	TroubleAnnotation      = "rackbox.minimax-m3.io/trouble"
+	TroubleImagePull       = "image-pull-backoff"
+	TroubleCrashLoop       = "crash-loop"
+	TroubleOOMKilled       = "oom-killed"
 	TroubleNeverReady      = "never-ready"
 	TroubleImageNotFound   = "image-not-found"
 	TroubleRegistryTimeout = "registry-timeout"
