@@ -139,6 +139,9 @@ func deploy(ctx *pulumi.Context, name string, c *config.Config, raw config.Raw, 
 			if err := checkRouteHostname(ctx, reader, c, previous.identity); err != nil {
 				return nil, err
 			}
+			if err := checkGateway(ctx, reader, c); err != nil {
+				return nil, err
+			}
 			var err error
 			if meta, err = checkOwnership(ctx, reader, c, previous.identity); err != nil {
 				return nil, err

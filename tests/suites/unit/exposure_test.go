@@ -8,6 +8,7 @@ import (
 
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -202,4 +203,61 @@ func TestReaderListsRoutesWithTheirGateways(t *testing.T) {
 	assert.Equal(t, "organization/minimax-m3/b", byName["team-b/local"].Annotations["minimax-m3.io/stack"])
 	assert.Equal(t, []string{"gateways/shared"}, byName["team-c/mixed"].Gateways, "a Service parent is no Gateway")
 	assert.Empty(t, byName["team-c/mixed"].Hostnames, "no hostnames: every name its listener takes")
+}
+
+// gatewayCluster serves Gateway API and holds one Gateway (none when gateway is nil).
+type gatewayCluster struct {
+	routedCluster
+	gateway *cluster.Gateway
+}
+
+func (c gatewayCluster) Gateway(_ context.Context, namespace, name string) (cluster.Gateway, bool, error) {
+	if c.gateway == nil || c.gateway.Namespace != namespace || c.gateway.Name != name {
+		return cluster.Gateway{}, false, nil
+	}
+	return *c.gateway, true, nil
+}
+
+// What preview can know of the site's Gateway it checks before anything is created: the Gateway
+// exists, has the listener named, and one of the listeners the route attaches to takes an HTTPRoute
+// from the stack's namespace. Each refusal names the keys involved; nothing is registered.
+func TestTheRouteIsRefusedWhereTheGatewayWouldNotTakeIt(t *testing.T) {
+	listener := func(name, from string, sel *metav1.LabelSelector, kinds ...string) cluster.Listener {
+		return cluster.Listener{Name: name, From: from, Selector: sel, Kinds: kinds}
+	}
+	gw := func(ls ...cluster.Listener) *cluster.Gateway {
+		return &cluster.Gateway{Namespace: "gateways", Name: "shared", Listeners: ls}
+	}
+	team := &metav1.LabelSelector{MatchLabels: map[string]string{"gateway-access": "true"}}
+	for _, tc := range []struct {
+		name    string
+		gateway *cluster.Gateway
+		labels  map[string]string // the stack's namespace's, when it exists
+		want    string
+	}{
+		{"no such Gateway", nil, nil, "minimax-m3:exposure.gateway.name: Gateway gateways/shared does not exist (exposure.gateway.namespace gateways, exposure.gateway.name shared)"},
+		{"no such listener", gw(listener("http", "All", nil)), nil, `minimax-m3:exposure.gateway.sectionName: Gateway gateways/shared has no listener "https" (its listeners: http)`},
+		{"a listener for its own namespace only", gw(listener("https", "Same", nil)), nil,
+			"minimax-m3:exposure.gateway.sectionName: Gateway gateways/shared takes no HTTPRoute from namespace.name inference: listener https admits routes from its own namespace only (allowedRoutes.namespaces.from: Same)"},
+		{"a listener for labelled namespaces", gw(listener("https", "Selector", team)), map[string]string{"team": "a"}, "listener https admits routes from namespaces labelled gateway-access=true only"},
+		{"a listener for GRPCRoutes", gw(listener("https", "All", nil, "GRPCRoute")), nil, "listener https admits only GRPCRoute"},
+		{"admitted from all namespaces", gw(listener("https", "All", nil)), nil, ""},
+		{"admitted by its labels", gw(listener("https", "Selector", team)), map[string]string{"gateway-access": "true"}, ""},
+		{"a namespace not there yet passes a selector", gw(listener("https", "Selector", team)), nil, ""},
+	} {
+		fc, overrides := fakeCluster{}, exposureOn(nil)
+		if tc.labels != nil {
+			// A namespace of the team's, which the stack uses.
+			fc["namespaces//inference"] = tc.labels
+			overrides["minimax-m3:namespace"] = `{"name": "inference", "create": false}`
+		}
+		r, err := runWith(t, components.Options{Cluster: gatewayCluster{routedCluster{fakeCluster: fc, served: true}, tc.gateway}}, "agg", overrides)
+		if tc.want == "" {
+			assert.NoError(t, err, tc.name)
+			continue
+		}
+		require.Error(t, err, tc.name)
+		assert.Contains(t, err.Error(), tc.want, tc.name)
+		assert.Empty(t, r.resources, "%s: nothing is registered", tc.name)
+	}
 }
