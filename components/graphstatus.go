@@ -80,7 +80,7 @@ func followGraph(ctx *pulumi.Context, w GraphStatusWatcher, g *Graph, dgd *apiex
 	}()
 	seen := &problemLog{terminal: make(chan cluster.PodProblem, 1)}
 	go func() {
-		_ = w.WatchPodProblems(rctx, ns, name, wait.progressDeadline, func(p cluster.PodProblem) {
+		_ = w.WatchPodProblems(rctx, ns, name, 0, func(p cluster.PodProblem) {
 			_ = ctx.Log.Warn(PodProblemMessage(ns, name, p, wait.timeout), &pulumi.LogArgs{Resource: g})
 			seen.add(p)
 		})
@@ -121,6 +121,17 @@ func (w *graphWait) untilReady(ctx context.Context, watcher GraphStatusWatcher, 
 		terminal *cluster.PodProblem
 	)
 	stopped := make(chan struct{})
+	if w.progressDeadline > 0 {
+		// The progress deadline runs from the wait's start (the graph is written; the download
+		// before it may take hours): a watch of its own, whose deadline problem alone is taken.
+		go func() {
+			_ = watcher.WatchPodProblems(wctx, w.namespace, w.name, w.progressDeadline, func(p cluster.PodProblem) {
+				if p.Reason == "ProgressDeadlineExceeded" {
+					seen.add(p)
+				}
+			})
+		}()
+	}
 	go func() {
 		select {
 		case p := <-seen.terminal:
@@ -135,6 +146,9 @@ func (w *graphWait) untilReady(ctx context.Context, watcher GraphStatusWatcher, 
 	<-stopped
 	last := graph.Ready
 	switch {
+	case terminal != nil && terminal.Reason == "ProgressDeadlineExceeded":
+		return fmt.Errorf("DynamoGraphDeployment %s/%s made no progress: %s (docs/day-two.md#troubleshooting); up stopped waiting instead of running into readiness.timeout, %s",
+			w.namespace, w.name, terminal.Message, w.timeout)
 	case terminal != nil:
 		return fmt.Errorf("DynamoGraphDeployment %s/%s cannot become Ready without a change: %s "+
 			"(docs/day-two.md#troubleshooting); up stopped waiting instead of running into readiness.timeout, %s",

@@ -117,7 +117,9 @@ func Validate(c *Config) Problems {
 	c.ComputeDomain.validate(v, "computeDomain")
 	c.Placement.validate(v, "placement")
 	v.duration("readiness.timeout", c.Readiness.Timeout)
-	v.duration("readiness.progressDeadline", c.Readiness.ProgressDeadline)
+	if c.Readiness.ProgressDeadline != "0" {
+		v.duration("readiness.progressDeadline", c.Readiness.ProgressDeadline)
+	}
 	v.duration("readiness.deleteTimeout", c.Readiness.DeleteTimeout)
 	c.Restart.validate(v, "restart", c)
 	c.SmokeTest.validate(v, "smokeTest", c)
@@ -274,7 +276,7 @@ type ReadinessConfig struct {
 	// of its pods persists (an image the registry times out on, an IMEX daemon never Ready, a probe
 	// that never passes), naming the problem, like a Deployment's progressDeadlineSeconds. An engine
 	// loading for hours with nothing wrong is not stuck. One at or past readiness.timeout never
-	// ends the wait first.
+	// ends the wait first; "0" turns it off.
 	ProgressDeadline string `json:"progressDeadline"`
 	// DeleteTimeout bounds how long `destroy` (or a replacement) waits for the graph to be gone:
 	// the Dynamo operator must release its finalizer, and its components must be deleted first.

@@ -141,6 +141,17 @@ func Place(p Pool, r Request) Result {
 				res.OutOfService = append(res.OutOfService, Tray{Domain: name, Node: n.Name, State: state})
 			}
 		}
+		if !roomForAny(n, r.Workers) {
+			// It could not hold a worker even empty and untainted: a CPU or system node of an
+			// unselective pool counts for nothing; a GPU node without a resource the workers
+			// request (an RDMA device) is named.
+			if q, ok := n.Status.Allocatable[GPU]; ok && !q.IsZero() {
+				res.Excluded[ExcludedTooSmall]++
+			} else {
+				res.Excluded[ExcludedNotMatched]++
+			}
+			continue
+		}
 		if taint, ok := untoleratedByAll(n, r.Workers); ok {
 			out(ExcludedTainted, "tainted "+taint)
 			continue
@@ -331,6 +342,14 @@ func room(free, reqs corev1.ResourceList) bool {
 		}
 	}
 	return true
+}
+
+// roomForAny reports whether the node, empty, has room for a worker that selects it, its taints
+// aside.
+func roomForAny(n *corev1.Node, workers []Worker) bool {
+	return slices.ContainsFunc(workers, func(w Worker) bool {
+		return selected(n, &w) && room(n.Status.Allocatable, resourcehelper.PodRequests(&corev1.Pod{Spec: w.Spec}, resourcehelper.PodResourcesOptions{}))
+	})
 }
 
 // holdsAny reports whether the node, empty, could hold one of the workers it may run.

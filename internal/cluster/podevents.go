@@ -29,10 +29,11 @@ var (
 	computeDomainsResource = schema.GroupVersionResource{Group: "resource.nvidia.com", Version: "v1beta1", Resource: "computedomains"}
 )
 
-// startEvent is the kubelet's newest start event on a pod, and when it was last seen.
+// startEvent is the kubelet's newest event on a pod, when it was last seen, and when the same
+// failure was first seen.
 type startEvent struct {
-	problem PodProblem
-	at      time.Time
+	problem   PodProblem
+	at, first time.Time
 }
 
 // maxStartEvents bounds the start events kept for pods not (yet) seen as the graph's.

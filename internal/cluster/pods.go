@@ -15,6 +15,9 @@ import (
 	"minimax-m3/internal/objwatch"
 )
 
+// WatchPodProblems calls report from several goroutines, one call at a time at most per watch
+// (pods, nodes, events, the deadline); report must be safe for concurrent use.
+
 // ComponentLabel is the label the Dynamo operator puts on every pod with its component's name.
 const ComponentLabel = "nvidia.com/dynamo-component"
 
@@ -65,7 +68,7 @@ func (r *Reader) WatchPodProblems(ctx context.Context, namespace, graph string, 
 			_, _ = objwatch.Until(ctx, objwatch.All(nodes.List, nodes.Watch), &unstructured.Unstructured{}, listed, func(e watch.Event) (bool, error) {
 				var n corev1.Node
 				if typed(e, &n) {
-					feed(func() []PodProblem { return t.node(&n, e.Type == watch.Deleted) })
+					feed(func() []PodProblem { return t.node(&n, e.Type == watch.Deleted, time.Now()) })
 				}
 				return false, nil
 			})
@@ -95,8 +98,15 @@ func (r *Reader) WatchPodProblems(ctx context.Context, namespace, graph string, 
 				if !ok {
 					return false, nil
 				}
+				at := eventTime(&ev)
+				mu.Lock()
+				replayed := t.replayed(ev.InvolvedObject.UID, at)
+				mu.Unlock()
+				if replayed {
+					return false, nil
+				}
 				p = r.withIMEXState(ctx, namespace, p) // reads the cluster: outside the lock
-				feed(func() []PodProblem { return t.event(ev.InvolvedObject.UID, p, eventTime(&ev)) })
+				feed(func() []PodProblem { return t.event(ev.InvolvedObject.UID, p, at) })
 				return false, nil
 			})
 		}()

@@ -176,21 +176,33 @@ func NodeProblemOf(n *corev1.Node) (reason, message string, ok bool) {
 	return "", "", false
 }
 
-// pullAnswers are how a registry's answer reads in the kubelet's message (containerd's and CRI-O's)
-// when it says the image cannot be pulled as named: the tag or the repository does not exist, or
-// the credentials are refused. A timeout, a reset connection or a 5xx is none of these.
-var pullAnswers = []string{": not found", "manifest unknown", "repository does not exist", "name unknown",
-	"pull access denied", "401 unauthorized", "403 forbidden", "unauthorized:", "denied:", "authentication required"}
-
 // PullTerminal reports whether an image pull failure (ErrImagePull, ImagePullBackOff, or the
-// kubelet's Failed event) is the registry's answer that the image cannot be pulled as named: it
-// does not clear without a change of the image or the pull secrets.
+// kubelet's Failed event) is the registry's answer that the image cannot be pulled as named: the
+// tag or repository does not exist, or access to it is denied. It reads the registry's own words as
+// containerd and CRI-O pass them on (manifest unknown, repository does not exist, requested access
+// to the resource is denied, pull access denied), or a not-found or refused authorization while
+// resolving the reference; a timeout, a reset connection, a 5xx or the node's own errors (a local
+// content store's "not found", a permission on the node) are none of these.
 func PullTerminal(reason, message string) bool {
 	if reason != "ErrImagePull" && reason != "ImagePullBackOff" {
 		return false
 	}
 	m := strings.ToLower(message)
-	return slices.ContainsFunc(pullAnswers, func(a string) bool { return strings.Contains(m, a) })
+	for _, a := range []string{"manifest unknown", "repository does not exist", "requested access to the resource is denied", "pull access denied", "name unknown"} {
+		if strings.Contains(m, a) {
+			return true
+		}
+	}
+	_, resolving, ok := strings.Cut(m, "failed to resolve reference")
+	if !ok {
+		return false
+	}
+	for _, a := range []string{": not found", "401 unauthorized", "403 forbidden", "failed to authorize"} {
+		if strings.Contains(resolving, a) {
+			return true
+		}
+	}
+	return false
 }
 
 // probeFailure is the kubelet's Unhealthy event on a container whose readiness or liveness probe

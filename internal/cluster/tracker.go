@@ -47,7 +47,8 @@ type podTracker struct {
 	expired             bool
 
 	existing map[string]bool              // the pods there at the start
-	seen     map[problemKey]PodProblem    // the problems reported that still hold
+	seen     map[problemKey]PodProblem    // the problems reported that still hold, in their latest words
+	troubled map[string]time.Time         // pod → since when it has had a problem, without coming further
 	podsOn   map[string]map[string]string // node → pod → component
 	nodeOf   map[string]string            // pod → node
 	bad      map[string]*corev1.Node      // node → the node, while it is out of service
@@ -60,7 +61,7 @@ type podTracker struct {
 
 func newPodTracker(deadline time.Duration, now time.Time) *podTracker {
 	return &podTracker{deadline: deadline, start: now, lastProgress: now,
-		existing: map[string]bool{}, seen: map[problemKey]PodProblem{}, podsOn: map[string]map[string]string{}, nodeOf: map[string]string{},
+		existing: map[string]bool{}, seen: map[problemKey]PodProblem{}, troubled: map[string]time.Time{}, podsOn: map[string]map[string]string{}, nodeOf: map[string]string{},
 		bad: map[string]*corev1.Node{}, waiting: map[string]*corev1.Pod{}, pods: map[string]*corev1.Pod{}, stage: map[types.UID]int{},
 		latest: map[types.UID]startEvent{}, told: map[types.UID]map[string]bool{}}
 }
@@ -83,8 +84,8 @@ func (t *podTracker) listedPods(pods []corev1.Pod) {
 	}
 }
 
-// node takes a node's change.
-func (t *podTracker) node(n *corev1.Node, deleted bool) []PodProblem {
+// node takes a node's change, at now.
+func (t *podTracker) node(n *corev1.Node, deleted bool, now time.Time) []PodProblem {
 	if _, _, isBad := NodeProblemOf(n); isBad && !deleted {
 		t.bad[n.Name] = n
 	} else {
@@ -94,6 +95,9 @@ func (t *podTracker) node(n *corev1.Node, deleted bool) []PodProblem {
 	// An unschedulable pod's account names the nodes out of service it could use.
 	for _, name := range slices.Sorted(maps.Keys(t.waiting)) {
 		out = append(out, t.podProblems(name, t.problemsOf(t.waiting[name]))...)
+	}
+	for pod := range t.podsOn[n.Name] {
+		t.settle(pod, now)
 	}
 	return out
 }
@@ -106,18 +110,20 @@ func (t *podTracker) pod(p *corev1.Pod, deleted bool, now time.Time) []PodProble
 	delete(t.nodeOf, p.Name)
 	delete(t.waiting, p.Name)
 	if deleted || p.DeletionTimestamp != nil {
-		if _, known := t.pods[p.Name]; known && deleted {
-			t.lastProgress = now // the rollout took an old pod away
+		if _, known := t.pods[p.Name]; known {
+			t.lastProgress = now // the rollout takes an old pod away
 		}
 		delete(t.pods, p.Name)
 		delete(t.latest, p.UID)
 		delete(t.told, p.UID)
+		delete(t.troubled, p.Name)
 		return t.podProblems(p.Name, nil)
 	}
 	t.pods[p.Name] = p
 	if stage, known := t.stage[p.UID]; !known || podStage(p) > stage {
 		t.stage[p.UID] = max(stage, podStage(p))
 		t.lastProgress = now
+		delete(t.troubled, p.Name) // what holds it now holds it from here
 	}
 	var out []PodProblem
 	if e, ok := t.latest[p.UID]; ok && !eventApplies(e.problem, p) {
@@ -138,6 +144,7 @@ func (t *podTracker) pod(p *corev1.Pod, deleted bool, now time.Time) []PodProble
 		t.podsOn[p.Spec.NodeName][p.Name] = p.Labels[ComponentLabel]
 		out = append(out, t.nodeProblems(p.Spec.NodeName)...)
 	}
+	t.settle(p.Name, now)
 	return out
 }
 
@@ -145,8 +152,14 @@ func (t *podTracker) pod(p *corev1.Pod, deleted bool, now time.Time) []PodProble
 // per pod, the newest, whether or not the pod is known yet (the events may be listed before the
 // pods), and reported while it applies to the pod.
 func (t *podTracker) event(uid types.UID, p PodProblem, at time.Time) []PodProblem {
-	if cur, known := t.latest[uid]; known && cur.at.After(at) {
-		return nil // an older event, replayed by a relist
+	first := at
+	if cur, known := t.latest[uid]; known {
+		if cur.at.After(at) {
+			return nil // an older event, replayed by a relist
+		}
+		if cur.problem.Reason == p.Reason && cur.problem.Message == p.Message {
+			first = cur.first // the kubelet's retry of the same failure
+		}
 	}
 	if len(t.latest) >= maxStartEvents {
 		for k := range t.latest { // most are other graphs' pods, or gone
@@ -154,11 +167,19 @@ func (t *podTracker) event(uid types.UID, p PodProblem, at time.Time) []PodProbl
 			break
 		}
 	}
-	t.latest[uid] = startEvent{p, at}
+	t.latest[uid] = startEvent{problem: p, at: at, first: first}
 	if pod := t.pods[p.Pod]; pod != nil && pod.UID == uid {
-		return t.tellEvent(pod)
+		out := t.tellEvent(pod)
+		t.settle(pod.Name, at)
+		return out
 	}
 	return nil
+}
+
+// replayed reports whether an event at is older than the newest kept for the pod (a relist's).
+func (t *podTracker) replayed(uid types.UID, at time.Time) bool {
+	cur, known := t.latest[uid]
+	return known && cur.at.After(at)
 }
 
 // eventApplies reports whether an event's problem is the pod's now: a start event while it is
@@ -192,14 +213,24 @@ func (t *podTracker) tellEvent(pod *corev1.Pod) []PodProblem {
 }
 
 // expire is the progress deadline's problem, once: no pod of the graph came further for the
-// deadline while problems persisted (those are named, with what to do). Nothing while any pod
-// comes further, while nothing is wrong (an engine loading for hours is not stuck), or with no
-// deadline.
+// deadline while problems persisted for that long (those are named, with what to do). Nothing while
+// any pod comes further; while a pod runs, not Ready, with no problem of its own (an engine loading:
+// the frontend's readiness waits for a worker to register, and that may take hours); for a problem
+// newer than the deadline (a first crash, a node briefly NotReady); or with no deadline. The
+// problem is Existing when every problem it names is of a pod that was there at the start (the
+// change may replace them).
 func (t *podTracker) expire(now time.Time) []PodProblem {
-	if t.deadline <= 0 || t.expired || now.Sub(t.lastProgress) < t.deadline {
+	if t.deadline <= 0 || t.expired || now.Sub(t.lastProgress) < t.deadline || t.loading() {
 		return nil
 	}
-	blockers := t.blockers()
+	var blockers []PodProblem
+	existing := true
+	for _, b := range t.blockers(now) {
+		if since, ok := t.troubled[b.Pod]; ok && now.Sub(since) >= t.deadline {
+			blockers = append(blockers, b)
+			existing = existing && b.Existing
+		}
+	}
 	if len(blockers) == 0 {
 		return nil
 	}
@@ -211,27 +242,65 @@ func (t *podTracker) expire(now time.Time) []PodProblem {
 	if len(blockers) > shownBlockers {
 		lines = append(lines, fmt.Sprintf("and %d more", len(blockers)-shownBlockers))
 	}
-	first := blockers[0]
-	return []PodProblem{{Pod: first.Pod, Component: first.Component, Node: first.Node, Container: first.Container,
-		Reason: "ProgressDeadlineExceeded", Terminal: true,
+	return []PodProblem{{Reason: "ProgressDeadlineExceeded", Terminal: true, Existing: existing,
 		Message: fmt.Sprintf("no pod of the graph came further (created, scheduled, started, Ready) for %s (readiness.progressDeadline) while: %s",
 			t.deadline, strings.Join(lines, "; "))}}
 }
 
-// blockers are the problems that hold now: the pods' and their nodes' (seen), and the kubelet's
-// newest event on each pod where it still applies; by pod.
-func (t *podTracker) blockers() []PodProblem {
+// settle notes since when a pod has had a problem (a reported one of its own or of its node, or
+// the kubelet's event on it), or that it has none.
+func (t *podTracker) settle(name string, now time.Time) {
+	troubled := false
+	for k := range t.seen {
+		troubled = troubled || k.pod == name
+	}
+	if pod := t.pods[name]; pod != nil {
+		if e, ok := t.latest[pod.UID]; ok && eventApplies(e.problem, pod) {
+			troubled = true
+			if since, ok := t.troubled[name]; !ok || e.first.Before(since) {
+				t.troubled[name] = e.first
+			}
+		}
+	}
+	if !troubled {
+		delete(t.troubled, name)
+	} else if _, ok := t.troubled[name]; !ok {
+		t.troubled[name] = now
+	}
+}
+
+// loading reports a pod that runs, is not Ready and has no problem of its own: an engine loading.
+func (t *podTracker) loading() bool {
+	for _, pod := range t.pods {
+		if pod.Status.Phase != corev1.PodRunning || podReady(pod) || len(ProblemsOf(pod)) > 0 {
+			continue
+		}
+		if e, ok := t.latest[pod.UID]; ok && eventApplies(e.problem, pod) {
+			continue // its probe fails: a problem of its own
+		}
+		return true
+	}
+	return false
+}
+
+// staleEvent is how long after the kubelet last recorded a failure its event stops counting: the
+// kubelet records a failure that persists again at each retry (its back-off reaches 5 minutes).
+const staleEvent = 5 * time.Minute
+
+// blockers are the problems that hold now, of pods not Ready: the pods' and their nodes' (seen),
+// and the kubelet's newest event on each pod where it still applies and is recent; by pod.
+func (t *podTracker) blockers(now time.Time) []PodProblem {
 	var out []PodProblem
 	for _, p := range t.seen {
-		if p.Pod != "" {
+		if pod := t.pods[p.Pod]; p.Pod != "" && (pod == nil || !podReady(pod)) {
 			out = append(out, p)
 		}
 	}
 	for _, name := range slices.Sorted(maps.Keys(t.pods)) {
 		pod := t.pods[name]
-		if e, ok := t.latest[pod.UID]; ok && eventApplies(e.problem, pod) {
+		if e, ok := t.latest[pod.UID]; ok && eventApplies(e.problem, pod) && now.Sub(e.at) < max(t.deadline, staleEvent) {
 			p := e.problem
-			p.Pod, p.Component, p.Node = pod.Name, pod.Labels[ComponentLabel], pod.Spec.NodeName
+			p.Pod, p.Component, p.Node, p.Existing = pod.Name, pod.Labels[ComponentLabel], pod.Spec.NodeName, t.existing[pod.Name]
 			out = append(out, p)
 		}
 	}
@@ -297,19 +366,21 @@ func (t *podTracker) outOfService(pod *corev1.Pod) string {
 }
 
 // podProblems returns a pod's current problems not yet reported, and forgets those it no longer has.
-func (t *podTracker) podProblems(pod string, now []PodProblem) []PodProblem {
+func (t *podTracker) podProblems(pod string, problems []PodProblem) []PodProblem {
 	var out []PodProblem
 	current := map[problemKey]bool{}
-	for _, p := range now {
+	for _, p := range problems {
 		p.Existing = t.existing[p.Pod]
 		k := keyOf(p)
 		current[k] = true
-		if !t.reported(k) {
-			t.seen[k] = p
-			out = append(out, p)
+		if t.reported(k) {
+			t.seen[k] = p // its latest words (a restart count, the scheduler's message)
+			continue
 		}
+		t.seen[k] = p
+		out = append(out, p)
 	}
-	gone := now == nil // the pod is deleted: its node's problems go with it
+	gone := problems == nil // the pod is deleted: its node's problems go with it
 	for k := range t.seen {
 		if k.pod == pod && !current[k] && (gone || !strings.HasPrefix(k.reason, "Node")) {
 			delete(t.seen, k)

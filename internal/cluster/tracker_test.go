@@ -73,12 +73,14 @@ func TestTheProgressDeadlineNamesWhatPersisted(t *testing.T) {
 	assert.Equal(t, []string{"ImagePullBackOff"}, reasons(tr.pod(p, false, t0.Add(time.Minute))))
 
 	assert.Empty(t, tr.expire(t0.Add(9*time.Minute)), "before the deadline")
-	got = tr.expire(t0.Add(10*time.Minute + 2*time.Second))
+	assert.Empty(t, tr.expire(t0.Add(10*time.Minute+2*time.Second)), "the pull has failed for less than the deadline (since 5 s)")
+	got = tr.expire(t0.Add(10*time.Minute + 6*time.Second))
 	require.Len(t, got, 1)
 	assert.Equal(t, "ProgressDeadlineExceeded", got[0].Reason)
 	assert.True(t, got[0].Terminal)
-	assert.Equal(t, "g-frontend-a", got[0].Pod)
-	assert.Contains(t, got[0].Message, "for 10m0s (readiness.progressDeadline) while: pod g-frontend-a (component Frontend) on node cpu-01, container main: ImagePullBackOff")
+	assert.False(t, got[0].Existing, "a pod of the change")
+	assert.True(t, strings.HasPrefix(got[0].String(), "ProgressDeadlineExceeded: no pod of the graph came further (created, scheduled, started, Ready) for 10m0s (readiness.progressDeadline) while: "+
+		"pod g-frontend-a (component Frontend) on node cpu-01, container main: ImagePullBackOff"), got[0].String())
 	assert.Contains(t, got[0].Message, "check that the nodes reach the registry and that the image exists")
 	assert.Empty(t, tr.expire(t0.Add(20*time.Minute)), "once")
 }
@@ -104,9 +106,27 @@ func TestProgressIsAPodComingFurther(t *testing.T) {
 	tr.pod(withContainer(w, corev1.PodRunning, crash(1), false), false, t0.Add(time.Minute))
 	tr.pod(withContainer(w, corev1.PodRunning, runningNow, false), false, t0.Add(2*time.Minute))
 	tr.pod(withContainer(w, corev1.PodRunning, crash(2), false), false, t0.Add(3*time.Minute))
-	got := tr.expire(t0.Add(10*time.Minute + time.Second))
+	assert.Empty(t, tr.expire(t0.Add(10*time.Minute+time.Second)), "crashing since 3 m, not for the deadline")
+	got := tr.expire(t0.Add(13*time.Minute + time.Second))
 	require.Len(t, got, 1, "restarting is not coming further")
 	assert.Contains(t, got[0].Message, "CrashLoopBackOff")
+
+	// A first crash after a long load is new: not the deadline's.
+	tr = newPodTracker(10*time.Minute, t0)
+	tr.pod(withContainer(w, corev1.PodRunning, runningNow, false), false, t0)
+	tr.pod(withContainer(w, corev1.PodRunning, crash(1), false), false, t0.Add(40*time.Minute))
+	assert.Empty(t, tr.expire(t0.Add(40*time.Minute+10*time.Second)))
+
+	// The frontend waits for a worker to register, failing its readiness probe meanwhile: while the
+	// worker loads, that is no reason to stop.
+	tr = newPodTracker(10*time.Minute, t0)
+	loadingWorker := withContainer(scheduled(pendingPod("g-worker-d", "Worker"), "tray-04"), corev1.PodRunning, runningNow, false)
+	fe := withContainer(scheduled(pendingPod("g-frontend-d", "Frontend"), "cpu-01"), corev1.PodRunning, runningNow, false)
+	tr.pod(loadingWorker, false, t0)
+	tr.pod(fe, false, t0)
+	tr.event(fe.UID, PodProblem{Pod: fe.Name, Reason: "Unhealthy", Message: "Readiness probe failed: no endpoints"}, t0.Add(time.Minute))
+	tr.event(fe.UID, PodProblem{Pod: fe.Name, Reason: "Unhealthy", Message: "Readiness probe failed: no endpoints"}, t0.Add(50*time.Minute))
+	assert.Empty(t, tr.expire(t0.Add(55*time.Minute)), "a worker is loading")
 
 	tr = newPodTracker(10*time.Minute, t0)
 	tr.pod(withContainer(w, corev1.PodPending, waitingFor("ImagePullBackOff", "Back-off pulling image"), false), false, t0)
@@ -157,7 +177,7 @@ func TestAFailingReadinessProbeIsNamed(t *testing.T) {
 	require.Len(t, got, 1)
 	assert.Equal(t, "pod g-frontend-a (component Frontend) on node cpu-01, container main: Unhealthy: Readiness probe failed: HTTP probe failed with statuscode: 503", got[0].String())
 	assert.Empty(t, tr.event(fe.UID, p, t0.Add(20*time.Second)), "the kubelet repeats it: once")
-	got = tr.expire(t0.Add(10*time.Minute + time.Second))
+	got = tr.expire(t0.Add(10*time.Minute + 11*time.Second))
 	require.Len(t, got, 1)
 	assert.Contains(t, got[0].Message, "Readiness probe failed")
 	assert.Contains(t, got[0].Message, "kubectl logs")
@@ -166,7 +186,7 @@ func TestAFailingReadinessProbeIsNamed(t *testing.T) {
 	tr.pod(fe, false, t0)
 	tr.event(fe.UID, p, t0.Add(10*time.Second))
 	tr.pod(withContainer(fe, corev1.PodRunning, runningNow, true), false, t0.Add(time.Minute))
-	assert.Empty(t, tr.blockers())
+	assert.Empty(t, tr.blockers(t0.Add(2*time.Minute)))
 }
 
 // A worker held for its tray's IMEX daemon: the kubelet's event says what it waits for; at the
@@ -177,11 +197,21 @@ func TestAWorkerHeldForItsIMEXDaemonEndsAtTheDeadline(t *testing.T) {
 	w.Status.ContainerStatuses = nil
 	tr.pod(w, false, t0)
 	msg := "Failed to prepare dynamic resources: NodePrepareResources: DeadlineExceeded (the IMEX daemon on node tray-07 is NotReady in ComputeDomain g-cd: the worker's channel waits for it)"
-	got := tr.event(w.UID, PodProblem{Pod: w.Name, Node: "tray-07", Reason: "FailedPrepareDynamicResources", Message: msg}, t0.Add(time.Second))
+	held := PodProblem{Pod: w.Name, Node: "tray-07", Reason: "FailedPrepareDynamicResources", Message: msg}
+	got := tr.event(w.UID, held, t0.Add(time.Second))
 	require.Len(t, got, 1)
+	// The kubelet retries and records the same failure again: held since the first.
+	assert.Empty(t, tr.event(w.UID, held, t0.Add(9*time.Minute)), "told once")
 	got = tr.expire(t0.Add(10*time.Minute + time.Second))
 	require.Len(t, got, 1)
 	assert.True(t, strings.Contains(got[0].Message, "IMEX daemon on node tray-07 is NotReady in ComputeDomain g-cd"), got[0].Message)
 	assert.Contains(t, got[0].Message, "kubectl -n nvidia-dra-driver-gpu get pods -o wide")
-	assert.Equal(t, "tray-07", got[0].Node)
+	assert.Contains(t, got[0].Message, "on node tray-07")
+
+	// An event the kubelet stopped recording (the tray's daemon came up, the pod then pulls its
+	// large image for a long time) is history, not a blocker.
+	tr = newPodTracker(10*time.Minute, t0)
+	tr.pod(w, false, t0)
+	tr.event(w.UID, held, t0.Add(time.Second))
+	assert.Empty(t, tr.expire(t0.Add(25*time.Minute)))
 }
