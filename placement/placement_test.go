@@ -188,3 +188,17 @@ func TestAGPUNodeTooSmallForAWorkerIsNamedNotIgnored(t *testing.T) {
 	assert.Equal(t, 3, res.Excluded[placement.ExcludedTooSmall])
 	assert.Contains(t, res.Table(), "3 too small for a worker")
 }
+
+// A node that could never hold a worker (a control-plane or system node, tainted for its own pods)
+// is not counted as tainted against the workers: a pool whose GPU trays are scaled to zero is
+// empty, not a pool of tainted nodes.
+func TestASystemNodeIsNotATaintedTray(t *testing.T) {
+	res := corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("8"), corev1.ResourceMemory: resource.MustParse("32Gi")}
+	cp := corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: "control-plane-1", Labels: map[string]string{"pool": "gb200"}},
+		Spec:   corev1.NodeSpec{Taints: []corev1.Taint{{Key: "node-role.kubernetes.io/control-plane", Effect: corev1.TaintEffectNoSchedule}}},
+		Status: corev1.NodeStatus{Allocatable: res, Conditions: []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}}}
+	got := placement.Place(placement.Pool{Nodes: []corev1.Node{cp}}, placement.Request{TopologyKey: key, Workers: workers(3)})
+	assert.True(t, got.Empty(), "nothing to choose from: %v", got.Excluded)
+	assert.Zero(t, got.Excluded[placement.ExcludedTainted])
+	assert.Empty(t, got.OutOfService)
+}
