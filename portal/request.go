@@ -244,6 +244,16 @@ func BindRegistries(r *Request, site []string) config.Problems {
 	return ps
 }
 
+// BindPodSecurity refuses a request that sets namespace.podSecurity privileged: a portal's user may
+// not lower the guard of the namespace their stack creates.
+func BindPodSecurity(r *Request) config.Problems {
+	var ps config.Problems
+	if r.Config.Namespace.PodSecurity == config.PodSecurityPrivileged {
+		ps.Add("namespace.podSecurity", "a request may not lower the Pod Security of the namespace it creates: leave it unset (the cluster's level: baseline where the site's install is found, privileged where there is none) or set baseline")
+	}
+	return ps
+}
+
 // BindPriorityClasses makes the site's priority classes the request's: a request may leave them
 // unset, never name others, which is refused at priorityClasses.
 func BindPriorityClasses(r *Request, site []string) config.Problems {

@@ -20,3 +20,18 @@ func TestARequestRepeatingAWrittenFlagIsRefusedAtItsKey(t *testing.T) {
 		assert.Contains(t, ps[0].Message, "repeats a flag the program already sets")
 	}
 }
+
+// A request may leave the namespace's Pod Security to the cluster or ask for baseline, never lower
+// it to privileged.
+func TestARequestMayNotLowerPodSecurity(t *testing.T) {
+	r := NewRequest("agg", "agg-psa")
+	for _, level := range []string{"", "baseline"} {
+		r.Config.Namespace.PodSecurity = level
+		assert.Empty(t, BindPodSecurity(&r), level)
+	}
+	r.Config.Namespace.PodSecurity = "privileged"
+	ps := BindPodSecurity(&r)
+	if assert.Len(t, ps, 1) {
+		assert.Equal(t, "namespace.podSecurity", ps[0].Key)
+	}
+}

@@ -202,7 +202,7 @@ func (m *Manager) prepare(ctx context.Context, r Request, op string, o RunOption
 	// could not be read: it refuses instead (many teams share the cluster).
 	r.Config.Kubernetes.RequireRead = true
 	// The site's registries, whatever the request says: a request may not widen them.
-	widened := append(BindRegistries(&r, m.o.ImageRegistries), BindPriorityClasses(&r, m.o.PriorityClasses)...)
+	widened := append(append(BindRegistries(&r, m.o.ImageRegistries), BindPriorityClasses(&r, m.o.PriorityClasses)...), BindPodSecurity(&r)...)
 	stored := false
 	if r.HFToken == "" && !r.Config.HuggingFace.ExistingSecret && r.Validate() != nil {
 		// The stack may hold the token already. (A request that switches to an existing Secret

@@ -236,7 +236,7 @@ func (o *Runner) Apply(ctx context.Context, r portal.Request, ao ApplyOptions) (
 	if o.Gate == nil && !o.Ungated {
 		return nil, ErrUngated
 	}
-	ps := append(portal.BindRegistries(&r, o.ImageRegistries), portal.BindPriorityClasses(&r, o.PriorityClasses)...)
+	ps := append(append(portal.BindRegistries(&r, o.ImageRegistries), portal.BindPriorityClasses(&r, o.PriorityClasses)...), portal.BindPodSecurity(&r)...)
 	if ps = append(ps, r.Validate()...); len(ps) > 0 {
 		return nil, &portal.InvalidRequestError{Problems: ps}
 	}
