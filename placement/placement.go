@@ -141,15 +141,18 @@ func Place(p Pool, r Request) Result {
 				res.OutOfService = append(res.OutOfService, Tray{Domain: name, Node: n.Name, State: state})
 			}
 		}
-		if !roomForAny(n, r.Workers) {
-			// It could not hold a worker even empty and untainted: a CPU or system node of an
-			// unselective pool counts for nothing; a GPU node without a resource the workers
-			// request (an RDMA device) is named.
+		// A node that could not hold a worker even empty (untainted, then as it is): a CPU or
+		// system node of an unselective pool counts for nothing; a GPU node without a resource the
+		// workers request (an RDMA device) is named.
+		tooSmall := func() {
 			if q, ok := n.Status.Allocatable[GPU]; ok && !q.IsZero() {
 				res.Excluded[ExcludedTooSmall]++
 			} else {
 				res.Excluded[ExcludedNotMatched]++
 			}
+		}
+		if !roomForAny(n, r.Workers) {
+			tooSmall()
 			continue
 		}
 		if taint, ok := untoleratedByAll(n, r.Workers); ok {
@@ -157,14 +160,7 @@ func Place(p Pool, r Request) Result {
 			continue
 		}
 		if !holdsAny(n, r.Workers) {
-			// Selected, but it could not hold a worker even empty: a CPU node of an unselective
-			// pool counts for nothing; a GPU node without a resource the workers request (an
-			// RDMA device) is named.
-			if q, ok := n.Status.Allocatable[GPU]; ok && !q.IsZero() {
-				res.Excluded[ExcludedTooSmall]++
-			} else {
-				res.Excluded[ExcludedNotMatched]++
-			}
+			tooSmall()
 			continue
 		}
 		switch {

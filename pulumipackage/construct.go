@@ -66,11 +66,9 @@ func (p *Provider) Construct(ctx context.Context, req *pulumirpc.ConstructReques
 	default:
 		return nil, fmt.Errorf("unknown resource type %s (this package has %s and %s)", req.GetType(), DeploymentToken, teamboundary.SiteToken)
 	}
-	inputs, err := plugin.UnmarshalProperties(req.GetInputs(), plugin.MarshalOptions{
-		KeepSecrets: true, KeepUnknowns: true, KeepOutputValues: true, KeepResources: true,
-	})
+	inputs, err := inputsOf(req)
 	if err != nil {
-		return nil, fmt.Errorf("reading the inputs: %w", err)
+		return nil, err
 	}
 	raw, err := Raw(inputs)
 	if err != nil {
@@ -98,6 +96,17 @@ func (p *Provider) Construct(ctx context.Context, req *pulumirpc.ConstructReques
 		state := components.Outputs(&c, d)
 		return &provider.ConstructResult{URN: d.URN(), State: state}, nil
 	})
+}
+
+// inputsOf are a Construct request's inputs, secrets, unknowns and outputs kept.
+func inputsOf(req *pulumirpc.ConstructRequest) (resource.PropertyMap, error) {
+	inputs, err := plugin.UnmarshalProperties(req.GetInputs(), plugin.MarshalOptions{
+		KeepSecrets: true, KeepUnknowns: true, KeepOutputValues: true, KeepResources: true,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("reading the inputs: %w", err)
+	}
+	return inputs, nil
 }
 
 // Raw is the Deployment's inputs as a stack's config would hold them: every config key's value

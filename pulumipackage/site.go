@@ -8,7 +8,6 @@ import (
 	"strings"
 
 	"github.com/pulumi/pulumi/sdk/v3/go/common/resource"
-	"github.com/pulumi/pulumi/sdk/v3/go/common/resource/plugin"
 	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
 	"github.com/pulumi/pulumi/sdk/v3/go/pulumi/provider"
 	pulumirpc "github.com/pulumi/pulumi/sdk/v3/proto/go"
@@ -118,11 +117,9 @@ func SiteArgs(inputs resource.PropertyMap) (teamboundary.SiteArgs, error) {
 
 // constructSite builds a Site from a program's inputs.
 func (p *Provider) constructSite(ctx context.Context, req *pulumirpc.ConstructRequest) (*pulumirpc.ConstructResponse, error) {
-	inputs, err := plugin.UnmarshalProperties(req.GetInputs(), plugin.MarshalOptions{
-		KeepSecrets: true, KeepUnknowns: true, KeepOutputValues: true, KeepResources: true,
-	})
+	inputs, err := inputsOf(req)
 	if err != nil {
-		return nil, fmt.Errorf("reading the inputs: %w", err)
+		return nil, err
 	}
 	args, err := SiteArgs(inputs)
 	if err != nil {

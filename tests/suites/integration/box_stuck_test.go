@@ -33,14 +33,26 @@ func stuckUp(t *testing.T, s *testStack, bound time.Duration) error {
 	return err
 }
 
+// stuckStack is an agg stack on a rack of its own, readiness.timeout at its default, with the
+// progress deadline short for the test (deadline "": the default) and a trouble on the frontend
+// ("": none).
+func stuckStack(t *testing.T, ns string, r rackbox.Rack, deadline, frontendTrouble string) *testStack {
+	t.Helper()
+	cfg := auto.ConfigMap{"minimax-m3:readiness.timeout": {Value: "2h"}}
+	if deadline != "" {
+		cfg["minimax-m3:readiness.progressDeadline"] = auto.ConfigValue{Value: deadline}
+	}
+	if frontendTrouble != "" {
+		cfg[troubleKey("frontend")] = auto.ConfigValue{Value: frontendTrouble}
+	}
+	return newBoxStack(t, "agg", ns, r, cfg)
+}
+
 // A tag the registry does not have ends up at once: the kubelet's message is the registry's answer.
 func TestBoxAMissingTagEndsUpAtOnce(t *testing.T) {
 	parallelOnBox(t)
 	const ns = "box-stuck-tag"
-	s := newBoxStack(t, "agg", ns, addRack(t, rackbox.NVL72("stuck-tag").WithGPUs(12)), auto.ConfigMap{
-		"minimax-m3:readiness.timeout": {Value: "2h"},
-		troubleKey("frontend"):         {Value: rackbox.TroubleImageNotFound},
-	})
+	s := stuckStack(t, ns, addRack(t, rackbox.NVL72("stuck-tag").WithGPUs(12)), "", rackbox.TroubleImageNotFound)
 	err := stuckUp(t, s, 6*time.Minute)
 	assert.Regexp(t, `DynamoGraphDeployment `+ns+`/`+aggGraph+` cannot become Ready without a change: pod \S+ \(component Frontend\) on node \S+, container main: ErrImagePull: `+
 		`failed to pull and unpack image "[^"]+": failed to resolve reference "[^"]+": \S+: not found`, err.Error())
@@ -53,11 +65,7 @@ func TestBoxAMissingTagEndsUpAtOnce(t *testing.T) {
 func TestBoxARegistryTimeoutEndsAtTheProgressDeadline(t *testing.T) {
 	parallelOnBox(t)
 	const ns = "box-stuck-registry"
-	s := newBoxStack(t, "agg", ns, addRack(t, rackbox.NVL72("stuck-registry").WithGPUs(12)), auto.ConfigMap{
-		"minimax-m3:readiness.timeout":          {Value: "2h"},
-		"minimax-m3:readiness.progressDeadline": {Value: "45s"},
-		troubleKey("frontend"):                  {Value: rackbox.TroubleRegistryTimeout},
-	})
+	s := stuckStack(t, ns, addRack(t, rackbox.NVL72("stuck-registry").WithGPUs(12)), "45s", rackbox.TroubleRegistryTimeout)
 	err := stuckUp(t, s, 8*time.Minute)
 	log := s.log.String()
 	assert.Regexp(t, `container main: ErrImagePull: [^\n]*i/o timeout \(up waits for Ready until readiness.timeout, 2h, in case it clears`, log,
@@ -73,11 +81,7 @@ func TestBoxARegistryTimeoutEndsAtTheProgressDeadline(t *testing.T) {
 func TestBoxAFrontendNeverReadyIsNamedAndEndsAtTheDeadline(t *testing.T) {
 	parallelOnBox(t)
 	const ns = "box-stuck-probe"
-	s := newBoxStack(t, "agg", ns, addRack(t, rackbox.NVL72("stuck-probe").WithGPUs(12)), auto.ConfigMap{
-		"minimax-m3:readiness.timeout":          {Value: "2h"},
-		"minimax-m3:readiness.progressDeadline": {Value: "45s"},
-		troubleKey("frontend"):                  {Value: rackbox.TroubleNeverReady},
-	})
+	s := stuckStack(t, ns, addRack(t, rackbox.NVL72("stuck-probe").WithGPUs(12)), "45s", rackbox.TroubleNeverReady)
 	err := stuckUp(t, s, 8*time.Minute)
 	assert.Regexp(t, `pod \S+ \(component Frontend\) on node \S+: Unhealthy: Readiness probe failed: HTTP probe failed with statuscode: 503 \(up waits`, s.log.String())
 	assert.Regexp(t, `made no progress: [^\n]*for 45s \(readiness.progressDeadline\) while: pod \S+ \(component Frontend\)[^\n]*Unhealthy: Readiness probe failed`, err.Error())
@@ -94,10 +98,7 @@ func TestBoxAnIMEXDaemonNeverReadyEndsAtTheDeadline(t *testing.T) {
 	tray := r.NodeNames()[0]
 	require.NoError(t, box.AnnotateNode(ctx, tray, rackbox.IMEXTroubleAnnotation, rackbox.TroubleNeverReady))
 	t.Cleanup(func() { _ = box.AnnotateNode(context.Background(), tray, rackbox.IMEXTroubleAnnotation, "") })
-	s := newBoxStack(t, "agg", ns, r, auto.ConfigMap{
-		"minimax-m3:readiness.timeout":          {Value: "2h"},
-		"minimax-m3:readiness.progressDeadline": {Value: "45s"},
-	})
+	s := stuckStack(t, ns, r, "45s", "")
 	err := stuckUp(t, s, 8*time.Minute)
 	assert.Regexp(t, fmt.Sprintf(`made no progress: [^\n]*on node %[1]s: FailedPrepareDynamicResources: [^\n]*the IMEX daemon on node %[1]s is NotReady in ComputeDomain %s`,
 		regexp.QuoteMeta(tray), regexp.QuoteMeta(aggGraph+"-cd")), err.Error())
