@@ -19,6 +19,18 @@ const (
 	graphType         = "minimax-m3:index:DynamoGraph"
 )
 
+// workerRuntimeClass is the workers' one RuntimeClass ("" when they have none or differ).
+func workerRuntimeClass(c *config.Config) string {
+	class := ""
+	for i, r := range c.Workers() {
+		if i > 0 && r.Config.Scheduling.RuntimeClassName != class {
+			return ""
+		}
+		class = r.Config.Scheduling.RuntimeClassName
+	}
+	return class
+}
+
 // MiniMaxM3Args is a validated stack config and the token the stack holds (a secret, or nil).
 type MiniMaxM3Args struct {
 	Config *config.Config
@@ -91,6 +103,8 @@ func NewMiniMaxM3(ctx *pulumi.Context, name string, args *MiniMaxM3Args, opts ..
 		Name:        c.Namespace.Name,
 		Create:      c.Namespace.Create,
 		PodSecurity: c.Namespace.PodSecurity,
+		// The class the workers take (resolvePodSecurity), for other stacks in the namespace.
+		WorkerRuntimeClass: workerRuntimeClass(c),
 		// A namespace that holds a kept cache claim is kept too, or deleting it would take the
 		// claim; so is one the stack adopted: it existed before, with whatever it holds.
 		RetainOnDelete: c.ModelCache.Create && !c.ModelCache.DeleteOnDestroy || args.Meta.Adopted("Namespace", c.Namespace.Name),

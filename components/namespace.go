@@ -16,6 +16,9 @@ type NamespaceArgs struct {
 	Create bool
 	// PodSecurity is the Pod Security level a created namespace enforces (namespace.podSecurity).
 	PodSecurity string
+	// WorkerRuntimeClass, at baseline, is the class the workers run by: a created namespace names
+	// it (config.WorkerRuntimeClassAnnotation) for the other stacks that deploy into it.
+	WorkerRuntimeClass string
 	// RetainOnDelete keeps a created namespace on destroy: deleting a namespace deletes every claim
 	// in it, the model cache included.
 	RetainOnDelete bool
@@ -74,8 +77,12 @@ func NewNamespace(ctx *pulumi.Context, name string, args *NamespaceArgs, opts ..
 				labels[k] = pulumi.String(v)
 			}
 		}
+		var extra pulumi.StringMap
+		if args.PodSecurity == config.PodSecurityBaseline && args.WorkerRuntimeClass != "" && !args.Meta.Adopted("Namespace", args.Name) {
+			extra = pulumi.StringMap{config.WorkerRuntimeClassAnnotation: pulumi.String(args.WorkerRuntimeClass)}
+		}
 		created, err := corev1.NewNamespace(ctx, name, &corev1.NamespaceArgs{
-			Metadata: &metav1.ObjectMetaArgs{Name: pulumi.String(args.Name), Labels: labels, Annotations: args.Meta.annotations(ctx, "Namespace", args.Name, nil)},
+			Metadata: &metav1.ObjectMetaArgs{Name: pulumi.String(args.Name), Labels: labels, Annotations: args.Meta.annotations(ctx, "Namespace", args.Name, extra)},
 		}, pulumi.Parent(ns), pulumi.RetainOnDelete(args.RetainOnDelete),
 			legacyAlias(ctx, args.LegacyName, deploymentType, namespaceType, "kubernetes:core/v1:Namespace"))
 		if err != nil {

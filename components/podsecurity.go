@@ -22,8 +22,9 @@ var (
 //     is read); at baseline the workers take the class the policy's annotation names unless they
 //     name one, and a worker left with none is refused at namespace.podSecurity;
 //   - a namespace the stack uses (or adopted): the workers take the class its annotation
-//     (config.WorkerRuntimeClassAnnotation, on the site's team namespaces) names, unless they name
-//     one.
+//     (config.WorkerRuntimeClassAnnotation: on the site's team namespaces, and on a namespace
+//     another stack created at baseline) names, or, in a baseline namespace the site's policy
+//     binds that names none, the site's; unless they name one.
 //
 // The site's worker class on a pod that is not a worker is refused at its key: Pod Security
 // admission exempts that class, and only the workers may take it.
@@ -54,6 +55,10 @@ func resolvePodSecurity(ctx *pulumi.Context, reader ObjectReader, c *config.Conf
 		ns, found, err := reader.Read(ctx.Context(), namespacesResource, "", c.Namespace.Name)
 		if err == nil && found {
 			workersClass = ns.Annotations[config.WorkerRuntimeClassAnnotation]
+			if workersClass == "" && ns.Labels["pod-security.kubernetes.io/enforce"] == config.PodSecurityBaseline && ns.Labels[config.PodPolicyLabel] != "" {
+				// A baseline namespace the site's policy binds, which names no class: the site's.
+				workersClass = siteClass
+			}
 		}
 	}
 	for _, r := range c.Workers() {

@@ -18,6 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/client-go/dynamic"
 	"k8s.io/client-go/kubernetes"
 	"sigs.k8s.io/controller-runtime/pkg/client"
@@ -252,6 +253,19 @@ func TestBoxOneAggStackThroughDayTwoChanges(t *testing.T) {
 			assert.Contains(t, s.log.String(), `minimax-m3:exposure.hostname: "taken.box.example" is already routed on Gateway box-gateways/shared by HTTPRoute box-team-b/their-model (not a stack's; its hostnames: taken.box.example)`)
 
 			s.set(ctx, "minimax-m3:exposure.hostname", "m3.box.example")
+			// The Gateway's listener takes routes from its own namespace only (Gateway API's
+			// default): preview says so, naming both keys, before anything is created; its owner
+			// then admits every namespace.
+			_, err = s.preview(ctx)
+			require.Error(t, err)
+			assert.Contains(t, s.log.String(), "minimax-m3:exposure.gateway.sectionName: Gateway box-gateways/shared takes no HTTPRoute from namespace.name "+ns+
+				": listener https admits routes from its own namespace only (allowedRoutes.namespaces.from: Same)")
+			gw := &unstructured.Unstructured{}
+			gw.SetGroupVersionKind(schema.GroupVersionKind{Group: "gateway.networking.k8s.io", Version: "v1", Kind: "Gateway"})
+			require.NoError(t, box.Client.Get(ctx, client.ObjectKey{Namespace: "box-gateways", Name: "shared"}, gw))
+			require.NoError(t, unstructured.SetNestedSlice(gw.Object, []any{map[string]any{"name": "https", "protocol": "HTTP", "port": int64(80),
+				"allowedRoutes": map[string]any{"namespaces": map[string]any{"from": "All"}}}}, "spec", "listeners"))
+			require.NoError(t, box.Client.Update(ctx, gw))
 			added := map[string]string{
 				"minimax-m3:index:Exposure exposure":                            "create",
 				"kubernetes:gateway.networking.k8s.io/v1:HTTPRoute " + aggGraph: "create",

@@ -46,6 +46,26 @@ var boxSite struct {
 // gives each team its workspace ServiceAccount.
 const boxWorkspaces = "box-workspaces"
 
+// boxGatewayNamespace holds the box's site Gateway "inference", whose listener "https" takes
+// HTTPRoutes from every namespace (no Gateway controller runs: the route check reads its spec).
+const boxGatewayNamespace = "box-site-gateways"
+
+// startGateway makes the box's site Gateway (rackBox, once).
+func startGateway(b *rackbox.Box) error {
+	ctx := context.Background()
+	for _, obj := range []*unstructured.Unstructured{
+		{Object: map[string]any{"apiVersion": "v1", "kind": "Namespace", "metadata": map[string]any{"name": boxGatewayNamespace}}},
+		{Object: map[string]any{"apiVersion": "gateway.networking.k8s.io/v1", "kind": "Gateway", "metadata": map[string]any{"name": "inference", "namespace": boxGatewayNamespace},
+			"spec": map[string]any{"gatewayClassName": "site", "listeners": []any{map[string]any{"name": "https", "protocol": "HTTP", "port": int64(80),
+				"allowedRoutes": map[string]any{"namespaces": map[string]any{"from": "All"}}}}}}},
+	} {
+		if err := b.Client.Create(ctx, obj); err != nil && !apierrors.IsAlreadyExists(err) {
+			return fmt.Errorf("the box's site Gateway: %s: %w", obj.GetKind(), err)
+		}
+	}
+	return nil
+}
+
 // startSite installs the site on the box (rackBox, once). It runs off any test: it returns its
 // error instead of failing one.
 func startSite(b *rackbox.Box) error {
@@ -280,7 +300,7 @@ func TestBoxTeamNamespaceAdmitsDisaggWithEveryOption(t *testing.T) {
 		"minimax-m3:namespace.create":              {Value: "false"},
 		"minimax-m3:exposure.enabled":              {Value: "true"},
 		"minimax-m3:exposure.backend":              {Value: "inferencePool"},
-		"minimax-m3:exposure.gateway.namespace":    {Value: "box-gateways"},
+		"minimax-m3:exposure.gateway.namespace":    {Value: boxGatewayNamespace},
 		"minimax-m3:exposure.gateway.name":         {Value: "inference"},
 		"minimax-m3:exposure.gateway.sectionName":  {Value: "https"},
 		"minimax-m3:exposure.hostname":             {Value: "team-d.box.example"},

@@ -97,7 +97,7 @@ func boxStackLifecycle(t *testing.T, tc lifecycleCase) {
 	if tc.pool {
 		maps.Copy(extra, auto.ConfigMap{
 			"minimax-m3:exposure.enabled": {Value: "true"}, "minimax-m3:exposure.backend": {Value: "inferencePool"},
-			"minimax-m3:exposure.gateway.namespace": {Value: "box-gateways"}, "minimax-m3:exposure.gateway.name": {Value: "inference"},
+			"minimax-m3:exposure.gateway.namespace": {Value: boxGatewayNamespace}, "minimax-m3:exposure.gateway.name": {Value: "inference"},
 			"minimax-m3:exposure.gateway.sectionName": {Value: "https"}, "minimax-m3:exposure.hostname": {Value: "disagg.box.example"},
 			"minimax-m3:exposure.endpointPicker.image": {Value: "nvcr.io/nvidia/ai-dynamo/dynamo-frontend:1.4.0"},
 		})

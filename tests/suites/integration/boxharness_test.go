@@ -88,7 +88,10 @@ func rackBox(t *testing.T) *rackbox.Box {
 			return
 		}
 		// The site, before any stack: every test sees the same one.
-		box.err = startSite(box.Box)
+		if box.err = startSite(box.Box); box.err != nil {
+			return
+		}
+		box.err = startGateway(box.Box)
 	})
 	require.NoError(t, box.err, "the rack box cannot start\n%s", boxLogs())
 	t.Cleanup(func() {

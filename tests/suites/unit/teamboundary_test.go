@@ -130,6 +130,8 @@ func TestTheStacksNamespaceFollowsTheSite(t *testing.T) {
 		labels := decode[map[string]string](t, r.one(t, "kubernetes:core/v1:Namespace"), "metadata", "labels")
 		assert.Equal(t, "baseline", labels["pod-security.kubernetes.io/enforce"], "%v", labels)
 		assert.Equal(t, "baseline", labels[config.PodPolicyLabel], "the site's policies bind it")
+		annotations := decode[map[string]string](t, r.one(t, "kubernetes:core/v1:Namespace"), "metadata", "annotations")
+		assert.Equal(t, "nvidia-exempt", annotations[config.WorkerRuntimeClassAnnotation], "it names the workers' class for other stacks in it")
 		workers := graphSpec(t, r).Components[1:]
 		require.NotEmpty(t, workers)
 		for _, w := range workers {
@@ -157,6 +159,17 @@ func TestTheStacksNamespaceFollowsTheSite(t *testing.T) {
 	_, err = runOn(t, site, "agg", map[string]string{"minimax-m3:frontend": `{"scheduling": {"runtimeClassName": "nvidia-exempt"}}`})
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), `minimax-m3:frontend.scheduling.runtimeClassName: "nvidia-exempt" is the GPU workers' RuntimeClass`)
+
+	// A second stack in a baseline namespace the site's policy binds: the site's class.
+	shared := fakeCluster{
+		"validatingadmissionpolicies//" + config.SitePodPolicy: {"@" + config.WorkerRuntimeClassAnnotation: "nvidia-exempt"},
+		"namespaces//shared": {"pod-security.kubernetes.io/enforce": "baseline", config.PodPolicyLabel: "baseline"},
+	}
+	r, err = runOn(t, shared, "disagg", map[string]string{"minimax-m3:namespace": `{"name": "shared", "create": false}`})
+	require.NoError(t, err)
+	for _, w := range graphSpec(t, r).Components[1:] {
+		assert.Equal(t, "nvidia-exempt", *w.PodTemplate.Spec.RuntimeClassName, w.Name)
+	}
 
 	// A team namespace the site handed out: its annotation names the class.
 	team := fakeCluster{"namespaces//team-a-prod": {"@" + config.WorkerRuntimeClassAnnotation: "nvidia-exempt"}}
