@@ -216,19 +216,17 @@ func (t *podTracker) tellEvent(pod *corev1.Pod) []PodProblem {
 // deadline while problems persisted for that long (those are named, with what to do). Nothing while
 // any pod comes further; while a pod runs, not Ready, with no problem of its own (an engine loading:
 // the frontend's readiness waits for a worker to register, and that may take hours); for a problem
-// newer than the deadline (a first crash, a node briefly NotReady); or with no deadline. The
-// problem is Existing when every problem it names is of a pod that was there at the start (the
-// change may replace them).
+// newer than the deadline (a first crash, a node briefly NotReady); or with no deadline. It is never
+// Existing, whichever pods it names: a rollout that made no progress for the deadline is not
+// replacing them either.
 func (t *podTracker) expire(now time.Time) []PodProblem {
 	if t.deadline <= 0 || t.expired || now.Sub(t.lastProgress) < t.deadline || t.loading() {
 		return nil
 	}
 	var blockers []PodProblem
-	existing := true
 	for _, b := range t.blockers(now) {
 		if since, ok := t.troubled[b.Pod]; ok && now.Sub(since) >= t.deadline {
 			blockers = append(blockers, b)
-			existing = existing && b.Existing
 		}
 	}
 	if len(blockers) == 0 {
@@ -242,7 +240,7 @@ func (t *podTracker) expire(now time.Time) []PodProblem {
 	if len(blockers) > shownBlockers {
 		lines = append(lines, fmt.Sprintf("and %d more", len(blockers)-shownBlockers))
 	}
-	return []PodProblem{{Reason: "ProgressDeadlineExceeded", Terminal: true, Existing: existing,
+	return []PodProblem{{Reason: "ProgressDeadlineExceeded", Terminal: true,
 		Message: fmt.Sprintf("no pod of the graph came further (created, scheduled, started, Ready) for %s (readiness.progressDeadline) while: %s",
 			t.deadline, strings.Join(lines, "; "))}}
 }

@@ -215,3 +215,18 @@ func TestAWorkerHeldForItsIMEXDaemonEndsAtTheDeadline(t *testing.T) {
 	tr.event(w.UID, held, t0.Add(time.Second))
 	assert.Empty(t, tr.expire(t0.Add(25*time.Minute)))
 }
+
+// The pods were there when the wait began (the operator made them before the watch listed them):
+// their lasting problem still ends the wait, since a rollout that made no progress for the
+// deadline is not replacing them either.
+func TestTheDeadlineCountsPodsThereAtTheStart(t *testing.T) {
+	tr := newPodTracker(10*time.Minute, t0)
+	p := withContainer(scheduled(pendingPod("g-frontend-a", "Frontend"), "cpu-01"), corev1.PodPending, waitingFor("ErrImagePull", "dial tcp 10.0.0.9:443: i/o timeout"), false)
+	tr.listedPods([]corev1.Pod{*p})
+	got := tr.pod(p, false, t0)
+	require.Len(t, got, 1)
+	assert.True(t, got[0].Existing)
+	got = tr.expire(t0.Add(10*time.Minute + time.Second))
+	require.Len(t, got, 1)
+	assert.False(t, got[0].Existing)
+}

@@ -10,6 +10,7 @@ import (
 	"github.com/pulumi/pulumi/sdk/v3/go/auto"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"minimax-m3/tests/framework/rackbox"
 )
@@ -28,6 +29,12 @@ func stuckUp(t *testing.T, s *testStack, bound time.Duration) error {
 	ctx, cancel := context.WithTimeout(context.Background(), bound)
 	defer cancel()
 	_, _, err := s.up(ctx)
+	if ctx.Err() != nil {
+		// What the graph's pods looked like, for the failure's account.
+		for _, p := range podsOf(t, s.ns, client.MatchingLabels{graphLabelKey: aggGraph}) {
+			t.Logf("pod %s: phase %s, conditions %v, containers %v", p.Name, p.Status.Phase, p.Status.Conditions, p.Status.ContainerStatuses)
+		}
+	}
 	require.NoError(t, ctx.Err(), "up did not end on its own within %s\n%s", bound, s.log.String())
 	require.Error(t, err, s.log.String())
 	return err
