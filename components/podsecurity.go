@@ -2,6 +2,7 @@ package components
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -69,7 +70,7 @@ func resolvePodSecurity(ctx *pulumi.Context, reader ObjectReader, c *config.Conf
 		if created && c.Namespace.PodSecurity == config.PodSecurityBaseline && s.RuntimeClassName == "" {
 			ps.Add("namespace.podSecurity", "baseline refuses the workers' capabilities (%s) unless the API server exempts their RuntimeClass, and %s.scheduling.runtimeClassName is empty "+
 				"with no site install found to name it (%s): set it to the class the API server exempts, install the site (docs/security.md), "+
-				"or set namespace.podSecurity to privileged on a cluster that exempts none", capabilities(), r.Key, config.SitePodPolicy)
+				"or set namespace.podSecurity to privileged on a cluster that exempts none", strings.Join(config.WorkerCapabilityNames(), ", "), r.Key, config.SitePodPolicy)
 		}
 	}
 	if siteClass != "" {
@@ -84,16 +85,4 @@ func resolvePodSecurity(ctx *pulumi.Context, reader ObjectReader, c *config.Conf
 		return ps
 	}
 	return nil
-}
-
-// capabilities are the workers' added capabilities, for messages.
-func capabilities() string {
-	out := ""
-	for i, c := range config.WorkerCapabilities {
-		if i > 0 {
-			out += ", "
-		}
-		out += string(c)
-	}
-	return out
 }

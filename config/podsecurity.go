@@ -19,6 +19,15 @@ import (
 // "baseline" a stack's pods get, and only a worker's main container has it.
 var WorkerCapabilities = []corev1.Capability{"IPC_LOCK", "SYS_PTRACE", "SYS_RESOURCE"}
 
+// WorkerCapabilityNames are WorkerCapabilities as strings, for messages and policies.
+func WorkerCapabilityNames() []string {
+	out := make([]string, len(WorkerCapabilities))
+	for i, c := range WorkerCapabilities {
+		out[i] = string(c)
+	}
+	return out
+}
+
 // WorkerComponentTypes are the Dynamo component types of the recipe's worker pods (the operator's
 // label nvidia.com/dynamo-component-type): the pods whose main container has the exemption.
 var WorkerComponentTypes = []string{"worker", "prefill", "decode"}

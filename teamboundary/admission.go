@@ -81,8 +81,8 @@ func PodPolicy(priorityClasses []string, workerRuntimeClass string) *admissionv1
 				containerRule("!has(c.securityContext) || !has(c.securityContext.privileged) || !c.securityContext.privileged",
 					"Pod Security baseline: privileged containers"),
 				containerRule(fmt.Sprintf("!has(c.securityContext) || !has(c.securityContext.capabilities) || !has(c.securityContext.capabilities.add) || c.securityContext.capabilities.add.all(cap, cap in %s || (variables.worker && c.name == %q && cap in %s))",
-					celList(baselineCapabilities), config.MainContainer, celList(workerCapabilities())),
-					"Pod Security baseline: non-default capabilities (a worker's main container alone adds "+strings.Join(workerCapabilities(), ", ")+")"),
+					celList(baselineCapabilities), config.MainContainer, celList(config.WorkerCapabilityNames())),
+					"Pod Security baseline: non-default capabilities (a worker's main container alone adds "+strings.Join(config.WorkerCapabilityNames(), ", ")+")"),
 				containerRule("!has(c.ports) || c.ports.all(p, !has(p.hostPort) || p.hostPort == 0)", "Pod Security baseline: hostPort"),
 				containerRule("!has(c.securityContext) || !has(c.securityContext.procMount) || c.securityContext.procMount == 'Default'", "Pod Security baseline: procMount"),
 				c("(!has(object.spec.securityContext) || !has(object.spec.securityContext.seccompProfile) || object.spec.securityContext.seccompProfile.type != 'Unconfined') && variables.containers.all(c, !has(c.securityContext) || !has(c.securityContext.seccompProfile) || c.securityContext.seccompProfile.type != 'Unconfined')",
@@ -142,14 +142,6 @@ func runtimeEnvTest(name string) string {
 		tests[i] = fmt.Sprintf("%s.startsWith(%q)", name, p)
 	}
 	return strings.Join(tests, " || ")
-}
-
-func workerCapabilities() []string {
-	out := make([]string, len(config.WorkerCapabilities))
-	for i, c := range config.WorkerCapabilities {
-		out[i] = string(c)
-	}
-	return out
 }
 
 // PodPolicyBinding binds PodPolicy to every namespace labelled config.PodPolicyLabel (the team

@@ -40,11 +40,11 @@ func keyOf(p PodProblem) problemKey {
 // watch saw and returns the problems to report now, with no I/O. A problem is returned once while
 // it lasts, and again when it changes or comes back after it cleared.
 type podTracker struct {
-	// deadline is the progress deadline (0: none); start when the watch started, lastProgress the
-	// last time a pod of the graph came further (created, scheduled, started, Ready, or deleted).
-	deadline            time.Duration
-	start, lastProgress time.Time
-	expired             bool
+	// deadline is the progress deadline (0: none); lastProgress the last time a pod of the graph
+	// came further (created, scheduled, started, Ready, or deleted), or the watch's start.
+	deadline     time.Duration
+	lastProgress time.Time
+	expired      bool
 
 	existing map[string]bool              // the pods there at the start
 	seen     map[problemKey]PodProblem    // the problems reported that still hold, in their latest words
@@ -60,7 +60,7 @@ type podTracker struct {
 }
 
 func newPodTracker(deadline time.Duration, now time.Time) *podTracker {
-	return &podTracker{deadline: deadline, start: now, lastProgress: now,
+	return &podTracker{deadline: deadline, lastProgress: now,
 		existing: map[string]bool{}, seen: map[problemKey]PodProblem{}, troubled: map[string]time.Time{}, podsOn: map[string]map[string]string{}, nodeOf: map[string]string{},
 		bad: map[string]*corev1.Node{}, waiting: map[string]*corev1.Pod{}, pods: map[string]*corev1.Pod{}, stage: map[types.UID]int{},
 		latest: map[types.UID]startEvent{}, told: map[types.UID]map[string]bool{}}

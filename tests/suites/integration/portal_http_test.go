@@ -85,6 +85,11 @@ func TestPortalService(t *testing.T) {
 		"config": map[string]any{"namespace": map[string]any{"name": "portal-http"}, "worker": map[string]any{"extraArgs": []string{"--kv-cache-dtype", "auto"}}}})
 	assert.Equal(t, http.StatusBadRequest, code, string(body))
 	assert.Contains(t, string(body), `"key":"worker.extraArgs[0]"`)
+	// A request lowering the Pod Security of the namespace its stack creates: refused at its key.
+	code, body = c.do(http.MethodPost, "/api/stacks/agg-http/up", map[string]any{"base": "agg", "hfToken": portalToken,
+		"config": map[string]any{"namespace": map[string]any{"name": "portal-http", "podSecurity": "privileged"}}})
+	assert.Equal(t, http.StatusBadRequest, code, string(body))
+	assert.Contains(t, string(body), `"key":"namespace.podSecurity"`)
 	code, body = c.do(http.MethodPost, "/api/stacks/agg-http/up", map[string]any{"base": "agg", "allowRoll": "Workers"})
 	assert.Equal(t, http.StatusBadRequest, code)
 	assert.Contains(t, string(body), `"key":"allowRoll"`)
