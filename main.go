@@ -1,9 +1,5 @@
 package main
 
-import (
-	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
+import "minimax-m3/components"
 
-	"minimax-m3/components"
-)
-
-func main() { pulumi.Run(components.Program) }
+func main() { components.Run(components.Program) }
