@@ -116,26 +116,31 @@ func place(ctx *pulumi.Context, reader ObjectReader, c *config.Config, meta Stac
 		}
 		return nil
 	}
-	if meta.liveGraph != nil && !workersMove(c, meta.liveGraph, pool, own) {
+	why := ""
+	if meta.liveGraph != nil {
+		why = workersMove(c, meta.liveGraph, pool, own)
+	}
+	if meta.liveGraph != nil && why == "" {
 		// The update leaves every worker where it runs (no worker template or count changes):
 		// the pool's state (a drained tray, another team's growth) is no reason to refuse it.
 		_ = ctx.Log.Warn("placement: the pool has no room for the graph's workers as they would be placed anew, but this update moves none of them:\n"+res.Table(), nil)
 		return nil
 	}
-	return refusal(c, res, previous, pinnedByUser, workers)
+	return refusal(c, res, previous, pinnedByUser, workers, why)
 }
 
-// workersMove reports whether the update places worker pods anew: a worker role's pod template
-// changes (the operator rolls it), or the graph needs more workers than it has running.
-func workersMove(c *config.Config, live map[string]string, pool placement.Pool, own func(*corev1.Pod) bool) bool {
+// workersMove says why the update places worker pods anew ("" when it does not): a worker role's
+// pod template changes (the operator rolls it), or the graph needs more workers than it has
+// running. The reason names the keys that do it, for a refusal under another key.
+func workersMove(c *config.Config, live map[string]string, pool placement.Pool, own func(*corev1.Pod) bool) string {
 	planned, err := TemplateDigests(c)
 	if err != nil {
-		return true
+		return "this update may change the workers' pod templates"
 	}
 	for _, r := range c.Workers() {
 		k := templateAnnotationPrefix + r.Name
 		if live[k] == "" || live[k] != planned[k] {
-			return true
+			return fmt.Sprintf("this update rolls the %s pods (their template changes: a %s.* key, or one the workers share such as image, model, kvCache or speculative)", r.Name, r.Key)
 		}
 	}
 	// Per role, the pods the graph has (a drained worker's Pending replacement included): more
@@ -148,14 +153,15 @@ func workersMove(c *config.Config, live map[string]string, pool placement.Pool, 
 	}
 	for _, r := range c.Workers() {
 		if !r.Config.ScalingAdapter && have[r.Name] < r.Config.Replicas {
-			return true
+			return fmt.Sprintf("this update adds %s pods (%s.replicas is %d, %d run)", r.Name, r.Key, r.Config.Replicas, have[r.Name])
 		}
 	}
-	return false
+	return ""
 }
 
-// refusal says why no clique takes the graph, under the key that changes it.
-func refusal(c *config.Config, res placement.Result, previous string, pinnedByUser bool, workers []placement.Worker) error {
+// refusal says why no clique takes the graph, under the key that changes it; why is what in the
+// update places workers anew (workersMove), which is often the key the user just changed.
+func refusal(c *config.Config, res placement.Result, previous string, pinnedByUser bool, workers []placement.Worker, why string) error {
 	key := c.Placement.TopologyKey
 	e := &PlacementError{Key: "placement.topologyKey", Result: res}
 	need := demand(workers)
@@ -190,6 +196,10 @@ func refusal(c *config.Config, res placement.Result, previous string, pinnedByUs
 	default:
 		e.Key = "placement.check"
 		e.Message = fmt.Sprintf("the nodes the workers may use have no room for the graph's %d workers (%s)", len(workers), need)
+	}
+	if why != "" {
+		// The other key: what the user changed, which is often not the key refused.
+		e.Message += "; refused now because " + why
 	}
 	return e
 }

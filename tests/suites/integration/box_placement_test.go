@@ -3,6 +3,7 @@ package integration
 import (
 	"context"
 	"fmt"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -167,6 +168,36 @@ func TestBoxAGraphLandsWholeInTheOneCliqueWithRoomAgg(t *testing.T) {
 		}
 		return n == 3, nil
 	})
+
+	// Two trays of the running clique go out of service: one cordoned for maintenance, one whose
+	// kubelet fell silent (the node lifecycle controller then taints it unreachable). A change that
+	// rolls the workers is refused at preview; the refusal names every tray of the clique out of
+	// service with its state (not the taints Kubernetes put on them), the choices, and the key
+	// changed beside the key refused.
+	var running []string
+	for _, node := range workerNodes(t, ns, aggGraph) {
+		running = append(running, node)
+	}
+	require.Len(t, inRack(b, running...), 3)
+	slices.Sort(running)
+	patchNode(t, running[0], func(n *corev1.Node) { n.Spec.Unschedulable = true })
+	require.NoError(t, rackBox(t).MakeNodeNotReady(ctx, running[1]))
+	generation := boxGraph(t, ns, aggGraph).GetGeneration()
+	s.set(ctx, "minimax-m3:worker.vllm.maxNumSeqs", "96")
+	_, err := s.preview(ctx)
+	require.Error(t, err, "b now holds one worker")
+	out := s.log.String() + err.Error()
+	assert.Contains(t, out, "minimax-m3:placement.clique: the graph runs in clique "+rackbox.CliqueLabel+"="+b.Clique()+", which holds 1 of its 3 workers")
+	outOfService := regexp.MustCompile(`with its trays out of service: ([^;]+);`).FindStringSubmatch(out)
+	require.NotNil(t, outOfService, out)
+	assert.Contains(t, outOfService[1], cordoned+" cordoned")
+	assert.Contains(t, outOfService[1], running[0]+" cordoned")
+	assert.Contains(t, outOfService[1], running[1]+" not Ready (Ready is Unknown: NodeStatusUnknown)")
+	assert.NotContains(t, outOfService[1], "tainted", "the taints Kubernetes puts on such trays are not the reason given")
+	assert.Contains(t, out, "uncordon one (kubectl uncordon <node>)")
+	assert.Contains(t, out, "or shrink the graph (worker.replicas)")
+	assert.Contains(t, out, "refused now because this update rolls the Worker pods (their template changes: a worker.* key")
+	assert.Equal(t, generation, boxGraph(t, ns, aggGraph).GetGeneration(), "nothing was changed")
 }
 
 func TestBoxAGraphLandsWholeInTheOneCliqueWithRoomDisagg(t *testing.T) {

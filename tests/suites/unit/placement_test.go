@@ -294,6 +294,8 @@ func TestAnUpdateThatMovesNoWorkerIsNotRefusedForTheRoomItWouldNeed(t *testing.T
 	// Which of its trays, and the choices.
 	assert.Contains(t, err.Error(), "with its trays out of service: "+a[0].Name+" cordoned; wait for them to return, uncordon one (kubectl uncordon <node>)")
 	assert.Contains(t, err.Error(), "or shrink the graph (prefillWorker.replicas, decodeWorker.replicas)")
+	// And the key the user changed, beside the key refused.
+	assert.Contains(t, err.Error(), "refused now because this update rolls the DecodeWorker pods (their template changes: a decodeWorker.* key")
 }
 
 func TestTheBudgetLetsADrainEvictPastACrashingWorker(t *testing.T) {
