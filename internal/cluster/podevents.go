@@ -1,17 +1,13 @@
 package cluster
 
 import (
-	"context"
 	"fmt"
 	"slices"
 	"strings"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
 // What keeps a placed pod from starting before any container has a status is only in the kubelet's
@@ -24,10 +20,7 @@ var startEvents = []string{"FailedPrepareDynamicResources", "FailedMount", "Fail
 // startEventSelector selects the Warning events about pods.
 var startEventSelector = fields.AndSelectors(fields.OneTermEqualSelector("involvedObject.kind", "Pod"), fields.OneTermEqualSelector("type", corev1.EventTypeWarning))
 
-var (
-	eventsResource         = corev1.SchemeGroupVersion.WithResource("events")
-	computeDomainsResource = schema.GroupVersionResource{Group: "resource.nvidia.com", Version: "v1beta1", Resource: "computedomains"}
-)
+var eventsResource = corev1.SchemeGroupVersion.WithResource("events")
 
 // startEvent is the kubelet's newest event on a pod, when it was last seen, and when the same
 // failure was first seen.
@@ -85,47 +78,29 @@ func containerOf(fieldPath string) string {
 	return name
 }
 
-// imexState says what the ComputeDomains of the namespace say of a node whose pod's claims the
-// kubelet cannot prepare: its IMEX daemon NotReady, or not there (not started: not placed, or its
-// image not pulled). The DRA driver holds a channel claim until the tray's daemon is Ready in the
-// domain, and the kubelet's event then says only that the plugin did not answer in time
-// (NodePrepareResources: DeadlineExceeded, or skipped claims), so this is what names the wait.
-// Nothing when the node is Ready in the domain (the cause is another), when no single domain is
-// the pod's, or when the domains cannot be read.
-func (r *Reader) imexState(ctx context.Context, namespace, node string) string {
-	if node == "" {
-		return ""
-	}
-	list, err := r.dynamic.Resource(computeDomainsResource).Namespace(namespace).List(ctx, metav1.ListOptions{})
-	if err != nil {
-		return ""
-	}
-	for _, cd := range list.Items {
-		nodes, _, _ := unstructured.NestedSlice(cd.Object, "status", "nodes")
-		for _, n := range nodes {
-			m, ok := n.(map[string]any)
-			if !ok || m["name"] != node {
-				continue
-			}
-			if m["status"] == "Ready" {
-				return ""
-			}
-			return fmt.Sprintf("the IMEX daemon on node %s is %v in ComputeDomain %s: the worker's channel waits for it", node, m["status"], cd.GetName())
-		}
-	}
-	if len(list.Items) == 1 {
-		return fmt.Sprintf("ComputeDomain %s has no IMEX daemon on node %s yet (not started: not placed, or its image not pulled): the worker's channel waits for it",
-			list.Items[0].GetName(), node)
-	}
-	return ""
-}
+// What keeps a graph's pods from being made at all is only in the events of the controller that
+// makes them (a ReplicaSet, a StatefulSet, Grove's PodClique): FailedCreate, with the API server's
+// refusal. No pod exists to watch, so without this a rollout whose pods an admission policy refuses
+// would wait in silence.
+var createEventSelector = fields.AndSelectors(fields.OneTermEqualSelector("reason", "FailedCreate"), fields.OneTermEqualSelector("type", corev1.EventTypeWarning))
 
-// withIMEXState adds the IMEX daemon's state to a claim the kubelet cannot prepare.
-func (r *Reader) withIMEXState(ctx context.Context, namespace string, p PodProblem) PodProblem {
-	if p.Reason == "FailedPrepareDynamicResources" {
-		if s := r.imexState(ctx, namespace, p.Node); s != "" {
-			p.Message += " (" + s + ")"
+// createRefusals are the API server's answers that refuse a pod for what it is: admission (Pod
+// Security, a ValidatingAdmissionPolicy, a webhook) denies it again on every retry until the pod
+// template or the policy changes. A quota exceeded, a ServiceAccount not there yet, may clear.
+var createRefusals = []string{"violates PodSecurity", "ValidatingAdmissionPolicy", "denied the request", "denied request"}
+
+// CreateProblem is the problem a controller's FailedCreate event on one of the graph's controllers
+// (named <graph>-..., as the Dynamo operator and Grove name them) says: no pod was made, and why.
+// Terminal when admission refused the pod.
+func CreateProblem(e *corev1.Event, graph string) (PodProblem, bool) {
+	if e.Type != corev1.EventTypeWarning || e.Reason != "FailedCreate" || !strings.HasPrefix(e.InvolvedObject.Name, graph+"-") {
+		return PodProblem{}, false
+	}
+	p := PodProblem{Reason: e.Reason, Message: fmt.Sprintf("%s %s makes no pod: %s", e.InvolvedObject.Kind, e.InvolvedObject.Name, e.Message)}
+	for _, r := range createRefusals {
+		if strings.Contains(e.Message, r) {
+			p.Terminal = true
 		}
 	}
-	return p
+	return p, true
 }

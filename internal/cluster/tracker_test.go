@@ -1,6 +1,7 @@
 package cluster
 
 import (
+	"errors"
 	"strings"
 	"testing"
 	"time"
@@ -196,7 +197,8 @@ func TestAWorkerHeldForItsIMEXDaemonEndsAtTheDeadline(t *testing.T) {
 	w := withContainer(scheduled(pendingPod("g-worker-a", "Worker"), "tray-07"), corev1.PodPending, corev1.ContainerStatus{}, false)
 	w.Status.ContainerStatuses = nil
 	tr.pod(w, false, t0)
-	msg := "Failed to prepare dynamic resources: NodePrepareResources: DeadlineExceeded (the IMEX daemon on node tray-07 is NotReady in ComputeDomain g-cd: the worker's channel waits for it)"
+	msg := "Failed to prepare dynamic resources: NodePrepareResources: DeadlineExceeded (IMEX chain of ComputeDomain g-cd on node tray-07: " +
+		"IMEX daemon pod nvidia-dra-driver-gpu/d runs but is not Ready → the node is NotReady in the domain's status.nodes → so the worker's channel claim is not prepared)"
 	held := PodProblem{Pod: w.Name, Node: "tray-07", Reason: "FailedPrepareDynamicResources", Message: msg}
 	got := tr.event(w.UID, held, t0.Add(time.Second))
 	require.Len(t, got, 1)
@@ -204,7 +206,7 @@ func TestAWorkerHeldForItsIMEXDaemonEndsAtTheDeadline(t *testing.T) {
 	assert.Empty(t, tr.event(w.UID, held, t0.Add(9*time.Minute)), "told once")
 	got = tr.expire(t0.Add(10*time.Minute + time.Second))
 	require.Len(t, got, 1)
-	assert.True(t, strings.Contains(got[0].Message, "IMEX daemon on node tray-07 is NotReady in ComputeDomain g-cd"), got[0].Message)
+	assert.True(t, strings.Contains(got[0].Message, "IMEX chain of ComputeDomain g-cd on node tray-07"), got[0].Message)
 	assert.Contains(t, got[0].Message, "kubectl -n nvidia-dra-driver-gpu get pods -o wide")
 	assert.Contains(t, got[0].Message, "on node tray-07")
 
@@ -229,4 +231,73 @@ func TestTheDeadlineCountsPodsThereAtTheStart(t *testing.T) {
 	got = tr.expire(t0.Add(10*time.Minute + time.Second))
 	require.Len(t, got, 1)
 	assert.False(t, got[0].Existing)
+}
+
+// The IMEX chain on a tray is named stage by stage, up to the stage that holds it: the daemon pod
+// (none, not pulled, not Ready, unreadable), the tray in the ComputeDomain's status, the claim.
+func TestTheIMEXChainIsNamedStageByStage(t *testing.T) {
+	daemon := func(phase corev1.PodPhase, ready bool, waiting *corev1.ContainerStateWaiting) corev1.Pod {
+		p := corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "nvidia-dra-driver-gpu", Name: "computedomain-daemon-x"}, Status: corev1.PodStatus{Phase: phase}}
+		status := corev1.ConditionFalse
+		if ready {
+			status = corev1.ConditionTrue
+		}
+		p.Status.Conditions = []corev1.PodCondition{{Type: corev1.PodReady, Status: status}}
+		p.Status.ContainerStatuses = []corev1.ContainerStatus{{Name: "compute-domain-daemon", State: corev1.ContainerState{Waiting: waiting}}}
+		return p
+	}
+	chain := IMEXChain{Domain: "g-cd", Node: "tray-07"}
+	assert.Equal(t, "IMEX chain of ComputeDomain g-cd on node tray-07: no IMEX daemon pod on the node (the domain's DaemonSet places one on a tray labelled "+
+		"resource.nvidia.com/computeDomain once the kubelet plugin labels it: the label, the DaemonSet's pods and the driver's kubelet plugin) → "+
+		"the node is not in the domain's status.nodes (a daemon enters it once it runs) → so the worker's channel claim is not prepared", chain.String())
+
+	chain.Daemons = []corev1.Pod{daemon(corev1.PodPending, false, &corev1.ContainerStateWaiting{Reason: "ImagePullBackOff", Message: `Back-off pulling image "nvcr.io/x"`})}
+	assert.Contains(t, chain.String(), `: IMEX daemon pod nvidia-dra-driver-gpu/computedomain-daemon-x is Pending, container compute-domain-daemon: ImagePullBackOff: Back-off pulling image "nvcr.io/x" → the node is not in`)
+
+	chain.Daemons, chain.NodeStatus = []corev1.Pod{daemon(corev1.PodRunning, false, nil)}, "NotReady"
+	assert.Contains(t, chain.String(), ": IMEX daemon pod nvidia-dra-driver-gpu/computedomain-daemon-x runs but is not Ready (IMEX has not joined its peers: the daemon's log) → "+
+		"the node is NotReady in the domain's status.nodes (Ready once its daemon is) → so the worker's channel claim is not prepared")
+
+	// Ready, and the controller has not yet copied the tray into the domain's status.
+	chain.Daemons, chain.NodeStatus = []corev1.Pod{daemon(corev1.PodRunning, true, nil)}, ""
+	assert.Contains(t, chain.String(), "computedomain-daemon-x is Ready → the node is not in the domain's status.nodes")
+
+	// The driver's namespace is not the team's to read: said, and the rest still named.
+	chain.Daemons, chain.DaemonsErr = nil, errors.New(`pods is forbidden: User "system:serviceaccount:team-a:minimax-m3-team-a" cannot list resource "pods"`)
+	assert.Contains(t, chain.String(), ": its IMEX daemon pod: cannot be read (pods is forbidden: ")
+	assert.Contains(t, chain.String(), "→ the node is not in the domain's status.nodes")
+
+	// Ready in the domain: the claim's wait is not the chain's.
+	chain.NodeStatus = "Ready"
+	assert.Empty(t, chain.String())
+}
+
+// A controller of the graph that makes no pod says why in its FailedCreate event: terminal when
+// admission refused the pod (it refuses again on every retry), not when the cause may clear (a
+// quota); another graph's controller, or another reason, is not this graph's problem.
+func TestAControllerThatMakesNoPodIsNamed(t *testing.T) {
+	event := func(name, message string) *corev1.Event {
+		return &corev1.Event{Type: corev1.EventTypeWarning, Reason: "FailedCreate", Message: message,
+			InvolvedObject: corev1.ObjectReference{Kind: "ReplicaSet", Name: name}}
+	}
+	for _, tc := range []struct {
+		message  string
+		terminal bool
+	}{
+		{`Error creating: pods "g-frontend-7d9-x" is forbidden: violates PodSecurity "baseline:latest": host namespaces (hostNetwork=true)`, true},
+		{`Error creating: pods "g-frontend-7d9-x" is forbidden: ValidatingAdmissionPolicy 'site' with binding 'site' denied request: no`, true},
+		{`Error creating: admission webhook "validate.kyverno.svc" denied the request: images must be signed`, true},
+		{`Error creating: pods "g-frontend-7d9-x" is forbidden: exceeded quota: gpus, requested: requests.nvidia.com/gpu=4, used: requests.nvidia.com/gpu=12, limited: requests.nvidia.com/gpu=12`, false},
+	} {
+		p, ok := CreateProblem(event("g-frontend-7d9", tc.message), "g")
+		require.True(t, ok, tc.message)
+		assert.Equal(t, "FailedCreate: ReplicaSet g-frontend-7d9 makes no pod: "+tc.message, p.String())
+		assert.Equal(t, tc.terminal, p.Terminal, tc.message)
+	}
+	_, ok := CreateProblem(event("gx-frontend-7d9", "Error creating: forbidden"), "g")
+	assert.False(t, ok, "another graph's controller")
+	other := event("g-frontend-7d9", "x")
+	other.Reason = "SuccessfulCreate"
+	_, ok = CreateProblem(other, "g")
+	assert.False(t, ok, "not a failure")
 }

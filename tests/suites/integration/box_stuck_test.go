@@ -10,6 +10,9 @@ import (
 	"github.com/pulumi/pulumi/sdk/v3/go/auto"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
+	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"minimax-m3/tests/framework/rackbox"
@@ -37,6 +40,10 @@ func stuckUp(t *testing.T, s *testStack, bound time.Duration) error {
 	}
 	require.NoError(t, ctx.Err(), "up did not end on its own within %s\n%s", bound, s.log.String())
 	require.Error(t, err, s.log.String())
+	// One error line per failure: the program does not show the wait's error a second time as an
+	// unhandled one (what pulumi.Run does).
+	assert.NotContains(t, err.Error(), "waiting for RPCs")
+	assert.NotContains(t, err.Error(), "an unhandled error occurred")
 	return err
 }
 
@@ -64,6 +71,49 @@ func TestBoxAMissingTagEndsUpAtOnce(t *testing.T) {
 	assert.Regexp(t, `DynamoGraphDeployment `+ns+`/`+aggGraph+` cannot become Ready without a change: pod \S+ \(component Frontend\) on node \S+, container main: ErrImagePull: `+
 		`failed to pull and unpack image "[^"]+": failed to resolve reference "[^"]+": \S+: not found`, err.Error())
 	assert.Contains(t, err.Error(), "up stopped waiting instead of running into readiness.timeout, 2h")
+	assert.NotContains(t, err.Error(), "made no progress", "terminal at once, not at the deadline")
+}
+
+// A rollout whose pods the API server refuses makes no pod to watch: a site's admission policy the
+// program does not know (here one refusing the frontend's pods in the namespace) is named from the
+// ReplicaSet's FailedCreate event, and up ends at once.
+func TestBoxAPodAdmissionRefusesEndsUpAtOnce(t *testing.T) {
+	parallelOnBox(t)
+	ctx := context.Background()
+	const ns = "box-stuck-admission"
+	fail := admissionregistrationv1.Fail
+	policy := &admissionregistrationv1.ValidatingAdmissionPolicy{
+		ObjectMeta: metav1.ObjectMeta{Name: ns + "-no-frontend"},
+		Spec: admissionregistrationv1.ValidatingAdmissionPolicySpec{
+			FailurePolicy: &fail,
+			MatchConstraints: &admissionregistrationv1.MatchResources{ResourceRules: []admissionregistrationv1.NamedRuleWithOperations{{
+				RuleWithOperations: admissionregistrationv1.RuleWithOperations{
+					Operations: []admissionregistrationv1.OperationType{admissionregistrationv1.Create},
+					Rule:       admissionregistrationv1.Rule{APIGroups: []string{""}, APIVersions: []string{"v1"}, Resources: []string{"pods"}},
+				}}}},
+			Validations: []admissionregistrationv1.Validation{{
+				Expression: `!has(object.metadata.labels) || !('nvidia.com/dynamo-component' in object.metadata.labels) || object.metadata.labels['nvidia.com/dynamo-component'] != 'Frontend'`,
+				Message:    "the site serves no frontend here",
+			}},
+		},
+	}
+	binding := &admissionregistrationv1.ValidatingAdmissionPolicyBinding{
+		ObjectMeta: metav1.ObjectMeta{Name: policy.Name},
+		Spec: admissionregistrationv1.ValidatingAdmissionPolicyBindingSpec{
+			PolicyName:        policy.Name,
+			ValidationActions: []admissionregistrationv1.ValidationAction{admissionregistrationv1.Deny},
+			MatchResources: &admissionregistrationv1.MatchResources{NamespaceSelector: &metav1.LabelSelector{
+				MatchLabels: map[string]string{corev1.LabelMetadataName: ns}}},
+		},
+	}
+	for _, o := range []client.Object{policy, binding} {
+		require.NoError(t, box.Client.Create(ctx, o))
+		t.Cleanup(func() { _ = box.Client.Delete(context.Background(), o) })
+	}
+	s := stuckStack(t, ns, addRack(t, rackbox.NVL72("stuck-admission").WithGPUs(12)), "", "")
+	err := stuckUp(t, s, 6*time.Minute)
+	assert.Regexp(t, `DynamoGraphDeployment `+ns+`/`+aggGraph+` cannot become Ready without a change: FailedCreate: ReplicaSet `+aggGraph+`-frontend-\S+ makes no pod: `+
+		`pods "[^"]*" is forbidden: ValidatingAdmissionPolicy '`+policy.Name+`' with binding '`+policy.Name+`' denied request: the site serves no frontend here`, err.Error())
 	assert.NotContains(t, err.Error(), "made no progress", "terminal at once, not at the deadline")
 }
 
@@ -96,7 +146,8 @@ func TestBoxAFrontendNeverReadyIsNamedAndEndsAtTheDeadline(t *testing.T) {
 }
 
 // An IMEX daemon that never gets Ready holds its tray's worker (its channel claim is never
-// prepared): up ends at the progress deadline naming the tray and the ComputeDomain.
+// prepared): up ends at the progress deadline naming the tray, the ComputeDomain and the chain's
+// stages (the daemon pod runs but is not Ready, so the tray is NotReady in the domain).
 func TestBoxAnIMEXDaemonNeverReadyEndsAtTheDeadline(t *testing.T) {
 	parallelOnBox(t)
 	ctx := context.Background()
@@ -107,7 +158,8 @@ func TestBoxAnIMEXDaemonNeverReadyEndsAtTheDeadline(t *testing.T) {
 	t.Cleanup(func() { _ = box.AnnotateNode(context.Background(), tray, rackbox.IMEXTroubleAnnotation, "") })
 	s := stuckStack(t, ns, r, "45s", "")
 	err := stuckUp(t, s, 8*time.Minute)
-	assert.Regexp(t, fmt.Sprintf(`made no progress: [^\n]*on node %[1]s: FailedPrepareDynamicResources: [^\n]*the IMEX daemon on node %[1]s is NotReady in ComputeDomain %s`,
-		regexp.QuoteMeta(tray), regexp.QuoteMeta(aggGraph+"-cd")), err.Error())
+	assert.Regexp(t, fmt.Sprintf(`made no progress: [^\n]*on node %[1]s: FailedPrepareDynamicResources: [^\n]*IMEX chain of ComputeDomain %[2]s on node %[1]s: `+
+		`IMEX daemon pod %[3]s/\S+ runs but is not Ready [^→]* → the node is NotReady in the domain's status.nodes`,
+		regexp.QuoteMeta(tray), regexp.QuoteMeta(aggGraph+"-cd"), rackbox.DriverNamespace), err.Error())
 	assert.Contains(t, err.Error(), "kubectl -n nvidia-dra-driver-gpu get pods -o wide")
 }

@@ -149,15 +149,18 @@ func TestBoxAWorkerWaitsForItsTraysIMEXDaemon(t *testing.T) {
 		_, _, err := s.up(ctx)
 		done <- err
 	}()
+	// The chain stage by stage: the daemon pod (its state), the tray in the domain's status, the claim.
 	want := map[string]string{
-		trays[0]: "the IMEX daemon on node " + trays[0] + " is NotReady in ComputeDomain ",
-		trays[1]: " has no IMEX daemon on node " + trays[1] + " yet (not started: not placed, or its image not pulled): the worker's channel waits for it",
+		trays[0]: `IMEX chain of ComputeDomain \S+ on node ` + regexp.QuoteMeta(trays[0]) + `: IMEX daemon pod ` + rackbox.DriverNamespace + `/\S+ runs but is not Ready [^→]*` +
+			` → the node is NotReady in the domain's status.nodes [^→]* → so the worker's channel claim is not prepared`,
+		trays[1]: `IMEX chain of ComputeDomain \S+ on node ` + regexp.QuoteMeta(trays[1]) + `: IMEX daemon pod ` + rackbox.DriverNamespace + `/\S+ is Pending, ` +
+			`container compute-domain-daemon: (ErrImagePull|ImagePullBackOff): [^→]* → the node is not in the domain's status.nodes`,
 	}
 	named := poll.Until(ctx, 3*time.Minute, time.Second, "up names what the workers on both troubled trays wait for", func(context.Context) (bool, error) {
 		log := s.log.String()
 		for tray, says := range want {
 			if !regexp.MustCompile(`pod \S+ \(component Worker\) on node ` + regexp.QuoteMeta(tray) + `: FailedPrepareDynamicResources: Failed to prepare dynamic resources: ` +
-				`prepare dynamic resources: NodePrepareResources: rpc error: code = DeadlineExceeded desc = context deadline exceeded \([^\n]*` + regexp.QuoteMeta(says)).MatchString(log) {
+				`prepare dynamic resources: NodePrepareResources: rpc error: code = DeadlineExceeded desc = context deadline exceeded \([^\n]*` + says).MatchString(log) {
 				return false, nil
 			}
 		}

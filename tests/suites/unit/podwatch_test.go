@@ -164,7 +164,8 @@ func TestAnUnschedulablePodNamesTheTraysOutOfService(t *testing.T) {
 
 // A worker placed on a tray whose IMEX daemon is not Ready has no container status yet: what holds
 // it is in the kubelet's events, which say only that the DRA plugin did not answer in time (it
-// retries until then), and `up` names the wait with what the ComputeDomain says of the tray. The
+// retries until then), and `up` names the wait stage by stage: the tray's IMEX daemon pod, the
+// ComputeDomain's status of the tray, the claim. The
 // event is there before the watch starts (an up run again on a stuck worker); it is named once,
 // and again only when it says something new; another graph's pod is not this one's account, and
 // once the pod runs, a late event is history.
@@ -182,9 +183,19 @@ func TestAWorkerHeldForItsIMEXDaemonSaysWhatItWaitsFor(t *testing.T) {
 	other.Name, other.UID, other.Labels[cluster.GraphLabel] = "h-worker-a", "uid-h", "h"
 	domain := func(status string) *unstructured.Unstructured {
 		return &unstructured.Unstructured{Object: map[string]any{"apiVersion": "resource.nvidia.com/v1beta1", "kind": "ComputeDomain",
-			"metadata": map[string]any{"namespace": "inference", "name": "g-compute-domain"},
+			"metadata": map[string]any{"namespace": "inference", "name": "g-compute-domain", "uid": "cd-uid"},
 			"status":   map[string]any{"nodes": []any{map[string]any{"name": "tray-01", "status": status}}}}}
 	}
+	// The domain's IMEX daemon on the tray (in the driver's namespace): running, not Ready.
+	daemon := &corev1.Pod{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
+		ObjectMeta: metav1.ObjectMeta{Namespace: "nvidia-dra-driver-gpu", Name: "computedomain-daemon-x", Labels: map[string]string{cluster.ComputeDomainLabel: "cd-uid"}},
+		Spec:       corev1.PodSpec{NodeName: "tray-01"},
+		Status: corev1.PodStatus{Phase: corev1.PodRunning, Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionFalse}},
+			ContainerStatuses: []corev1.ContainerStatus{{Name: "compute-domain-daemon", State: corev1.ContainerState{Running: &corev1.ContainerStateRunning{}}}}}}
+	// Another domain's daemon on the tray, and this domain's on another tray: not the chain's.
+	elsewhere, otherDomain := daemon.DeepCopy(), daemon.DeepCopy()
+	elsewhere.Name, elsewhere.Spec.NodeName, elsewhere.Status.Conditions[0].Status = "computedomain-daemon-y", "tray-02", corev1.ConditionTrue
+	otherDomain.Name, otherDomain.Labels[cluster.ComputeDomainLabel], otherDomain.Status.Conditions[0].Status = "computedomain-daemon-z", "other-uid", corev1.ConditionTrue
 	const deadline = "Failed to prepare dynamic resources: prepare dynamic resources: NodePrepareResources: rpc error: code = DeadlineExceeded desc = context deadline exceeded"
 	event := func(pod *corev1.Pod, name string, at time.Time) *unstructured.Unstructured {
 		return toUnstructured(t, &corev1.Event{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Event"},
@@ -195,7 +206,8 @@ func TestAWorkerHeldForItsIMEXDaemonSaysWhatItWaitsFor(t *testing.T) {
 	}
 	t0 := time.Now()
 	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), watchedKinds,
-		toUnstructured(t, worker), toUnstructured(t, other), domain("NotReady"), event(worker, "1", t0), event(other, "1", t0))
+		toUnstructured(t, worker), toUnstructured(t, other), domain("NotReady"), event(worker, "1", t0), event(other, "1", t0),
+		toUnstructured(t, daemon), toUnstructured(t, elsewhere), toUnstructured(t, otherDomain))
 	r := cluster.NewFromClients(nil, dyn)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -206,7 +218,9 @@ func TestAWorkerHeldForItsIMEXDaemonSaysWhatItWaitsFor(t *testing.T) {
 	p := next("the held worker")
 	assert.False(t, p.Terminal, "the daemon may yet get Ready")
 	assert.Equal(t, "pod g-worker-a (component Worker) on node tray-01: FailedPrepareDynamicResources: "+deadline+
-		" (the IMEX daemon on node tray-01 is NotReady in ComputeDomain g-compute-domain: the worker's channel waits for it)", p.String())
+		" (IMEX chain of ComputeDomain g-compute-domain on node tray-01: IMEX daemon pod nvidia-dra-driver-gpu/computedomain-daemon-x runs but is not Ready "+
+		"(IMEX has not joined its peers: the daemon's log) → the node is NotReady in the domain's status.nodes (Ready once its daemon is) → "+
+		"so the worker's channel claim is not prepared)", p.String())
 	create := func(obj *unstructured.Unstructured) {
 		_, err := dyn.Resource(events).Namespace("inference").Create(ctx, obj, metav1.CreateOptions{})
 		require.NoError(t, err)
@@ -215,13 +229,16 @@ func TestAWorkerHeldForItsIMEXDaemonSaysWhatItWaitsFor(t *testing.T) {
 	create(event(worker, "2", t0.Add(time.Minute)))
 	none("the same event again")
 	// The daemon's pod is gone: the next event says so.
+	require.NoError(t, dyn.Resource(pods).Namespace(daemon.Namespace).Delete(ctx, daemon.Name, metav1.DeleteOptions{}))
 	_, err := dyn.Resource(domains).Namespace("inference").Update(ctx, &unstructured.Unstructured{Object: map[string]any{"apiVersion": "resource.nvidia.com/v1beta1",
-		"kind": "ComputeDomain", "metadata": map[string]any{"namespace": "inference", "name": "g-compute-domain"}, "status": map[string]any{}}}, metav1.UpdateOptions{})
+		"kind": "ComputeDomain", "metadata": map[string]any{"namespace": "inference", "name": "g-compute-domain", "uid": "cd-uid"}, "status": map[string]any{}}}, metav1.UpdateOptions{})
 	require.NoError(t, err)
 	create(event(worker, "3", t0.Add(2*time.Minute)))
 	p = next("the daemon gone")
-	assert.Contains(t, p.String(), "(ComputeDomain g-compute-domain has no IMEX daemon on node tray-01 yet (not started: not placed, or its image not pulled): "+
-		"the worker's channel waits for it)")
+	assert.Contains(t, p.String(), "(IMEX chain of ComputeDomain g-compute-domain on node tray-01: no IMEX daemon pod on the node "+
+		"(the domain's DaemonSet places one on a tray labelled resource.nvidia.com/computeDomain once the kubelet plugin labels it: "+
+		"the label, the DaemonSet's pods and the driver's kubelet plugin) → the node is not in the domain's status.nodes (a daemon enters it once it runs) → "+
+		"so the worker's channel claim is not prepared)")
 	// Running now: a late event is not reported.
 	worker.Status.Phase = corev1.PodRunning
 	_, err = dyn.Resource(pods).Namespace("inference").Update(ctx, toUnstructured(t, worker), metav1.UpdateOptions{})
