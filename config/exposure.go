@@ -1,6 +1,7 @@
 package config
 
 import (
+	"reflect"
 	"regexp"
 	"strings"
 
@@ -124,14 +125,14 @@ func (e ExposureConfig) validate(v validator, key string) {
 	if !pathPrefixPattern.MatchString(e.PathPrefix) {
 		v.add(key+".pathPrefix", "%q is not a path prefix such as / or /m3/: segments of letters, digits and . _ ~ - (none starting with a dot), separated by /", e.PathPrefix)
 	}
-	v.oneOf(key+".scheme", e.Scheme, "https", "http")
+	v.choice(key+".scheme", reflect.TypeFor[ExposureConfig](), "scheme", e.Scheme)
 	if e.Scheme == "https" && e.Gateway.SectionName == "" {
 		v.add(key+".gateway.sectionName", "is required with scheme https: name the Gateway's TLS listener, or the route attaches to its plain-HTTP listeners too")
 	}
 	if !gatewayDurationPattern.MatchString(e.RequestTimeout) {
 		v.add(key+".requestTimeout", "%q is not a Gateway API duration such as 2h, 30m or 0s (none)", e.RequestTimeout)
 	}
-	v.oneOf(key+".backend", e.Backend, BackendFrontend, BackendInferencePool)
+	v.choice(key+".backend", reflect.TypeFor[ExposureConfig](), "backend", e.Backend)
 	if e.Backend == BackendInferencePool {
 		if e.EndpointPicker.Image == "" {
 			v.add(key+".endpointPicker.image", "is required with backend %s: the image of Dynamo's endpoint picker (EPP) of the operator's release, as the site builds or mirrors it", BackendInferencePool)

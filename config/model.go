@@ -2,6 +2,7 @@ package config
 
 import (
 	"path"
+	"reflect"
 	"regexp"
 )
 
@@ -59,7 +60,7 @@ func (s SpeculativeConfig) validate(v validator, key string) {
 	v.nonEmpty(key+".method", s.Method)
 	v.atLeast(key+".numSpeculativeTokens", s.NumSpeculativeTokens, 1)
 	v.nonEmpty(key+".attentionBackend", s.AttentionBackend)
-	v.oneOf(key+".mode", string(s.Mode), string(SpeculativeReal), string(SpeculativeSynthetic))
+	v.choice(key+".mode", reflect.TypeFor[SpeculativeConfig](), "mode", string(s.Mode))
 	// The accepted length counts the bonus token: more than 1, at most every draft token plus the
 	// bonus.
 	if max := float64(s.NumSpeculativeTokens + 1); s.SyntheticAcceptanceLength <= 1 || s.SyntheticAcceptanceLength > max {
@@ -89,14 +90,15 @@ func (m ModelCacheConfig) validate(v validator, key string) {
 			v.dns1123Subdomain(key+".storageClass", m.StorageClass)
 		}
 		v.positiveQuantity(key+".size", m.Size)
-		if m.AccessMode != "ReadWriteMany" && m.AccessMode != "ReadWriteOnce" && m.AccessMode != "ReadOnlyMany" && m.AccessMode != "ReadWriteOncePod" {
-			v.add(key+".accessMode", "unknown access mode %q (workers on several nodes need ReadWriteMany)", m.AccessMode)
-		}
+		v.choice(key+".accessMode", reflect.TypeFor[ModelCacheConfig](), "accessMode", m.AccessMode)
 	}
 	if !path.IsAbs(m.MountPath) || path.Clean(m.MountPath) != m.MountPath {
 		v.add(key+".mountPath", "%q is not a clean absolute path", m.MountPath)
 	}
 }
+
+// pipReleasePattern is a PEP 440 public release as `pip install name==<release>` takes it.
+var pipReleasePattern = regexp.MustCompile(`^[0-9]+(\.[0-9]+)*((a|b|rc)[0-9]+)?(\.post[0-9]+)?(\.dev[0-9]+)?$`)
 
 // ModelDownloadConfig is the Job that fills the cache with the pinned model and draft.
 type ModelDownloadConfig struct {
@@ -126,7 +128,11 @@ func (d ModelDownloadConfig) validate(v validator, key string) {
 	}
 	v.dns1123Label(key+".jobName", d.JobName)
 	v.image(key+".image", d.Image)
-	v.nonEmpty(key+".hubClientVersion", d.HubClientVersion)
+	if !pipReleasePattern.MatchString(d.HubClientVersion) {
+		// The Job runs `pip install huggingface_hub==<version>`: pip takes a PEP 440 release there,
+		// and nothing else belongs in the Job's shell command.
+		v.add(key+".hubClientVersion", "%q is not a huggingface_hub release pip installs, such as 1.16.4 (PEP 440: N[.N]..., optionally aN, bN or rcN, .postN, .devN)", d.HubClientVersion)
+	}
 	v.duration(key+".timeout", d.Timeout)
 	if d.BackoffLimit < 0 {
 		v.add(key+".backoffLimit", "must not be negative, got %d", d.BackoffLimit)

@@ -102,18 +102,11 @@ func (s Scheduling) validate(v validator, key string) {
 	}
 	for i, t := range s.Tolerations {
 		tk := fmt.Sprintf("%s.tolerations[%d]", key, i)
-		switch t.Operator {
-		case "", "Equal":
-		case "Exists":
-			if t.Value != "" {
-				v.add(tk+".value", "must be empty with operator Exists")
-			}
-		default:
-			v.add(tk+".operator", "unknown operator %q: use Equal or Exists", t.Operator)
+		v.choice(tk+".operator", reflect.TypeFor[Toleration](), "operator", t.Operator)
+		if t.Operator == "Exists" && t.Value != "" {
+			v.add(tk+".value", "must be empty with operator Exists")
 		}
-		if t.Effect != "" {
-			v.oneOf(tk+".effect", t.Effect, "NoSchedule", "PreferNoSchedule", "NoExecute")
-		}
+		v.choice(tk+".effect", reflect.TypeFor[Toleration](), "effect", t.Effect)
 	}
 	for name, s := range map[string]string{"schedulerName": s.SchedulerName, "runtimeClassName": s.RuntimeClassName, "priorityClassName": s.PriorityClassName} {
 		if s != "" {

@@ -3,6 +3,7 @@ package config
 import (
 	"fmt"
 	"math"
+	"reflect"
 	"strconv"
 	"strings"
 )
@@ -142,7 +143,7 @@ func scaled(v string, replicas int, roundUp bool) (int, error) {
 }
 
 func (r Rollout) validate(v validator, k string, replicas int, podAnnotations map[string]string) {
-	v.oneOf(k+".strategy", r.Strategy, RollingUpdate, Recreate, OperatorDefault)
+	v.choice(k+".strategy", reflect.TypeFor[Rollout](), "strategy", r.Strategy)
 	for _, a := range []string{StrategyAnnotation, MaxSurgeAnnotation, MaxUnavailableAnnotation} {
 		if _, ok := podAnnotations[a]; ok {
 			v.add(strings.TrimSuffix(k, ".rollout")+".podAnnotations."+a, "set %s instead: the program writes this annotation from it", Key(k))

@@ -38,9 +38,6 @@ func StackFileSchema(commentsDir string) ([]byte, error) {
 	for pair := root.Properties.Oldest(); pair != nil; pair = pair.Next() {
 		value := pair.Value
 		var alternatives []*jsonschema.Schema
-		if pair.Key == "profile" {
-			value.Enum = []any{string(Aggregated), string(Disaggregated)}
-		}
 		description := value.Description
 		if value.Ref != "" && description == "" {
 			description = root.Definitions[strings.TrimPrefix(value.Ref, "#/$defs/")].Description
@@ -137,7 +134,29 @@ func Schema(commentsDir string) (*jsonschema.Schema, error) {
 			}
 		}
 	}
-	return r.Reflect(&Config{}), nil
+	root := r.Reflect(&Config{})
+	// The closed choices, from the one table the validation uses.
+	for _, c := range Choices {
+		owner := root
+		if c.Owner != reflect.TypeFor[Config]() {
+			owner = root.Definitions[c.Owner.Name()]
+		}
+		if owner == nil {
+			return nil, fmt.Errorf("choice %s: no definition of %s", c.Name, c.Owner.Name())
+		}
+		p, ok := owner.Properties.Get(c.Field)
+		if !ok {
+			return nil, fmt.Errorf("choice %s: %s has no field %s", c.Name, c.Owner.Name(), c.Field)
+		}
+		p.Enum = nil
+		if c.Unset {
+			p.Enum = append(p.Enum, "")
+		}
+		for _, v := range c.Values {
+			p.Enum = append(p.Enum, v)
+		}
+	}
+	return root, nil
 }
 
 // loosen makes the schema of struct type t (s, its properties; defs, the shared definitions) take

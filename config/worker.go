@@ -2,6 +2,7 @@ package config
 
 import (
 	"path"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -117,13 +118,9 @@ type VLLMConfig struct {
 	KVTransferConfig string     `json:"kvTransferConfig"`
 }
 
-// The choices of the vLLM engine the runtime image ships (vllm/config/cache.py: CacheDType,
-// BlockSize; MMEncoderTPMode).
-var (
-	vllmKVCacheDtypes    = []string{"auto", "bfloat16", "fp8", "fp8_e4m3", "fp8_e5m2", "fp8_inc", "fp8_ds_mla"}
-	vllmBlockSizes       = []int{1, 8, 16, 32, 64, 128, 256}
-	vllmMMEncoderTPModes = []string{"weights", "data"}
-)
+// The block sizes of the vLLM engine the runtime image ships (vllm/config/cache.py: BlockSize;
+// its CacheDType and MMEncoderTPMode are in Choices).
+var vllmBlockSizes = []int{1, 8, 16, 32, 64, 128, 256}
 
 func (f VLLMConfig) validate(v validator, vk string, r Role) {
 	for name, n := range map[string]int{"maxModelLen": f.MaxModelLen, "maxNumSeqs": f.MaxNumSeqs, "maxNumBatchedTokens": f.MaxNumBatchedTokens} {
@@ -143,10 +140,8 @@ func (f VLLMConfig) validate(v validator, vk string, r Role) {
 	if f.GPUMemoryUtilization <= 0 || f.GPUMemoryUtilization > 1 {
 		v.add(vk+".gpuMemoryUtilization", "%g is outside (0, 1]", f.GPUMemoryUtilization)
 	}
-	v.oneOf(vk+".kvCacheDtype", f.KVCacheDtype, vllmKVCacheDtypes...)
-	if f.MMEncoderTPMode != "" {
-		v.oneOf(vk+".mmEncoderTpMode", f.MMEncoderTPMode, vllmMMEncoderTPModes...)
-	}
+	v.choice(vk+".kvCacheDtype", reflect.TypeFor[VLLMConfig](), "kvCacheDtype", f.KVCacheDtype)
+	v.choice(vk+".mmEncoderTpMode", reflect.TypeFor[VLLMConfig](), "mmEncoderTpMode", f.MMEncoderTPMode)
 	if f.FrontendDecoding && !f.EnableMultimodal {
 		v.add(vk+".frontendDecoding", "needs enableMultimodal: the frontend decodes images for a multimodal worker")
 	}

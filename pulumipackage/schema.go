@@ -3,6 +3,7 @@ package pulumipackage
 import (
 	"encoding/json"
 	"fmt"
+	"reflect"
 	"slices"
 	"strings"
 
@@ -86,6 +87,25 @@ func Schema(commentsDir string) ([]byte, error) {
 	if p, ok := inputs["profile"].(map[string]any); ok {
 		p["description"] = fmt.Sprintf("The serving profile: %q (frontend and TP4 workers) or %q (frontend, prefill and decode workers).",
 			config.Aggregated, config.Disaggregated)
+	}
+	// The closed choices as enum types, from the table the validation uses (an input left unset
+	// takes the default, so an enum holds the choices only).
+	for _, c := range config.Choices {
+		props := inputs
+		if c.Owner != reflect.TypeFor[config.Config]() {
+			props, _ = types[typeToken(c.Owner.Name())].(map[string]any)["properties"].(map[string]any)
+		}
+		p, ok := props[c.Field].(map[string]any)
+		if !ok {
+			return nil, fmt.Errorf("choice %s: %s has no field %s in the package schema", c.Name, c.Owner.Name(), c.Field)
+		}
+		delete(p, "type")
+		p["$ref"] = "#/types/" + typeToken(c.Name)
+		var values []any
+		for _, v := range c.Values {
+			values = append(values, map[string]any{"value": v})
+		}
+		types[typeToken(c.Name)] = map[string]any{"type": "string", "enum": values, "description": strings.ToUpper(c.Why[:1]) + c.Why[1:] + "."}
 	}
 	for k, d := range secretInputs {
 		inputs[k] = map[string]any{"type": "string", "secret": true, "description": d}

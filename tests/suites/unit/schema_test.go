@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"strings"
 	"testing"
@@ -15,6 +16,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"minimax-m3/config"
+	"minimax-m3/pulumipackage"
 )
 
 // The stack files' JSON Schema is what the Go types say (regenerate it with `go run
@@ -134,4 +136,79 @@ func parseStackFile(t *testing.T, b []byte, token bool) error {
 	}
 	_, err = config.Parse(raw)
 	return err
+}
+
+// The closed choices are one table (config.Choices): the stack files' schema lists each as the
+// field's enum (with "" where unset takes the default), the package schema as an enum type the
+// field refers to, and the program refuses any other value at the field's key, before anything
+// runs, naming the choices. A stack file with a value outside the table fails the schema too.
+func TestTheClosedChoicesAreOneTableForTheValidationAndBothSchemas(t *testing.T) {
+	root := filepath.Join("..", "..", "..")
+	stack, err := config.Schema(filepath.Join(root, "config"))
+	require.NoError(t, err)
+	pkg, err := pulumipackage.Schema(filepath.Join(root, "config"))
+	require.NoError(t, err)
+	var spec struct {
+		Resources map[string]struct {
+			InputProperties map[string]map[string]any `json:"inputProperties"`
+		} `json:"resources"`
+		Types map[string]struct {
+			Type       string                    `json:"type"`
+			Enum       []map[string]any          `json:"enum"`
+			Properties map[string]map[string]any `json:"properties"`
+		} `json:"types"`
+	}
+	require.NoError(t, json.Unmarshal(pkg, &spec))
+	require.NotEmpty(t, config.Choices)
+	for _, c := range config.Choices {
+		owner := stack
+		props := spec.Resources[pulumipackage.DeploymentToken].InputProperties
+		if c.Owner != reflect.TypeFor[config.Config]() {
+			owner = stack.Definitions[c.Owner.Name()]
+			props = spec.Types[pulumipackage.Name+":index:"+c.Owner.Name()].Properties
+		}
+		require.NotNil(t, owner, c.Name)
+		p, ok := owner.Properties.Get(c.Field)
+		require.True(t, ok, "%s: %s.%s", c.Name, c.Owner.Name(), c.Field)
+		var want []any
+		if c.Unset {
+			want = append(want, "")
+		}
+		for _, v := range c.Values {
+			want = append(want, v)
+		}
+		assert.Equal(t, want, p.Enum, "%s: the stack files' schema", c.Name)
+
+		token := pulumipackage.Name + ":index:" + c.Name
+		assert.Equal(t, "#/types/"+token, props[c.Field]["$ref"], "%s: the package's field refers to its enum", c.Name)
+		var values []string
+		for _, e := range spec.Types[token].Enum {
+			values = append(values, e["value"].(string))
+		}
+		assert.Equal(t, c.Values, values, "%s: the package's enum", c.Name)
+		assert.Equal(t, "string", spec.Types[token].Type)
+	}
+
+	// A value outside the table: the schema and the program refuse it, at its key.
+	schema := compileSchema(t, mustStackFileSchema(t, root))
+	for _, bad := range []struct{ file, key, says string }{
+		{"config:\n  minimax-m3:profile: agg\n  minimax-m3:namespace: {name: x}\n  minimax-m3:worker: {vllm: {kvCacheDtype: fp4}}\n",
+			"worker.vllm.kvCacheDtype", `"fp4" is not one of auto, bfloat16, fp8`},
+		{"config:\n  minimax-m3:profile: agg\n  minimax-m3:namespace: {name: x}\n  minimax-m3:worker: {scheduling: {tolerations: [{key: a, effect: NoExec}]}}\n",
+			"worker.scheduling.tolerations[0].effect", `"NoExec" is not one of NoSchedule, PreferNoSchedule, NoExecute`},
+		{"config:\n  minimax-m3:profile: agg\n  minimax-m3:namespace: {name: x, podSecurity: restricted}\n",
+			"namespace.podSecurity", `"restricted" is not one of baseline, privileged`},
+	} {
+		assert.Error(t, schema.Validate(yamlValue(t, []byte(bad.file))), bad.file)
+		err := parseStackFile(t, []byte(bad.file), true)
+		require.Error(t, err, bad.file)
+		assert.Contains(t, err.Error(), "minimax-m3:"+bad.key+": "+bad.says)
+	}
+}
+
+func mustStackFileSchema(t *testing.T, root string) []byte {
+	t.Helper()
+	b, err := config.StackFileSchema(filepath.Join(root, "config"))
+	require.NoError(t, err)
+	return b
 }
