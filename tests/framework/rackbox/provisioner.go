@@ -25,17 +25,21 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/reconcile"
 )
 
-// quietControllerRuntime sets controller-runtime's process-wide logger once.
-var quietControllerRuntime sync.Once
+// quietOnce sets controller-runtime's process-wide logger once.
+var quietOnce sync.Once
+
+// quietControllerRuntime gives controller-runtime's process-wide logger somewhere to go (nowhere):
+// left unset, the first line logged through it after 30 s prints "log.SetLogger(...) was never
+// called" and a stack trace, which reads like a crash at the end of `make local`.
+func quietControllerRuntime() { quietOnce.Do(func() { ctrllog.SetLogger(logr.Discard()) }) }
 
 // startPlayers runs, until Stop, what the box plays in place of a storage system and of the GPU
 // trays' hardware: the provisioner of its storage class, and each tray's DRA kubelet plugin and
 // IMEX daemon (imex.go).
 func (b *Box) startPlayers() error {
 	// The managers' own logs go to logger below; what controller-runtime's process-wide logger
-	// would get (its informers' internals) is not the box's to show, and left unset it prints a
-	// stack trace that reads like a crash.
-	quietControllerRuntime.Do(func() { ctrllog.SetLogger(logr.Discard()) })
+	// would get (its informers' internals) is not the box's to show.
+	quietControllerRuntime()
 	scheme := runtime.NewScheme()
 	if err := clientgoscheme.AddToScheme(scheme); err != nil {
 		return err
