@@ -118,7 +118,7 @@ func place(ctx *pulumi.Context, reader ObjectReader, c *config.Config, meta Stac
 	}
 	why := ""
 	if meta.liveGraph != nil {
-		why = workersMove(c, meta.liveGraph, pool, own)
+		why = workersMove(c, meta.liveGraph, pin, pool, own)
 	}
 	if meta.liveGraph != nil && why == "" {
 		// The update leaves every worker where it runs (no worker template or count changes):
@@ -132,14 +132,28 @@ func place(ctx *pulumi.Context, reader ObjectReader, c *config.Config, meta Stac
 // workersMove says why the update places worker pods anew ("" when it does not): a worker role's
 // pod template changes (the operator rolls it), or the graph needs more workers than it has
 // running. The reason names the keys that do it, for a refusal under another key.
-func workersMove(c *config.Config, live map[string]string, pool placement.Pool, own func(*corev1.Pod) bool) string {
+func workersMove(c *config.Config, live map[string]string, livePin string, pool placement.Pool, own func(*corev1.Pod) bool) string {
 	planned, err := TemplateDigests(c)
 	if err != nil {
 		return "this update may change the workers' pod templates"
 	}
+	// The templates as they would be with the graph's pin kept: when they match the live ones,
+	// the new pin alone rolls the workers.
+	kept := *c
+	kept.Placement.Clique = livePin
+	keptDigests, err := TemplateDigests(&kept)
+	if err != nil {
+		keptDigests = planned
+	}
 	for _, r := range c.Workers() {
 		k := templateAnnotationPrefix + r.Name
-		if live[k] == "" || live[k] != planned[k] {
+		switch {
+		case live[k] == "":
+			return fmt.Sprintf("this update may roll the %s pods (the running graph records no digest of their template)", r.Name)
+		case live[k] == planned[k]:
+		case c.Placement.Clique != livePin && live[k] == keptDigests[k]:
+			return fmt.Sprintf("placement.clique moves the %s pods from clique %q to %q (every worker restarts)", r.Name, livePin, c.Placement.Clique)
+		default:
 			return fmt.Sprintf("this update rolls the %s pods (their template changes: a %s.* key, or one the workers share such as image, model, kvCache or speculative)", r.Name, r.Key)
 		}
 	}

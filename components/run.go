@@ -19,7 +19,9 @@ import (
 func Run(program pulumi.RunFunc) {
 	err := pulumi.RunErr(func(ctx *pulumi.Context) error {
 		if err := program(ctx); err != nil {
-			_ = ctx.Log.Error(err.Error(), nil)
+			if ctx.Log.Error(err.Error(), nil) != nil {
+				return err // not shown: shown on stderr below
+			}
 			return reported{err}
 		}
 		return nil

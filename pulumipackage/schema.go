@@ -93,7 +93,8 @@ func Schema(commentsDir string) ([]byte, error) {
 	for _, c := range config.Choices {
 		props := inputs
 		if c.Owner != reflect.TypeFor[config.Config]() {
-			props, _ = types[typeToken(c.Owner.Name())].(map[string]any)["properties"].(map[string]any)
+			owner, _ := types[typeToken(c.Owner.Name())].(map[string]any)
+			props, _ = owner["properties"].(map[string]any)
 		}
 		p, ok := props[c.Field].(map[string]any)
 		if !ok {
@@ -105,7 +106,7 @@ func Schema(commentsDir string) ([]byte, error) {
 		for _, v := range c.Values {
 			values = append(values, map[string]any{"value": v})
 		}
-		types[typeToken(c.Name)] = map[string]any{"type": "string", "enum": values, "description": strings.ToUpper(c.Why[:1]) + c.Why[1:] + "."}
+		types[typeToken(c.Name)] = map[string]any{"type": "string", "enum": values, "description": sentence(c.Why)}
 	}
 	for k, d := range secretInputs {
 		inputs[k] = map[string]any{"type": "string", "secret": true, "description": d}
@@ -197,3 +198,12 @@ func propertyType(s *jsonschema.Schema, defs jsonschema.Definitions) map[string]
 func defName(ref string) string { return strings.TrimPrefix(ref, "#/$defs/") }
 
 func typeToken(name string) string { return Name + ":index:" + name }
+
+// sentence makes a phrase a sentence: its first letter upper case (unless it is a name that starts
+// lower case, as vLLM does) and a full stop.
+func sentence(s string) string {
+	if s != "" && !strings.HasPrefix(s, "vLLM") {
+		s = strings.ToUpper(s[:1]) + s[1:]
+	}
+	return s + "."
+}

@@ -69,7 +69,12 @@ func daemonStage(p *corev1.Pod) string {
 	name := p.Namespace + "/" + p.Name
 	for _, s := range p.Status.ContainerStatuses {
 		if w := s.State.Waiting; w != nil && w.Reason != "" {
-			return fmt.Sprintf("IMEX daemon pod %s is %s, container %s: %s: %s", name, p.Status.Phase, s.Name, w.Reason, w.Message)
+			out := fmt.Sprintf("IMEX daemon pod %s is %s, container %s: %s", name, p.Status.Phase, s.Name, w.Reason)
+			// A crash loop's message is its back-off, which grows at each restart: not news.
+			if w.Message != "" && w.Reason != "CrashLoopBackOff" {
+				out += ": " + w.Message
+			}
+			return out
 		}
 		if t := s.State.Terminated; t != nil {
 			return fmt.Sprintf("IMEX daemon pod %s: container %s exited (%s, code %d)", name, s.Name, t.Reason, t.ExitCode)

@@ -1,7 +1,6 @@
 package cluster
 
 import (
-	"fmt"
 	"slices"
 	"strings"
 	"time"
@@ -76,31 +75,4 @@ func containerOf(fieldPath string) string {
 	}
 	name, _, _ := strings.Cut(rest, "}")
 	return name
-}
-
-// What keeps a graph's pods from being made at all is only in the events of the controller that
-// makes them (a ReplicaSet, a StatefulSet, Grove's PodClique): FailedCreate, with the API server's
-// refusal. No pod exists to watch, so without this a rollout whose pods an admission policy refuses
-// would wait in silence.
-var createEventSelector = fields.AndSelectors(fields.OneTermEqualSelector("reason", "FailedCreate"), fields.OneTermEqualSelector("type", corev1.EventTypeWarning))
-
-// createRefusals are the API server's answers that refuse a pod for what it is: admission (Pod
-// Security, a ValidatingAdmissionPolicy, a webhook) denies it again on every retry until the pod
-// template or the policy changes. A quota exceeded, a ServiceAccount not there yet, may clear.
-var createRefusals = []string{"violates PodSecurity", "ValidatingAdmissionPolicy", "denied the request", "denied request"}
-
-// CreateProblem is the problem a controller's FailedCreate event on one of the graph's controllers
-// (named <graph>-..., as the Dynamo operator and Grove name them) says: no pod was made, and why.
-// Terminal when admission refused the pod.
-func CreateProblem(e *corev1.Event, graph string) (PodProblem, bool) {
-	if e.Type != corev1.EventTypeWarning || e.Reason != "FailedCreate" || !strings.HasPrefix(e.InvolvedObject.Name, graph+"-") {
-		return PodProblem{}, false
-	}
-	p := PodProblem{Reason: e.Reason, Message: fmt.Sprintf("%s %s makes no pod: %s", e.InvolvedObject.Kind, e.InvolvedObject.Name, e.Message)}
-	for _, r := range createRefusals {
-		if strings.Contains(e.Message, r) {
-			p.Terminal = true
-		}
-	}
-	return p, true
 }

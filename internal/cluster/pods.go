@@ -9,7 +9,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/tools/cache"
 
@@ -113,34 +112,12 @@ func (r *Reader) WatchPodProblems(ctx context.Context, namespace, graph string, 
 		}()
 	}
 	// The events of the controllers that make the graph's pods: a pod the API server refuses is
-	// never there to watch. Only if the credential may list events.
+	// never there to watch (controllers.go). Only if the credential may list events.
 	if _, err := evs.List(ctx, metav1.ListOptions{Limit: 1, FieldSelector: createEventSelector.String()}); err == nil {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			started := time.Now()
-			// Told once per controller while it says the same; again when it says something new,
-			// or when a refusal from before the watch comes again.
-			told := map[types.UID]PodProblem{}
-			_, _ = objwatch.Until(ctx, objwatch.ByFields(createEventSelector, evs.List, evs.Watch), &unstructured.Unstructured{}, nil, func(e watch.Event) (bool, error) {
-				var ev corev1.Event
-				if e.Type == watch.Deleted || !typed(e, &ev) {
-					return false, nil
-				}
-				p, ok := CreateProblem(&ev, graph)
-				if !ok {
-					return false, nil
-				}
-				// A refusal recorded before this watch began is an earlier rollout's, which the
-				// change being made may fix: shown, and terminal only when it comes again.
-				p.Existing = eventTime(&ev).Before(started)
-				if prev, seen := told[ev.InvolvedObject.UID]; seen && prev.Message == p.Message && (prev.Existing == p.Existing || !prev.Existing) {
-					return false, nil
-				}
-				told[ev.InvolvedObject.UID] = p
-				feed(func() []PodProblem { return []PodProblem{p} })
-				return false, nil
-			})
+			r.watchControllers(ctx, namespace, graph, feed, t)
 		}()
 	}
 	if deadline > 0 {

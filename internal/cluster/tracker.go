@@ -57,13 +57,29 @@ type podTracker struct {
 	stage    map[types.UID]int            // pod → the furthest stage it reached (podStage)
 	latest   map[types.UID]startEvent     // pod → the kubelet's newest event on it
 	told     map[types.UID]map[string]bool
+	// controllers are the graph's controllers that make no pod: each one's newest FailedCreate.
+	controllers map[types.UID]startEvent
 }
 
 func newPodTracker(deadline time.Duration, now time.Time) *podTracker {
 	return &podTracker{deadline: deadline, lastProgress: now,
 		existing: map[string]bool{}, seen: map[problemKey]PodProblem{}, troubled: map[string]time.Time{}, podsOn: map[string]map[string]string{}, nodeOf: map[string]string{},
 		bad: map[string]*corev1.Node{}, waiting: map[string]*corev1.Pod{}, pods: map[string]*corev1.Pod{}, stage: map[types.UID]int{},
-		latest: map[types.UID]startEvent{}, told: map[types.UID]map[string]bool{}}
+		latest: map[types.UID]startEvent{}, told: map[types.UID]map[string]bool{}, controllers: map[types.UID]startEvent{}}
+}
+
+// controller takes a FailedCreate of one of the graph's controllers (CreateProblem), seen at now:
+// reported once while it says the same (the controller retries with back-off, and records it
+// again), again when it says something new.
+func (t *podTracker) controller(uid types.UID, p PodProblem, now time.Time) []PodProblem {
+	cur, known := t.controllers[uid]
+	if known && cur.problem.Message == p.Message {
+		cur.at = now
+		t.controllers[uid] = cur
+		return nil
+	}
+	t.controllers[uid] = startEvent{problem: p, at: now, first: now}
+	return []PodProblem{p}
 }
 
 // listedNodes takes the nodes' first listing.
@@ -229,6 +245,13 @@ func (t *podTracker) expire(now time.Time) []PodProblem {
 			blockers = append(blockers, b)
 		}
 	}
+	// A controller that has made no pod since the last progress, for the deadline: its refusal
+	// is why nothing came further.
+	for _, uid := range slices.Sorted(maps.Keys(t.controllers)) {
+		if e := t.controllers[uid]; !e.at.Before(t.lastProgress) && now.Sub(e.first) >= t.deadline {
+			blockers = append(blockers, e.problem)
+		}
+	}
 	if len(blockers) == 0 {
 		return nil
 	}
@@ -315,6 +338,8 @@ func remedy(reason string) string {
 		return "the tray's IMEX daemon: kubectl -n nvidia-dra-driver-gpu get pods -o wide, and the ComputeDomain's status"
 	case "Unhealthy":
 		return "the container's log: kubectl logs; its probe: <role>.probes"
+	case "FailedCreate":
+		return "what the API server's answer names: a policy's owner, or the setting it refuses (often a podTemplatePatch)"
 	case corev1.PodReasonUnschedulable:
 		return "free room, or move the graph: placement.clique"
 	case "NodeNotReady", "NodeCordoned":

@@ -274,30 +274,66 @@ func TestTheIMEXChainIsNamedStageByStage(t *testing.T) {
 
 // A controller of the graph that makes no pod says why in its FailedCreate event: terminal when
 // admission refused the pod (it refuses again on every retry), not when the cause may clear (a
-// quota); another graph's controller, or another reason, is not this graph's problem.
+// quota). The pod's generated name, new at each retry, is left out, so a retry reads the same.
 func TestAControllerThatMakesNoPodIsNamed(t *testing.T) {
-	event := func(name, message string) *corev1.Event {
+	event := func(message string) *corev1.Event {
 		return &corev1.Event{Type: corev1.EventTypeWarning, Reason: "FailedCreate", Message: message,
-			InvolvedObject: corev1.ObjectReference{Kind: "ReplicaSet", Name: name}}
+			InvolvedObject: corev1.ObjectReference{Kind: "ReplicaSet", Name: "g-frontend-7d9", UID: "rs"}}
 	}
 	for _, tc := range []struct {
-		message  string
-		terminal bool
+		message, says string
+		terminal      bool
 	}{
-		{`Error creating: pods "g-frontend-7d9-x" is forbidden: violates PodSecurity "baseline:latest": host namespaces (hostNetwork=true)`, true},
-		{`Error creating: pods "g-frontend-7d9-x" is forbidden: ValidatingAdmissionPolicy 'site' with binding 'site' denied request: no`, true},
-		{`Error creating: admission webhook "validate.kyverno.svc" denied the request: images must be signed`, true},
-		{`Error creating: pods "g-frontend-7d9-x" is forbidden: exceeded quota: gpus, requested: requests.nvidia.com/gpu=4, used: requests.nvidia.com/gpu=12, limited: requests.nvidia.com/gpu=12`, false},
+		{`Error creating: pods "g-frontend-7d9-x1" is forbidden: violates PodSecurity "baseline:latest": host namespaces (hostNetwork=true)`,
+			`Error creating: pods "…" is forbidden: violates PodSecurity "baseline:latest": host namespaces (hostNetwork=true)`, true},
+		{`Error creating: pods "g-frontend-7d9-x2" is forbidden: ValidatingAdmissionPolicy 'site' with binding 'site' denied request: no`,
+			`Error creating: pods "…" is forbidden: ValidatingAdmissionPolicy 'site' with binding 'site' denied request: no`, true},
+		{`Error creating: admission webhook "validate.kyverno.svc" denied the request: images must be signed`,
+			`Error creating: admission webhook "validate.kyverno.svc" denied the request: images must be signed`, true},
+		{`Error creating: pods "g-frontend-7d9-x3" is forbidden: exceeded quota: gpus, requested: requests.nvidia.com/gpu=4, used: requests.nvidia.com/gpu=12, limited: requests.nvidia.com/gpu=12`,
+			`Error creating: pods "…" is forbidden: exceeded quota: gpus`, false},
 	} {
-		p, ok := CreateProblem(event("g-frontend-7d9", tc.message), "g")
+		p, ok := CreateProblem(event(tc.message))
 		require.True(t, ok, tc.message)
-		assert.Equal(t, "FailedCreate: ReplicaSet g-frontend-7d9 makes no pod: "+tc.message, p.String())
+		assert.True(t, strings.HasPrefix(p.String(), "FailedCreate: ReplicaSet g-frontend-7d9 makes no pod: "+tc.says), p.String())
 		assert.Equal(t, tc.terminal, p.Terminal, tc.message)
 	}
-	_, ok := CreateProblem(event("gx-frontend-7d9", "Error creating: forbidden"), "g")
-	assert.False(t, ok, "another graph's controller")
-	other := event("g-frontend-7d9", "x")
+	other := event("x")
 	other.Reason = "SuccessfulCreate"
-	_, ok = CreateProblem(other, "g")
+	_, ok := CreateProblem(other)
 	assert.False(t, ok, "not a failure")
+
+	// Told once while the controller retries with the same refusal (another pod name each time);
+	// again when it says something new.
+	t0 := time.Now()
+	tr := newPodTracker(10*time.Minute, t0)
+	refused := func(name string, at time.Time) []PodProblem {
+		p, _ := CreateProblem(event(`Error creating: pods "` + name + `" is forbidden: violates PodSecurity "baseline:latest": privileged`))
+		return tr.controller("rs", p, at)
+	}
+	require.Len(t, refused("g-frontend-7d9-a", t0), 1)
+	assert.Empty(t, refused("g-frontend-7d9-b", t0.Add(time.Minute)), "the same refusal, retried")
+	p, _ := CreateProblem(event(`Error creating: pods "g-frontend-7d9-c" is forbidden: exceeded quota: pods`))
+	assert.Len(t, tr.controller("rs", p, t0.Add(2*time.Minute)), 1, "something new")
+}
+
+// A controller from before the watch (an earlier rollout's) whose refusal persists ends the wait
+// at the progress deadline, naming it; a pod of the graph that comes further in the meantime
+// starts the deadline over.
+func TestARefusalThatPersistsEndsAtTheProgressDeadline(t *testing.T) {
+	t0 := time.Now()
+	tr := newPodTracker(10*time.Minute, t0)
+	p, _ := CreateProblem(&corev1.Event{Type: corev1.EventTypeWarning, Reason: "FailedCreate",
+		Message:        `Error creating: pods "g-frontend-7d9-a" is forbidden: ValidatingAdmissionPolicy 'site' with binding 'site' denied request: no`,
+		InvolvedObject: corev1.ObjectReference{Kind: "ReplicaSet", Name: "g-frontend-7d9", UID: "rs"}})
+	p.Existing = true
+	require.Len(t, tr.controller("rs", p, t0.Add(time.Second)), 1)
+	assert.Empty(t, tr.expire(t0.Add(9*time.Minute)), "not yet")
+	tr.controller("rs", p, t0.Add(9*time.Minute)) // retried
+	got := tr.expire(t0.Add(10*time.Minute + 2*time.Second))
+	require.Len(t, got, 1)
+	assert.Equal(t, "ProgressDeadlineExceeded", got[0].Reason)
+	assert.True(t, got[0].Terminal)
+	assert.Contains(t, got[0].Message, `FailedCreate: ReplicaSet g-frontend-7d9 makes no pod: Error creating: pods "…" is forbidden: ValidatingAdmissionPolicy 'site'`)
+	assert.Contains(t, got[0].Message, "a policy's owner, or the setting it refuses")
 }

@@ -113,7 +113,7 @@ func TestBoxAPodAdmissionRefusesEndsUpAtOnce(t *testing.T) {
 	s := stuckStack(t, ns, addRack(t, rackbox.NVL72("stuck-admission").WithGPUs(12)), "", "")
 	err := stuckUp(t, s, 6*time.Minute)
 	assert.Regexp(t, `DynamoGraphDeployment `+ns+`/`+aggGraph+` cannot become Ready without a change: FailedCreate: ReplicaSet `+aggGraph+`-frontend-\S+ makes no pod: `+
-		`pods "[^"]*" is forbidden: ValidatingAdmissionPolicy '`+policy.Name+`' with binding '`+policy.Name+`' denied request: the site serves no frontend here`, err.Error())
+		`Error creating: pods "…" is forbidden: ValidatingAdmissionPolicy '`+policy.Name+`' with binding '`+policy.Name+`' denied request: the site serves no frontend here`, err.Error())
 	assert.NotContains(t, err.Error(), "made no progress", "terminal at once, not at the deadline")
 }
 

@@ -296,6 +296,13 @@ func TestAnUpdateThatMovesNoWorkerIsNotRefusedForTheRoomItWouldNeed(t *testing.T
 	assert.Contains(t, err.Error(), "or shrink the graph (prefillWorker.replicas, decodeWorker.replicas)")
 	// And the key the user changed, beside the key refused.
 	assert.Contains(t, err.Error(), "refused now because this update rolls the DecodeWorker pods (their template changes: a decodeWorker.* key")
+
+	// Moving the graph to a clique without room: refused under placement.clique, which is the key
+	// that rolls the workers too (not a worker's key).
+	_, err = runWith(t, components.Options{Cluster: cluster}, "disagg", map[string]string{"minimax-m3:placement.clique": "fabric.b"})
+	require.Error(t, err)
+	assert.Contains(t, err.Error(), "minimax-m3:placement.clique: clique "+clique+"=fabric.b holds 0 of the graph's 6 workers")
+	assert.Contains(t, err.Error(), `refused now because placement.clique moves the PrefillWorker pods from clique "fabric.a" to "fabric.b" (every worker restarts)`)
 }
 
 func TestTheBudgetLetsADrainEvictPastACrashingWorker(t *testing.T) {

@@ -199,6 +199,10 @@ func TestTheClosedChoicesAreOneTableForTheValidationAndBothSchemas(t *testing.T)
 		{"config:\n  minimax-m3:profile: agg\n  minimax-m3:namespace: {name: x, podSecurity: restricted}\n",
 			"namespace.podSecurity", `"restricted" is not one of baseline, privileged`},
 	} {
+		// The same file with a choice of the table passes both: the refusal is the value's.
+		good := strings.NewReplacer("fp4", "fp8", "NoExec}", "NoExecute}", "restricted", "baseline").Replace(bad.file)
+		assert.NoError(t, schema.Validate(yamlValue(t, []byte(good))), good)
+		assert.NoError(t, parseStackFile(t, []byte(good), true), good)
 		assert.Error(t, schema.Validate(yamlValue(t, []byte(bad.file))), bad.file)
 		err := parseStackFile(t, []byte(bad.file), true)
 		require.Error(t, err, bad.file)
