@@ -12,6 +12,7 @@ import (
 	"k8s.io/apimachinery/pkg/apis/meta/v1/unstructured"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/apimachinery/pkg/types"
 	dynamicfake "k8s.io/client-go/dynamic/fake"
 
 	"minimax-m3/internal/cluster"
@@ -276,6 +277,11 @@ var watchedKinds = map[schema.GroupVersionResource]string{
 	{Version: "v1", Resource: "nodes"}:                                             "NodeList",
 	{Version: "v1", Resource: "events"}:                                            "EventList",
 	{Group: "resource.nvidia.com", Version: "v1beta1", Resource: "computedomains"}: "ComputeDomainList",
+	// The controllers that make a graph's pods, listed at the watch's start.
+	{Group: "apps", Version: "v1", Resource: "replicasets"}:                          "ReplicaSetList",
+	{Group: "apps", Version: "v1", Resource: "statefulsets"}:                         "StatefulSetList",
+	{Group: "grove.io", Version: "v1alpha1", Resource: "podcliques"}:                 "PodCliqueList",
+	{Group: "leaderworkerset.x-k8s.io", Version: "v1", Resource: "leaderworkersets"}: "LeaderWorkerSetList",
 }
 
 func toUnstructured(t *testing.T, obj any) *unstructured.Unstructured {
@@ -283,4 +289,55 @@ func toUnstructured(t *testing.T, obj any) *unstructured.Unstructured {
 	m, err := runtime.DefaultUnstructuredConverter.ToUnstructured(obj)
 	require.NoError(t, err)
 	return &unstructured.Unstructured{Object: m}
+}
+
+// A controller of the graph whose pods the API server refuses is named from its FailedCreate
+// event: as an earlier rollout's (Existing) when the controller was there when the watch began,
+// as this one's (terminal at once) when it was made since; another graph's controller in the
+// namespace, told by its label, is not this graph's account.
+func TestWatchPodProblemsNamesAControllerThatMakesNoPod(t *testing.T) {
+	t.Parallel()
+	replicaSets := schema.GroupVersionResource{Group: "apps", Version: "v1", Resource: "replicasets"}
+	events := schema.GroupVersionResource{Version: "v1", Resource: "events"}
+	rs := func(name, uid, graph string) *unstructured.Unstructured {
+		u := &unstructured.Unstructured{Object: map[string]any{"apiVersion": "apps/v1", "kind": "ReplicaSet",
+			"metadata": map[string]any{"namespace": "inference", "name": name, "uid": uid, "labels": map[string]any{cluster.GraphLabel: graph}}}}
+		return u
+	}
+	refused := func(name, uid string) *unstructured.Unstructured {
+		return toUnstructured(t, &corev1.Event{TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Event"},
+			ObjectMeta:     metav1.ObjectMeta{Namespace: "inference", Name: name + ".1"},
+			InvolvedObject: corev1.ObjectReference{APIVersion: "apps/v1", Kind: "ReplicaSet", Namespace: "inference", Name: name, UID: types.UID(uid)},
+			Type:           corev1.EventTypeWarning, Reason: "FailedCreate", LastTimestamp: metav1.Now(),
+			Message: `Error creating: pods "` + name + `-x" is forbidden: violates PodSecurity "baseline:latest": privileged (container "main" must not set securityContext.privileged=true)`})
+	}
+	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(), watchedKinds,
+		rs("g-frontend-old", "rs-old", "g"), refused("g-frontend-old", "rs-old"))
+	r := cluster.NewFromClients(nil, dyn)
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	reports := make(chan cluster.PodProblem, 16)
+	go func() { _ = r.WatchPodProblems(ctx, "inference", "g", 0, func(p cluster.PodProblem) { reports <- p }) }()
+	p := nextReport(t, reports, "the earlier rollout's refusal")
+	assert.True(t, p.Existing, "its controller was there when the watch began")
+	assert.True(t, p.Terminal)
+	assert.Contains(t, p.String(), `FailedCreate: ReplicaSet g-frontend-old makes no pod: Error creating: pods "…" is forbidden: violates PodSecurity`)
+
+	// Another graph's controller, named like this graph's (g-canary-…), refused: not told.
+	create := func(gvr schema.GroupVersionResource, obj *unstructured.Unstructured) {
+		_, err := dyn.Resource(gvr).Namespace("inference").Create(ctx, obj, metav1.CreateOptions{})
+		require.NoError(t, err)
+	}
+	create(replicaSets, rs("g-canary-frontend-1", "rs-canary", "g-canary"))
+	create(events, refused("g-canary-frontend-1", "rs-canary"))
+	none := func(what string) { noReport(t, reports, what, time.Second) }
+	none("another graph's controller")
+
+	// This rollout's controller, made since the watch began: terminal, not an earlier one's.
+	create(replicaSets, rs("g-frontend-new", "rs-new", "g"))
+	create(events, refused("g-frontend-new", "rs-new"))
+	p = nextReport(t, reports, "this rollout's refusal")
+	assert.False(t, p.Existing)
+	assert.True(t, p.Terminal)
+	assert.Contains(t, p.String(), "ReplicaSet g-frontend-new makes no pod")
 }
