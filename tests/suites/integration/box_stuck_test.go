@@ -40,10 +40,6 @@ func stuckUp(t *testing.T, s *testStack, bound time.Duration) error {
 	}
 	require.NoError(t, ctx.Err(), "up did not end on its own within %s\n%s", bound, s.log.String())
 	require.Error(t, err, s.log.String())
-	// One error line per failure: the program does not show the wait's error a second time as an
-	// unhandled one (what pulumi.Run does).
-	assert.NotContains(t, err.Error(), "waiting for RPCs")
-	assert.NotContains(t, err.Error(), "an unhandled error occurred")
 	return err
 }
 
@@ -106,11 +102,12 @@ func TestBoxAPodAdmissionRefusesEndsUpAtOnce(t *testing.T) {
 				MatchLabels: map[string]string{corev1.LabelMetadataName: ns}}},
 		},
 	}
+	rack := addRack(t, rackbox.NVL72("stuck-admission").WithGPUs(12)) // starts the box
 	for _, o := range []client.Object{policy, binding} {
 		require.NoError(t, box.Client.Create(ctx, o))
 		t.Cleanup(func() { _ = box.Client.Delete(context.Background(), o) })
 	}
-	s := stuckStack(t, ns, addRack(t, rackbox.NVL72("stuck-admission").WithGPUs(12)), "", "")
+	s := stuckStack(t, ns, rack, "", "")
 	err := stuckUp(t, s, 6*time.Minute)
 	assert.Regexp(t, `DynamoGraphDeployment `+ns+`/`+aggGraph+` cannot become Ready without a change: FailedCreate: ReplicaSet `+aggGraph+`-frontend-\S+ makes no pod: `+
 		`Error creating: pods "…" is forbidden: ValidatingAdmissionPolicy '`+policy.Name+`' with binding '`+policy.Name+`' denied request: the site serves no frontend here`, err.Error())
