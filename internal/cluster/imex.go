@@ -83,10 +83,8 @@ func daemonStage(p *corev1.Pod) string {
 	if p.Status.Phase != corev1.PodRunning {
 		return fmt.Sprintf("IMEX daemon pod %s is %s", name, p.Status.Phase)
 	}
-	for _, c := range p.Status.Conditions {
-		if c.Type == corev1.PodReady && c.Status == corev1.ConditionTrue {
-			return fmt.Sprintf("IMEX daemon pod %s is Ready", name)
-		}
+	if podReady(p) {
+		return fmt.Sprintf("IMEX daemon pod %s is Ready", name)
 	}
 	return fmt.Sprintf("IMEX daemon pod %s runs but is not Ready (IMEX has not joined its peers: the daemon's log)", name)
 }

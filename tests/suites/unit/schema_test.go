@@ -190,7 +190,9 @@ func TestTheClosedChoicesAreOneTableForTheValidationAndBothSchemas(t *testing.T)
 	}
 
 	// A value outside the table: the schema and the program refuse it, at its key.
-	schema := compileSchema(t, mustStackFileSchema(t, root))
+	stackFile, err := config.StackFileSchema(filepath.Join(root, "config"))
+	require.NoError(t, err)
+	schema := compileSchema(t, stackFile)
 	for _, bad := range []struct{ file, key, says string }{
 		{"config:\n  minimax-m3:profile: agg\n  minimax-m3:namespace: {name: x}\n  minimax-m3:worker: {vllm: {kvCacheDtype: fp4}}\n",
 			"worker.vllm.kvCacheDtype", `"fp4" is not one of auto, bfloat16, fp8`},
@@ -208,11 +210,4 @@ func TestTheClosedChoicesAreOneTableForTheValidationAndBothSchemas(t *testing.T)
 		require.Error(t, err, bad.file)
 		assert.Contains(t, err.Error(), "minimax-m3:"+bad.key+": "+bad.says)
 	}
-}
-
-func mustStackFileSchema(t *testing.T, root string) []byte {
-	t.Helper()
-	b, err := config.StackFileSchema(filepath.Join(root, "config"))
-	require.NoError(t, err)
-	return b
 }
