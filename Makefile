@@ -13,13 +13,16 @@ export PULUMI_SKIP_UPDATE_CHECK := true
 
 GO_FILES = $(shell git ls-files '*.go')
 
-.PHONY: help toolchain linters browser check unit integration test local render policy pr-check bench
+.PHONY: help toolchain runtime linters browser check unit integration test local render policy pr-check bench
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
 
 toolchain: ## build the pinned Pulumi CLI, Go language host, Kubernetes provider, kube-apiserver, etcd, kube-controller-manager, kube-scheduler, kwok, linters, the Dynamo operator and the DRA driver's compute-domain-controller (cached)
 	bash tools/build.sh
+
+runtime: ## build the toolchain but the linters (all that `make local`, `make integration` and the commands run; cached)
+	bash tools/build.sh runtime
 
 linters: ## build only golangci-lint and actionlint (all that `make check` needs; cached)
 	bash tools/build.sh linters
@@ -46,12 +49,12 @@ unit: ## config and mocked-engine tests, under the race detector (Go and a C com
 	$(TRIM) go test -race -count=1 ./...
 	cd tests && $(TRIM) go test -race -count=1 ./suites/unit
 
-integration: toolchain browser ## the real engine, provider and API server with the CRDs from MINIMAX_M3_CRDS; the rack box (real control plane, kwok racks, real Dynamo operator)
+integration: runtime browser ## the real engine, provider and API server with the CRDs from MINIMAX_M3_CRDS; the rack box (real control plane, kwok racks, real Dynamo operator)
 	cd tests && $(TRIM) go test -count=1 -timeout 45m -parallel 4 -v ./framework/rackbox ./suites/integration
 
 test: check unit integration ## every test: what CI runs
 
-local: toolchain ## the main job on an embedded default: the rack box (real control plane, one simulated NVL72 rack, the real Dynamo operator), both stacks to Ready (PORTAL=1: then the portal page until Ctrl-C)
+local: runtime ## the main job on an embedded default: the rack box (real control plane, one simulated NVL72 rack, the real Dynamo operator), both stacks to Ready (PORTAL=1: then the portal page until Ctrl-C)
 	cd tests && go run ./cmd/local
 
 render: ## render STACK's manifests into OUT without a cluster (make render STACK=agg OUT=/tmp/agg NAMESPACE=inference)
@@ -63,9 +66,9 @@ policy: ## check the policies on both stacks' rendered objects, no cluster (NAME
 	PATH="$(CURDIR)/.toolchain/bin:$$PATH" PULUMI_HOME="$(CURDIR)/.toolchain/pulumi-home" \
 	  go run ./cmd/policy -set minimax-m3:namespace.name=$(or $(NAMESPACE),policy-check)
 
-pr-check: toolchain ## what the working tree does to live stacks deployed from BASE (make pr-check BASE=main [ROLL=Worker,...])
+pr-check: runtime ## what the working tree does to live stacks deployed from BASE (make pr-check BASE=main [ROLL=Worker,...])
 	@test -n "$(BASE)" || { echo "usage: make pr-check BASE=<git ref> [ROLL=Frontend,Worker,PrefillWorker,DecodeWorker|all] [STACKS=agg]"; exit 2; }
 	cd tests && go run ./cmd/prcheck -base $(BASE) $(if $(ROLL),-roll $(ROLL)) $(if $(STACKS),-stacks $(STACKS))
 
-bench: toolchain ## side by side on the local API server (hyperfine, 5 runs): recipe dry run, preview (CLI, Automation API), no-op up, render, unit suite
+bench: runtime ## side by side on the local API server (hyperfine, 5 runs): recipe dry run, preview (CLI, Automation API), no-op up, render, unit suite
 	cd tests && go run ./cmd/bench $(if $(RUNS),-runs $(RUNS))

@@ -7,6 +7,7 @@
 #
 #   bash tools/build.sh            every tool
 #   bash tools/build.sh linters    golangci-lint and actionlint only (what `make check` needs)
+#   bash tools/build.sh runtime    every tool but the linters (what `make local` and the tests run)
 #
 # Each tool's version has one source: the go.mod of its module under tools/ (tools/version.sh
 # reads it; the Kubernetes provider's is the SDK's version in the project's go.mod, which the
@@ -27,8 +28,8 @@ plugins="$root/.toolchain/plugins"
 mkdir -p "$cache" "$bin" "$plugins"
 
 case "${1:-}" in
-  "" | linters) ;;
-  *) echo "usage: tools/build.sh [linters]" >&2; exit 2 ;;
+  "" | linters | runtime) ;;
+  *) echo "usage: tools/build.sh [linters|runtime]" >&2; exit 2 ;;
 esac
 
 version() { bash "$tools/version.sh" "$1"; }
@@ -67,10 +68,12 @@ build() {
   [ "$link/$name" = "$out" ] || ln -sfn "$out" "$link/$name"
 }
 
-GOLANGCI_LINT_VERSION=$(version golangci-lint)
-ACTIONLINT_VERSION=$(version actionlint)
-build golangci-lint "$GOLANGCI_LINT_VERSION" "$tools/golangci-lint" github.com/golangci/golangci-lint/v2/cmd/golangci-lint
-build actionlint "$ACTIONLINT_VERSION" "$tools/actionlint" github.com/rhysd/actionlint/cmd/actionlint
+if [ "${1:-}" != runtime ]; then
+  GOLANGCI_LINT_VERSION=$(version golangci-lint)
+  ACTIONLINT_VERSION=$(version actionlint)
+  build golangci-lint "$GOLANGCI_LINT_VERSION" "$tools/golangci-lint" github.com/golangci/golangci-lint/v2/cmd/golangci-lint
+  build actionlint "$ACTIONLINT_VERSION" "$tools/actionlint" github.com/rhysd/actionlint/cmd/actionlint
+fi
 if [ "${1:-}" = linters ]; then
   log "linters ready in $bin ($((SECONDS))s)"
   exit 0
