@@ -95,20 +95,22 @@ func stack(ctx context.Context, o Options, open func(context.Context, string, au
 		return components.NewProgram(opts)(pctx)
 	}
 	wsOpts := []auto.LocalWorkspaceOption{auto.WorkDir(o.ProjectDir), auto.EnvVars(o.EnvVars)}
+	var (
+		cli auto.PulumiCommand
+		err error
+	)
 	switch {
 	case o.CleanEnv:
-		cli, err := CleanCommand()
-		if err != nil {
-			return Stack{}, fmt.Errorf("stack %s: %w", o.Stack, err)
-		}
-		wsOpts = append(wsOpts, auto.Pulumi(cli))
+		cli, err = CleanCommand()
 	case !cmdutil.IsTruthy(o.EnvVars[skipVersionCheck]):
-		cli, err := PulumiCommand()
-		if err != nil {
-			return Stack{}, fmt.Errorf("stack %s: %w", o.Stack, err)
-		}
-		wsOpts = append(wsOpts, auto.Pulumi(cli))
+		cli, err = PulumiCommand()
+	default:
+		cli, err = auto.NewPulumiCommand(&auto.PulumiCommandOptions{SkipVersionCheck: true})
 	}
+	if err != nil {
+		return Stack{}, fmt.Errorf("stack %s: %w", o.Stack, err)
+	}
+	wsOpts = append(wsOpts, auto.Pulumi(inlineCommand{PulumiCommand: cli, program: program}))
 	if o.SecretsProvider != "" {
 		wsOpts = append(wsOpts, auto.SecretsProvider(o.SecretsProvider))
 	}

@@ -102,7 +102,7 @@ func followGraph(ctx *pulumi.Context, w GraphStatusWatcher, g *Graph, dgd *apiex
 		_ = ctx.Log.Info(fmt.Sprintf("waiting for DynamoGraphDeployment %s/%s to be Ready at generation %d (at most %s)", ns, name, written, budget), &pulumi.LogArgs{Resource: g})
 		if err := wait.untilReady(rctx, w, int64(written), budget, seen); err != nil {
 			_ = ctx.Log.Error(err.Error(), &pulumi.LogArgs{Resource: dgd})
-			return result{}, reported{err}
+			return result{}, shown{err}
 		}
 		return result{[]pulumi.Resource{dgd}, written}, nil
 	})

@@ -12,39 +12,48 @@ import (
 // Run runs program as `pulumi up` runs main.go, like pulumi.Run, with one error line per failure:
 // pulumi.Run logs every error the run ends with again, as "an unhandled error occurred: program
 // failed: waiting for RPCs: ...", after the graph's wait has already shown it on the resource it
-// is about. Here an error the program returns is shown once, as it is; one already shown (a
-// reported error, such as the graph's wait's) is not shown again; anything else (an RPC failing) is
-// shown once on stderr. The process then exits with the status that tells the engine the error is
-// shown (constant.ExitStatusLoggedError), as pulumi.Run does.
+// is about. Here the program's errors are shown once (ShowErrors); anything else (an RPC failing)
+// is shown once on stderr. The process then exits with the status that tells the engine the error
+// is shown (constant.ExitStatusLoggedError), as pulumi.Run does. The Automation API's inline
+// programs get the same from automation's language runtime.
 func Run(program pulumi.RunFunc) {
-	err := pulumi.RunErr(func(ctx *pulumi.Context) error {
-		if err := program(ctx); err != nil {
-			if ctx.Log.Error(err.Error(), nil) != nil {
-				return err // not shown: shown on stderr below
-			}
-			return reported{err}
-		}
-		return nil
-	})
+	err := pulumi.RunErr(ShowErrors(program))
 	switch {
 	case err == nil:
 		return
 	case errors.Is(err, pulumi.ErrPlugins):
 		// The engine asked for the plugins the program needs: pulumi.Run prints them, and exits.
 		pulumi.Run(program)
-	case !isReported(err):
+	case !Shown(err):
 		fmt.Fprintf(os.Stderr, "error: %v\n", err)
 	}
 	os.Exit(constant.ExitStatusLoggedError)
 }
 
-// reported is an error the program has shown already, on the resource it is about.
-type reported struct{ error }
+// ShowErrors is program with its error shown once, on the stack, and marked as shown (Shown), so
+// that whoever runs it tells the engine to show nothing more (a language host's bail) instead of
+// the error again. An error the program cannot log is returned unmarked.
+func ShowErrors(program pulumi.RunFunc) pulumi.RunFunc {
+	return func(ctx *pulumi.Context) error {
+		err := program(ctx)
+		if err == nil || Shown(err) {
+			return err
+		}
+		if ctx.Log.Error(err.Error(), nil) != nil {
+			return err
+		}
+		return shown{err}
+	}
+}
 
-func (r reported) Unwrap() error { return r.error }
+// shown is an error the program has shown already, on the resource it is about.
+type shown struct{ error }
 
-// isReported tells whether err, or an error it wraps, has been shown already.
-func isReported(err error) bool {
-	var r reported
+func (r shown) Unwrap() error { return r.error }
+
+// Shown tells whether err, or an error it wraps, has been shown already: the run's error when the
+// graph's wait failed (waiting for RPCs: ...) or the program returned an error through ShowErrors.
+func Shown(err error) bool {
+	var r shown
 	return errors.As(err, &r)
 }

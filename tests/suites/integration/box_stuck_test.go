@@ -2,12 +2,20 @@ package integration
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
 	"regexp"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/pulumi/pulumi/sdk/v3/go/auto"
+	"github.com/pulumi/pulumi/sdk/v3/go/auto/events"
+	"github.com/pulumi/pulumi/sdk/v3/go/auto/optup"
+	"github.com/pulumi/pulumi/sdk/v3/go/common/apitype"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	admissionregistrationv1 "k8s.io/api/admissionregistration/v1"
@@ -31,7 +39,10 @@ func stuckUp(t *testing.T, s *testStack, bound time.Duration) error {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), bound)
 	defer cancel()
-	_, _, err := s.up(ctx)
+	ch := make(chan events.EngineEvent)
+	shown := make(chan []string, 1)
+	go func() { shown <- errorDiagnostics(ch) }()
+	_, err := s.stack.Up(ctx, optup.EventStreams(ch), optup.ProgressStreams(s.log), optup.ErrorProgressStreams(s.log))
 	if ctx.Err() != nil {
 		// What the graph's pods looked like, for the failure's account.
 		for _, p := range podsOf(t, s.ns, client.MatchingLabels{graphLabelKey: aggGraph}) {
@@ -40,7 +51,70 @@ func stuckUp(t *testing.T, s *testStack, bound time.Duration) error {
 	}
 	require.NoError(t, ctx.Err(), "up did not end on its own within %s\n%s", bound, s.log.String())
 	require.Error(t, err, s.log.String())
+	var errs []string
+	select {
+	case errs = <-shown:
+	case <-time.After(30 * time.Second):
+		t.Fatal("the Automation API did not close the event stream of a finished up")
+	}
+	assertShownOnce(t, errs, err.Error())
 	return err
+}
+
+// errorDiagnostics collects the error diagnostics of an operation's event stream until it closes.
+func errorDiagnostics(ch <-chan events.EngineEvent) []string {
+	var errs []string
+	for e := range ch {
+		if d := e.DiagnosticEvent; d != nil && d.Severity == "error" {
+			errs = append(errs, strings.TrimSpace(d.Message))
+		}
+	}
+	return errs
+}
+
+// assertShownOnce asserts one error line per failure: the one error diagnostic the graph's wait
+// showed on the graph, and not the engine's second copy of it ("an unhandled error occurred:
+// waiting for RPCs: ..."), in the events (errs) or the output.
+func assertShownOnce(t *testing.T, errs []string, output string) {
+	t.Helper()
+	if assert.Len(t, errs, 1, "one error diagnostic: %q", errs) {
+		assert.Contains(t, errs[0], "DynamoGraphDeployment ", "the graph's wait's error")
+	}
+	assert.NotContains(t, output, "an unhandled error occurred")
+	assert.NotContains(t, output, "waiting for RPCs")
+}
+
+// The way users run it: `pulumi up` through the plain CLI (main.go built by the Go language host)
+// shows a stuck rollout's cause once, as the inline programs above do.
+func TestBoxPlainCLIUpShowsAMissingTagOnce(t *testing.T) {
+	parallelOnBox(t)
+	const ns = "box-stuck-cli"
+	s := stuckStack(t, ns, addRack(t, rackbox.NVL72("stuck-cli").WithGPUs(12)), "", rackbox.TroubleImageNotFound)
+	copySourceInto(t, s.dir)
+	eventLog := filepath.Join(t.TempDir(), "up.events")
+	ctx, cancel := context.WithTimeout(context.Background(), 8*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, "pulumi", "up", "--stack", s.name, "--cwd", s.dir, "--yes", "--skip-preview", "--non-interactive", "--event-log", eventLog)
+	cmd.Env = os.Environ()
+	for k, v := range s.env {
+		cmd.Env = append(cmd.Env, k+"="+v)
+	}
+	cmd.Env = append(cmd.Env, "PULUMI_DEBUG_COMMANDS=true") // --event-log is a debug command's flag
+	out, err := cmd.CombinedOutput()
+	require.NoError(t, ctx.Err(), "up did not end on its own\n%s", out)
+	require.Error(t, err, string(out))
+	assert.Regexp(t, `DynamoGraphDeployment `+ns+`/`+aggGraph+` cannot become Ready without a change: pod \S+ \(component Frontend\) on node \S+, container main: ErrImagePull: `, string(out))
+	data, err := os.ReadFile(eventLog)
+	require.NoError(t, err)
+	var errs []string
+	for _, line := range strings.Split(strings.TrimSpace(string(data)), "\n") {
+		var e apitype.EngineEvent
+		require.NoError(t, json.Unmarshal([]byte(line), &e), line)
+		if d := e.DiagnosticEvent; d != nil && d.Severity == "error" {
+			errs = append(errs, strings.TrimSpace(d.Message))
+		}
+	}
+	assertShownOnce(t, errs, string(out))
 }
 
 // stuckStack is an agg stack on a rack of its own, readiness.timeout at its default, with the

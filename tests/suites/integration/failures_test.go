@@ -2,6 +2,7 @@ package integration
 
 import (
 	"context"
+	"strings"
 	"testing"
 
 	"github.com/pulumi/pulumi/sdk/v3/go/auto"
@@ -21,6 +22,9 @@ func TestBadConfigFailsPreviewBeforeAnyObjectExists(t *testing.T) {
 	require.Error(t, err)
 	assert.Contains(t, err.Error()+s.log.String(), "minimax-m3:worker.tensorParallelSize")
 	assert.Contains(t, err.Error()+s.log.String(), "minimax-m3:modelCache.storageClass")
+	// Shown once, as the program's error: not again as the engine's "an unhandled error occurred".
+	assert.NotContains(t, err.Error()+s.log.String(), "an unhandled error occurred")
+	assert.Equal(t, 1, strings.Count(s.log.String(), "minimax-m3:worker.tensorParallelSize: "), s.log.String())
 	_, _, err = s.up(ctx)
 	require.Error(t, err)
 	_, exists := get(t, namespaceGVK, "", ns)

@@ -2,6 +2,7 @@ package unit
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"sync"
 	"testing"
@@ -10,6 +11,7 @@ import (
 	"minimax-m3/components"
 	"minimax-m3/internal/cluster"
 
+	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
 	"github.com/stretchr/testify/assert"
 	"github.com/stretchr/testify/require"
 	corev1 "k8s.io/api/core/v1"
@@ -268,6 +270,9 @@ func TestATerminalPodProblemEndsTheWait(t *testing.T) {
 	require.Error(t, err)
 	assert.Contains(t, err.Error(), "DynamoGraphDeployment inference/minimax-m3-agg-gb200-agentic cannot become Ready without a change: pod g-worker-abc (component Worker) on node tray-03, container main: OOMKilled")
 	assert.Contains(t, err.Error(), "up stopped waiting instead of running into readiness.timeout, 2h")
+	// The wait showed it on the graph: the run's error ("waiting for RPCs: ...") is marked so, and
+	// components.Run and the Automation API's language runtime bail instead of showing it again.
+	assert.True(t, components.Shown(err), "%v", err)
 }
 
 // At the end of its budget the wait names the operator's last Ready condition and the problems it
@@ -347,4 +352,15 @@ func TestAnUpThatLeavesTheGraphAsItWasReadyDoesNotWait(t *testing.T) {
 		assert.Equal(t, waits, w.waits, "an earlier up saw generation %s Ready", previous)
 		assert.EqualValues(t, 1, r.outputs[components.GraphReadyGenerationOutput])
 	}
+}
+
+// A program's own error (bad config, say) is shown once, on the stack, and marked shown.
+func TestShowErrorsShowsAProgramsErrorOnce(t *testing.T) {
+	bad := errors.New("profile: must be agg or disagg")
+	err := pulumi.RunErr(components.ShowErrors(func(*pulumi.Context) error { return bad }), pulumi.WithMocks("minimax-m3", "agg", &mocks{}))
+	require.ErrorIs(t, err, bad)
+	assert.True(t, components.Shown(err))
+	assert.False(t, components.Shown(bad))
+	assert.False(t, components.Shown(nil))
+	require.NoError(t, pulumi.RunErr(components.ShowErrors(func(*pulumi.Context) error { return nil }), pulumi.WithMocks("minimax-m3", "agg", &mocks{})))
 }
