@@ -12,6 +12,7 @@ import (
 
 	"minimax-m3/components"
 	"minimax-m3/config"
+	"minimax-m3/manifest"
 )
 
 // cacheVolume is the benchmark pods' volume of the model cache claim (the graph's pods name theirs the same).
@@ -47,7 +48,7 @@ type JobPoint struct {
 // (node selector, tolerations, required node labels, priority, runtime and scheduler), plus
 // benchmark.tolerations, and the stack's pull secrets.
 func podSpec(c *config.Config) corev1.PodSpec {
-	pod := components.SitePodSpec(c.ImagePullSecrets, c.Frontend.Scheduling)
+	pod := manifest.SitePodSpec(c.ImagePullSecrets, c.Frontend.Scheduling)
 	for _, t := range c.Benchmark.Tolerations {
 		tol := corev1.Toleration{Key: t.Key, Operator: corev1.TolerationOperator(t.Operator), Value: t.Value, Effect: corev1.TaintEffect(t.Effect)}
 		if !slices.Contains(pod.Tolerations, tol) {

@@ -3,9 +3,10 @@ package benchmark
 import (
 	"context"
 	"fmt"
-	"minimax-m3/internal/cluster"
 	"slices"
 	"time"
+
+	"minimax-m3/internal/cluster"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"

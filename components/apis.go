@@ -8,6 +8,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"minimax-m3/config"
+	"minimax-m3/manifest"
 )
 
 // APIChecker says whether the cluster serves a resource (cluster.Reader does).
@@ -30,15 +31,15 @@ func checkAPIs(ctx *pulumi.Context, reader ObjectReader, c *config.Config) error
 	}
 	var needs []need
 	if c.Observability.Enabled {
-		needs = append(needs, need{PodMonitors, "observability.enabled", "prometheus-operator's CRDs (kube-prometheus-stack has them), or turn observability off"},
-			need{PrometheusRules, "observability.enabled", "prometheus-operator's CRDs (kube-prometheus-stack has them), or turn observability off"})
+		needs = append(needs, need{manifest.PodMonitors, "observability.enabled", "prometheus-operator's CRDs (kube-prometheus-stack has them), or turn observability off"},
+			need{manifest.PrometheusRules, "observability.enabled", "prometheus-operator's CRDs (kube-prometheus-stack has them), or turn observability off"})
 	}
 	if c.Exposure.Enabled {
-		needs = append(needs, need{HTTPRoutes, "exposure.enabled", "Gateway API's CRDs and a Gateway controller, or turn exposure off"})
+		needs = append(needs, need{manifest.HTTPRoutes, "exposure.enabled", "Gateway API's CRDs and a Gateway controller, or turn exposure off"})
 	}
 	if c.InferencePool() {
 		// The operator refuses an epp component on a cluster without them, or fails the graph.
-		needs = append(needs, need{InferencePools, "exposure.backend", "the Gateway API Inference Extension's CRDs and a gateway that implements it, or use backend frontend"})
+		needs = append(needs, need{manifest.InferencePools, "exposure.backend", "the Gateway API Inference Extension's CRDs and a gateway that implements it, or use backend frontend"})
 	}
 	var ps config.Problems
 	for _, n := range needs {

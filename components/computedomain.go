@@ -3,6 +3,8 @@ package components
 import (
 	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
 	corev1 "k8s.io/api/core/v1"
+
+	"minimax-m3/manifest"
 )
 
 // ComputeDomainArgs describes the graph's NVLink ComputeDomain.
@@ -48,12 +50,12 @@ func NewComputeDomain(ctx *pulumi.Context, name string, args *ComputeDomainArgs,
 	cd.UID = pulumi.String("").ToStringOutput()
 	if args.Create {
 		// numNodes 0: the domain follows the workers that claim it instead of a fixed node count.
-		spec := ComputeDomainSpec{Channel: ComputeDomainChannel{ResourceClaimTemplate: corev1.LocalObjectReference{Name: args.ChannelClaimTemplate}}}
+		domain := manifest.ComputeDomainSpec{Channel: manifest.ComputeDomainChannel{ResourceClaimTemplate: corev1.LocalObjectReference{Name: args.ChannelClaimTemplate}}}
 		res, err := newObject(ctx, name, objectArgs{
 			APIVersion: computeDomainAPIVersion, Kind: "ComputeDomain",
 			Name: args.Name, Namespace: args.Namespace, Labels: stackLabels(ctx),
 			Annotations: args.Meta.annotations(ctx, "ComputeDomain", args.Name, nil),
-			Spec:        spec,
+			Spec:        domain,
 		}, pulumi.Parent(cd), legacyAlias(ctx, args.LegacyName, deploymentType, computeDomainType, "kubernetes:"+computeDomainAPIVersion+":ComputeDomain"))
 		if err != nil {
 			return nil, err

@@ -6,21 +6,10 @@ import (
 	metav1 "github.com/pulumi/pulumi-kubernetes/sdk/v4/go/kubernetes/meta/v1"
 	policyv1 "github.com/pulumi/pulumi-kubernetes/sdk/v4/go/kubernetes/policy/v1"
 	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 
-	"minimax-m3/config"
 	"minimax-m3/internal/cluster"
+	"minimax-m3/manifest"
 )
-
-// componentLabel is the label the Dynamo operator puts on a graph's pods naming their component.
-const componentLabel = "nvidia.com/dynamo-component"
-
-// DisruptionBudgetName is the PodDisruptionBudget of a worker role: <graphName>-<role>.
-func DisruptionBudgetName(c *config.Config, r config.Role) string {
-	return c.GraphName + "-" + strings.ToLower(r.Name)
-}
-
-var disruptionBudgets = schema.GroupVersionResource{Group: "policy", Version: "v1", Resource: "poddisruptionbudgets"}
 
 // newDisruptionBudgets adds a PodDisruptionBudget per worker role (placement.disruptionBudget): a
 // node drain (kubectl drain, a node pool upgrade) evicts at most one worker of a role at a time and
@@ -33,7 +22,7 @@ func newDisruptionBudgets(ctx *pulumi.Context, g *Graph, args *GraphArgs) error 
 		return nil
 	}
 	for _, r := range c.Workers() {
-		name := DisruptionBudgetName(c, r)
+		name := manifest.DisruptionBudgetName(c, r)
 		if _, err := policyv1.NewPodDisruptionBudget(ctx, "disruption-budget-"+strings.ToLower(r.Name), &policyv1.PodDisruptionBudgetArgs{
 			Metadata: &metav1.ObjectMetaArgs{Name: pulumi.String(name), Namespace: args.Namespace, Labels: stackLabels(ctx),
 				// A budget holds from the moment it exists; its status is the disruption
@@ -45,8 +34,8 @@ func newDisruptionBudgets(ctx *pulumi.Context, g *Graph, args *GraphArgs) error 
 				// the healthy ones (the default counts it as the one unavailable).
 				UnhealthyPodEvictionPolicy: pulumi.String("AlwaysAllow"),
 				Selector: &metav1.LabelSelectorArgs{MatchLabels: pulumi.StringMap{
-					cluster.GraphLabel: pulumi.String(c.GraphName),
-					componentLabel:     pulumi.String(r.Name),
+					cluster.GraphLabel:      pulumi.String(c.GraphName),
+					manifest.ComponentLabel: pulumi.String(r.Name),
 				}},
 			},
 		}, pulumi.Parent(g)); err != nil {

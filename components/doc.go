@@ -3,7 +3,7 @@
 //
 // Program (what main.go runs) and NewProgram (the Automation API's inline program) call Deploy,
 // which reads and validates the stack's config (package config, and the flags extraArgs may not
-// repeat: extraargs.go), checks that no object the stack would create belongs to someone else (a
+// repeat: manifest.RepeatedFlags), checks that no object the stack would create belongs to someone else (a
 // live reader of the cluster, package internal/cluster), decides which NVLink clique the workers go
 // to or refuses a graph the pool has no room for (placement.go, package placement), and registers,
 // under one MiniMaxM3 component:
@@ -11,7 +11,7 @@
 //   - Namespace, the Hugging Face token Secret (HFToken) and the model cache claim with its download
 //     Job (ModelCache), each skipped when the stack is told to use an existing one;
 //   - the ComputeDomain and its channel claim chain (ComputeDomain);
-//   - the DynamoGraphDeployment (Graph): its spec built from the typed config (graphspec.go, pod.go),
+//   - the DynamoGraphDeployment (Graph): its spec built from the typed config (package manifest),
 //     the AIPerf ConfigMap of a benchmark stack, and, while `up` waits for the graph, the Dynamo
 //     operator's failures and unschedulable pods reported as they happen (graphstatus.go), and a
 //     PodDisruptionBudget per worker role (disruptionbudget.go);
@@ -26,6 +26,6 @@
 // cluster lives in internal/cluster, the benchmark's Jobs in package benchmark, policies in package
 // policy.
 //
-// Imports run one way: components imports config, placement and internal/...; automation, benchmark, policy,
+// Imports run one way: components imports config, manifest, placement and internal/...; automation, benchmark, policy,
 // pulumipackage and the commands import components, never the reverse.
 package components

@@ -7,19 +7,11 @@ import (
 	"strings"
 
 	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	gatewayv1 "sigs.k8s.io/gateway-api/apis/v1"
 
 	"minimax-m3/config"
 	"minimax-m3/internal/cluster"
-)
-
-var (
-	// HTTPRoutes are Gateway API's routes, which the stack creates with exposure on.
-	HTTPRoutes = schema.GroupVersionResource{Group: "gateway.networking.k8s.io", Version: "v1", Resource: "httproutes"}
-	// InferencePools are the Gateway API Inference Extension's pools, one of which the Dynamo
-	// operator makes for the graph's endpoint picker (exposure.backend inferencePool).
-	InferencePools = schema.GroupVersionResource{Group: "inference.networking.k8s.io", Version: "v1", Resource: "inferencepools"}
+	"minimax-m3/manifest"
 )
 
 const (
@@ -100,7 +92,7 @@ func Route(c *config.Config) gatewayv1.HTTPRouteSpec {
 func RouteBackend(c *config.Config) gatewayv1.BackendObjectReference {
 	port := gatewayv1.PortNumber(config.FrontendPort)
 	if c.InferencePool() {
-		group := gatewayv1.Group(InferencePools.Group)
+		group := gatewayv1.Group(manifest.InferencePools.Group)
 		kind := gatewayv1.Kind("InferencePool")
 		return gatewayv1.BackendObjectReference{Group: &group, Kind: &kind, Name: gatewayv1.ObjectName(c.InferencePoolName()), Port: &port}
 	}
@@ -130,7 +122,7 @@ func coveringHostname(hostnames []string, hostname string) string {
 	return ""
 }
 
-// RouteLister lists the HTTPRoutes of the cluster (cluster.Reader does).
+// RouteLister lists the manifest.HTTPRoutes of the cluster (cluster.Reader does).
 type RouteLister interface {
 	Routes(ctx context.Context) ([]cluster.Route, error)
 }
@@ -146,9 +138,9 @@ func checkRouteHostname(ctx *pulumi.Context, reader ObjectReader, c *config.Conf
 	routes, err := lister.Routes(ctx.Context())
 	if err != nil {
 		if c.Kubernetes.RequireRead {
-			return unreadable(fmt.Errorf("listing HTTPRoutes: %w", err))
+			return unreadable(fmt.Errorf("listing manifest.HTTPRoutes: %w", err))
 		}
-		_ = ctx.Log.Warn("not checking that no other route holds exposure.hostname: listing HTTPRoutes: "+err.Error(), nil)
+		_ = ctx.Log.Warn("not checking that no other route holds exposure.hostname: listing manifest.HTTPRoutes: "+err.Error(), nil)
 		return nil
 	}
 	e := c.Exposure

@@ -11,11 +11,8 @@ import (
 
 	"minimax-m3/config"
 	"minimax-m3/internal/cluster"
+	"minimax-m3/manifest"
 )
-
-// PlacementAnnotation on the graph records the clique its workers were placed in
-// (<topologyKey>=<clique>): the next `up` keeps the graph there.
-const PlacementAnnotation = "minimax-m3.io/placement"
 
 // GraphAPIVersion is the DynamoGraphDeployment version the program writes.
 //
@@ -74,7 +71,7 @@ func NewGraph(ctx *pulumi.Context, name string, args *GraphArgs, opts ...pulumi.
 	cm, err := corev1.NewConfigMap(ctx, "speculative-config", &corev1.ConfigMapArgs{
 		Metadata: &metav1.ObjectMetaArgs{Name: pulumi.String(c.ConfigMapName()), Namespace: args.Namespace, Labels: stackLabels(ctx),
 			Annotations: args.Meta.annotations(ctx, "ConfigMap", c.ConfigMapName(), nil)},
-		Data: pulumi.ToStringMap(SpeculativeConfigs(c)),
+		Data: pulumi.ToStringMap(manifest.SpeculativeConfigs(c)),
 	}, pulumi.Parent(g), legacyAlias(ctx, legacySuffixed(args.LegacyName, "-config"), deploymentType, graphType, "kubernetes:core/v1:ConfigMap"))
 	if err != nil {
 		return nil, err
@@ -95,7 +92,7 @@ func NewGraph(ctx *pulumi.Context, name string, args *GraphArgs, opts ...pulumi.
 		}
 	}
 
-	spec, err := GraphSpec(c)
+	gs, err := manifest.GraphSpec(c)
 	if err != nil {
 		return nil, err
 	}
@@ -115,7 +112,7 @@ func NewGraph(ctx *pulumi.Context, name string, args *GraphArgs, opts ...pulumi.
 		aliases = append(aliases, pulumi.Alias{Type: pulumi.String(graphTypeToken(v))})
 	}
 	var ignore []string
-	for i, comp := range spec.Components {
+	for i, comp := range gs.Components {
 		if comp.ScalingAdapter != nil {
 			// The scaling adapter owns these replicas now.
 			ignore = append(ignore, fmt.Sprintf("spec.components[%d].replicas", i))
@@ -123,7 +120,7 @@ func NewGraph(ctx *pulumi.Context, name string, args *GraphArgs, opts ...pulumi.
 	}
 	programWaits := args.Status != nil && c.Readiness.WaitForReady
 	annotations, timeouts := readiness(c.Readiness, c.Restart.ID, c.RolloutWaves(), programWaits)
-	digests := templateDigests(spec)
+	digests := manifest.TemplateDigestsOf(gs)
 	for k, v := range digests {
 		annotations[k] = pulumi.String(v)
 	}
@@ -132,14 +129,14 @@ func NewGraph(ctx *pulumi.Context, name string, args *GraphArgs, opts ...pulumi.
 	// ignore both. `up` reads the operator's choice back (cluster.OtherProvider).
 	annotations[cluster.GroveOptOut] = pulumi.String("false")
 	if p := c.Placement; p.TopologyKey != "" && p.Clique != "" {
-		annotations[PlacementAnnotation] = pulumi.String(p.TopologyKey + "=" + p.Clique)
+		annotations[manifest.PlacementAnnotation] = pulumi.String(p.TopologyKey + "=" + p.Clique)
 	}
 	warnSurgingRolls(ctx, c, args.Meta.liveGraph, digests)
 	dgd, err := newObject(ctx, name, objectArgs{
 		APIVersion: GraphAPIVersion, Kind: "DynamoGraphDeployment",
 		Name: c.GraphName, Namespace: args.Namespace, Labels: labels,
 		Annotations: args.Meta.annotations(ctx, "DynamoGraphDeployment", c.GraphName, annotations),
-		Spec:        spec,
+		Spec:        gs,
 	},
 		pulumi.Parent(g),
 		pulumi.DependsOn([]pulumi.Resource{cm}),

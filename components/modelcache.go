@@ -13,6 +13,7 @@ import (
 	k8smetav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"minimax-m3/config"
+	"minimax-m3/manifest"
 )
 
 // ModelCacheArgs describes the model cache claim and the Job that fills it.
@@ -133,7 +134,7 @@ func DownloadJobSpec(d config.ModelDownloadConfig, cache config.ModelCacheConfig
 	backoff := int32(d.BackoffLimit)
 	noEscalation := false
 
-	pod := SitePodSpec(pullSecrets, d.Scheduling)
+	pod := manifest.SitePodSpec(pullSecrets, d.Scheduling)
 	pod.RestartPolicy = k8scorev1.RestartPolicyNever
 	// modelDownload.timeout bounds one attempt: a retry gets the whole of it again.
 	pod.ActiveDeadlineSeconds = &attemptSeconds
@@ -153,11 +154,11 @@ func DownloadJobSpec(d config.ModelDownloadConfig, cache config.ModelCacheConfig
 			{Name: "HF_HOME", Value: cache.MountPath},
 			{Name: "HF_XET_HIGH_PERFORMANCE", Value: "1"},
 		},
-		Resources:    resources(d.Resources, nil),
-		VolumeMounts: []k8scorev1.VolumeMount{{Name: cacheVolumeName, MountPath: cache.MountPath}},
+		Resources:    manifest.Resources(d.Resources, nil),
+		VolumeMounts: []k8scorev1.VolumeMount{{Name: manifest.CacheVolumeName, MountPath: cache.MountPath}},
 	}}
 	pod.Volumes = []k8scorev1.Volume{{
-		Name:         cacheVolumeName,
+		Name:         manifest.CacheVolumeName,
 		VolumeSource: k8scorev1.VolumeSource{PersistentVolumeClaim: &k8scorev1.PersistentVolumeClaimVolumeSource{ClaimName: cache.ClaimName}},
 	}}
 	return batchv1.JobSpec{

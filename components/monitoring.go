@@ -9,19 +9,10 @@ import (
 	metav1 "github.com/pulumi/pulumi-kubernetes/sdk/v4/go/kubernetes/meta/v1"
 	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
 	k8smeta "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"minimax-m3/config"
-)
-
-// The labels the Dynamo operator puts on every pod of a graph component (its consts.go), which the
-// PodMonitors select by: the graph's name, the component's type, and metrics-enabled, which it
-// leaves off a pod whose component opted out (annotation nvidia.com/enable-metrics: "false").
-const (
-	GraphNameLabel      = "nvidia.com/dynamo-graph-deployment-name"
-	ComponentTypeLabel  = "nvidia.com/dynamo-component-type"
-	MetricsEnabledLabel = "nvidia.com/metrics-enabled"
+	"minimax-m3/manifest"
 )
 
 // The ports the operator gives a graph's containers, and where each serves Prometheus metrics: the
@@ -35,13 +26,6 @@ const (
 const (
 	monitoringAPIVersion = "monitoring.coreos.com/v1"
 	monitoringType       = "minimax-m3:index:Monitoring"
-)
-
-// PodMonitors and PrometheusRules are prometheus-operator's resources the stack creates with
-// observability on.
-var (
-	PodMonitors     = schema.GroupVersionResource{Group: "monitoring.coreos.com", Version: "v1", Resource: "podmonitors"}
-	PrometheusRules = schema.GroupVersionResource{Group: "monitoring.coreos.com", Version: "v1", Resource: "prometheusrules"}
 )
 
 // MonitoringArgs describes the graph's monitors, alert rules and dashboard.
@@ -94,24 +78,24 @@ func NewMonitoring(ctx *pulumi.Context, name string, args *MonitoringArgs, opts 
 
 	// Every alert is known at preview; the IMEX alert's expression waits for the ComputeDomain's
 	// UID, which the API server gives it on create.
-	spec, err := untyped(AlertRules(c, ""))
+	rules, err := manifest.Untyped(AlertRules(c, ""))
 	if err != nil {
 		return nil, err
 	}
 	if args.HasComputeDomain {
-		imex, err := untyped(IMEXAlert(c, ""))
+		imex, err := manifest.Untyped(IMEXAlert(c, ""))
 		if err != nil {
 			return nil, err
 		}
 		imex["expr"] = args.ComputeDomainUID.ApplyT(func(uid string) string { return IMEXAlert(c, uid).Expr.StrVal }).(pulumi.StringOutput)
-		group := spec["groups"].([]any)[0].(map[string]any)
+		group := rules["groups"].([]any)[0].(map[string]any)
 		group["rules"] = append(group["rules"].([]any), imex)
 	}
 	if _, err := newObjectWithSpec(ctx, c.AlertRuleName(), objectArgs{
 		APIVersion: monitoringAPIVersion, Kind: "PrometheusRule",
 		Name: c.AlertRuleName(), Namespace: args.Namespace, Labels: labels,
 		Annotations: args.Meta.annotations(ctx, "PrometheusRule", c.AlertRuleName(), nil),
-	}, spec, pulumi.Parent(m)); err != nil {
+	}, rules, pulumi.Parent(m)); err != nil {
 		return nil, err
 	}
 
@@ -138,7 +122,7 @@ func NewMonitoring(ctx *pulumi.Context, name string, args *MonitoringArgs, opts 
 // FrontendPodMonitor scrapes the graph's frontend pods on their HTTP port.
 func FrontendPodMonitor(c *config.Config) monitoringv1.PodMonitorSpec {
 	sel := k8smeta.LabelSelector{MatchLabels: map[string]string{
-		GraphNameLabel: c.GraphName, ComponentTypeLabel: "frontend", MetricsEnabledLabel: "true",
+		manifest.GraphNameLabel: c.GraphName, manifest.ComponentTypeLabel: "frontend", manifest.MetricsEnabledLabel: "true",
 	}}
 	return podMonitor(c, sel, FrontendMetricsPort)
 }
@@ -147,9 +131,9 @@ func FrontendPodMonitor(c *config.Config) monitoringv1.PodMonitorSpec {
 // worker worker, prefill or decode (an older graph's prefill and decode pods are typed worker).
 func WorkerPodMonitor(c *config.Config) monitoringv1.PodMonitorSpec {
 	sel := k8smeta.LabelSelector{
-		MatchLabels: map[string]string{GraphNameLabel: c.GraphName, MetricsEnabledLabel: "true"},
+		MatchLabels: map[string]string{manifest.GraphNameLabel: c.GraphName, manifest.MetricsEnabledLabel: "true"},
 		MatchExpressions: []k8smeta.LabelSelectorRequirement{{
-			Key: ComponentTypeLabel, Operator: k8smeta.LabelSelectorOpIn, Values: []string{"worker", "prefill", "decode"},
+			Key: manifest.ComponentTypeLabel, Operator: k8smeta.LabelSelectorOpIn, Values: []string{"worker", "prefill", "decode"},
 		}},
 	}
 	return podMonitor(c, sel, WorkerMetricsPort)
@@ -204,7 +188,7 @@ const (
 const ServerErrors = `status="error",error_type!~"cancelled|validation|not_found"`
 
 // AlertRules is the graph's PrometheusRule: one group of alerts on the frontend's and the workers'
-// metrics (their PodMonitors' jobs) and, with computeDomainUID, on kube-state-metrics' series of
+// metrics (their manifest.PodMonitors' jobs) and, with computeDomainUID, on kube-state-metrics' series of
 // the domain's IMEX DaemonSet (the DRA driver names it computedomain-daemon-<UID>).
 func AlertRules(c *config.Config, computeDomainUID string) monitoringv1.PrometheusRuleSpec {
 	a := c.Observability.Alerts

@@ -4,7 +4,6 @@ import (
 	metav1 "github.com/pulumi/pulumi-kubernetes/sdk/v4/go/kubernetes/meta/v1"
 	networkingv1 "github.com/pulumi/pulumi-kubernetes/sdk/v4/go/kubernetes/networking/v1"
 	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
-	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"minimax-m3/config"
 	"minimax-m3/internal/cluster"
@@ -20,8 +19,6 @@ const EndpointPickerPort = 9002
 
 // namespaceNameLabel is the label Kubernetes puts on every namespace with its name.
 const namespaceNameLabel = "kubernetes.io/metadata.name"
-
-var networkPolicies = schema.GroupVersionResource{Group: "networking.k8s.io", Version: "v1", Resource: "networkpolicies"}
 
 // NetworkPolicySpec is the graph's ingress isolation: its pods accept traffic only from the
 // graph's own pods (frontend and workers among themselves, the endpoint picker), the stack's

@@ -5,6 +5,8 @@ import (
 	"github.com/pulumi/pulumi-kubernetes/sdk/v4/go/kubernetes/apiextensions"
 	metav1 "github.com/pulumi/pulumi-kubernetes/sdk/v4/go/kubernetes/meta/v1"
 	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
+
+	"minimax-m3/manifest"
 )
 
 // objectArgs is a Kubernetes object whose spec is built from typed Go structs: core/v1 and batch/v1
@@ -20,16 +22,16 @@ type objectArgs struct {
 // (`kubernetes:<apiVersion>:<kind>`), so the provider diffs and awaits it as that kind: a Job built
 // this way is awaited, replaced and failed like any Job.
 func newObject(ctx *pulumi.Context, name string, a objectArgs, opts ...pulumi.ResourceOption) (*apiextensions.CustomResource, error) {
-	spec, err := untyped(a.Spec)
+	body, err := manifest.Untyped(a.Spec)
 	if err != nil {
 		return nil, err
 	}
-	return newObjectWithSpec(ctx, name, a, spec, opts...)
+	return newObjectWithSpec(ctx, name, a, body, opts...)
 }
 
 // newObjectWithSpec is newObject with a spec that is known only once other resources are: a.Spec
 // is not read.
-func newObjectWithSpec(ctx *pulumi.Context, name string, a objectArgs, spec any, opts ...pulumi.ResourceOption) (*apiextensions.CustomResource, error) {
+func newObjectWithSpec(ctx *pulumi.Context, name string, a objectArgs, body any, opts ...pulumi.ResourceOption) (*apiextensions.CustomResource, error) {
 	return apiextensions.NewCustomResource(ctx, name, &apiextensions.CustomResourceArgs{
 		ApiVersion: pulumi.String(a.APIVersion),
 		Kind:       pulumi.String(a.Kind),
@@ -39,6 +41,6 @@ func newObjectWithSpec(ctx *pulumi.Context, name string, a objectArgs, spec any,
 			Labels:      a.Labels,
 			Annotations: a.Annotations,
 		},
-		OtherFields: kubernetes.UntypedArgs{"spec": spec},
+		OtherFields: kubernetes.UntypedArgs{"spec": body},
 	}, opts...)
 }

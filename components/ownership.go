@@ -3,9 +3,11 @@ package components
 import (
 	"context"
 	"fmt"
-	"minimax-m3/internal/cluster"
 	"slices"
 	"strings"
+
+	"minimax-m3/internal/cluster"
+	"minimax-m3/manifest"
 
 	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
 	"k8s.io/apimachinery/pkg/runtime/schema"
@@ -87,16 +89,16 @@ func plannedObjects(c *config.Config) []plannedObject {
 	}
 	if c.Placement.DisruptionBudget {
 		for _, r := range c.Workers() {
-			out = append(out, plannedObject{disruptionBudgets, "PodDisruptionBudget", ns, DisruptionBudgetName(c, r),
+			out = append(out, plannedObject{manifest.DisruptionBudgets, "PodDisruptionBudget", ns, manifest.DisruptionBudgetName(c, r),
 				"placement.disruptionBudget", "set placement.disruptionBudget=false to keep it (or choose another graphName)"})
 		}
 	}
 	if c.NetworkPolicy.Enabled {
-		out = append(out, plannedObject{networkPolicies, "NetworkPolicy", ns, c.NetworkPolicyName(),
+		out = append(out, plannedObject{manifest.NetworkPolicies, "NetworkPolicy", ns, c.NetworkPolicyName(),
 			"networkPolicy.enabled", "set networkPolicy.enabled=false to keep it (or choose another graphName)"})
 	}
 	if c.Exposure.Enabled {
-		out = append(out, plannedObject{HTTPRoutes, "HTTPRoute", ns, c.RouteName(), "graphName", "choose another graphName"})
+		out = append(out, plannedObject{manifest.HTTPRoutes, "HTTPRoute", ns, c.RouteName(), "graphName", "choose another graphName"})
 	}
 	if c.Observability.Enabled {
 		monitors := []string{c.FrontendMonitorName(), c.WorkerMonitorName()}
@@ -104,9 +106,9 @@ func plannedObjects(c *config.Config) []plannedObject {
 			monitors = append(monitors, c.SidecarMonitorName())
 		}
 		for _, m := range monitors {
-			out = append(out, plannedObject{PodMonitors, "PodMonitor", ns, m, "graphName", "choose another graphName"})
+			out = append(out, plannedObject{manifest.PodMonitors, "PodMonitor", ns, m, "graphName", "choose another graphName"})
 		}
-		out = append(out, plannedObject{PrometheusRules, "PrometheusRule", ns, c.AlertRuleName(), "graphName", "choose another graphName"})
+		out = append(out, plannedObject{manifest.PrometheusRules, "PrometheusRule", ns, c.AlertRuleName(), "graphName", "choose another graphName"})
 		if c.Observability.Dashboard.Enabled {
 			out = append(out, plannedObject{schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}, "ConfigMap", c.DashboardNamespace(), c.DashboardName(),
 				"observability.dashboard.enabled", "choose another graphName or observability.dashboard.namespace"})
@@ -194,19 +196,19 @@ func checkOwnership(ctx *pulumi.Context, reader ObjectReader, c *config.Config, 
 func sameComponents(c *config.Config, live map[string]string) config.Problems {
 	var was []string
 	for k := range live {
-		if name, ok := strings.CutPrefix(k, templateAnnotationPrefix); ok {
+		if name, ok := strings.CutPrefix(k, manifest.TemplateAnnotationPrefix); ok {
 			was = append(was, name)
 		}
 	}
 	if len(was) == 0 {
 		return nil
 	}
-	planned := []string{frontendName}
+	planned := []string{manifest.FrontendName}
 	for _, r := range c.Workers() {
 		planned = append(planned, r.Name)
 	}
 	if c.InferencePool() {
-		planned = append(planned, EndpointPickerName)
+		planned = append(planned, manifest.EndpointPickerName)
 	}
 	slices.Sort(was)
 	slices.Sort(planned)
@@ -214,13 +216,13 @@ func sameComponents(c *config.Config, live map[string]string) config.Problems {
 		return nil
 	}
 	var ps config.Problems
-	notPicker := func(name string) bool { return name == EndpointPickerName }
+	notPicker := func(name string) bool { return name == manifest.EndpointPickerName }
 	if slices.Equal(slices.DeleteFunc(slices.Clone(was), notPicker), slices.DeleteFunc(slices.Clone(planned), notPicker)) {
 		// Only the endpoint picker differs: the route moving between the frontend and an
 		// InferencePool on a live graph.
-		has := "has no endpoint picker (component " + EndpointPickerName + ")"
-		if slices.Contains(was, EndpointPickerName) {
-			has = "has an endpoint picker (component " + EndpointPickerName + ")"
+		has := "has no endpoint picker (component " + manifest.EndpointPickerName + ")"
+		if slices.Contains(was, manifest.EndpointPickerName) {
+			has = "has an endpoint picker (component " + manifest.EndpointPickerName + ")"
 		}
 		if !c.Exposure.Enabled {
 			// Turning exposure off would take the picker away.

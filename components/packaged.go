@@ -5,6 +5,7 @@ import (
 	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
 
 	"minimax-m3/config"
+	"minimax-m3/manifest"
 )
 
 // DeploymentArgs are a Deployment's settings when another Pulumi program builds it as a component
@@ -44,7 +45,7 @@ func NewDeployment(ctx *pulumi.Context, name string, args *DeploymentArgs, opts 
 	if err := config.Check(&c, args.HFToken != nil); err != nil {
 		return nil, err
 	}
-	if ps := RepeatedFlags(&c); len(ps) > 0 {
+	if ps := manifest.RepeatedFlags(&c); len(ps) > 0 {
 		return nil, ps
 	}
 	raw := config.Raw{Values: map[string]string{}}

@@ -11,6 +11,7 @@ import (
 
 	"minimax-m3/config"
 	"minimax-m3/internal/cluster"
+	"minimax-m3/manifest"
 	"minimax-m3/placement"
 )
 
@@ -34,7 +35,7 @@ func (e *PlacementError) Error() string {
 // place decides where the graph's workers go, before anything is created or changed: it reads the
 // pool's nodes and pods, fits the workers into each NVLink clique (placement.topologyKey) as the
 // scheduler's filters would, and pins a new graph to one with room (c.Placement.Clique) through a
-// node affinity, recorded on the graph (PlacementAnnotation): the tightest fit. A graph that carries
+// node affinity, recorded on the graph (manifest.PlacementAnnotation): the tightest fit. A graph that carries
 // a pin keeps it, whatever else happens (a change never moves a running graph); a live graph without
 // one (deployed before placement existed, or adopted) is not pinned, which would restart every
 // worker. With no clique that holds them all it refuses with a table of the cliques, unless the
@@ -44,7 +45,7 @@ func (e *PlacementError) Error() string {
 func place(ctx *pulumi.Context, reader ObjectReader, c *config.Config, meta StackMeta, previousStack previousStack) error {
 	key := c.Placement.TopologyKey
 	pinnedByUser := c.Placement.Clique != ""
-	pin, pinned := strings.CutPrefix(meta.liveGraph[PlacementAnnotation], key+"=")
+	pin, pinned := strings.CutPrefix(meta.liveGraph[manifest.PlacementAnnotation], key+"=")
 	if pinned && key != "" && !pinnedByUser {
 		c.Placement.Clique = pin // kept even when the check cannot run
 	}
@@ -77,7 +78,7 @@ func place(ctx *pulumi.Context, reader ObjectReader, c *config.Config, meta Stac
 	// The graph's own workers, and those of the graph the stack deployed under an earlier name,
 	// which a new graphName deletes first: their GPUs are the graph's to use.
 	own := func(p *corev1.Pod) bool {
-		if !slices.Contains(roles, p.Labels[componentLabel]) {
+		if !slices.Contains(roles, p.Labels[manifest.ComponentLabel]) {
 			return false
 		}
 		g := p.Labels[cluster.GraphLabel]
@@ -133,7 +134,7 @@ func place(ctx *pulumi.Context, reader ObjectReader, c *config.Config, meta Stac
 // pod template changes (the operator rolls it), or the graph needs more workers than it has
 // running. The reason names the keys that do it, for a refusal under another key.
 func workersMove(c *config.Config, live map[string]string, livePin string, pool placement.Pool, own func(*corev1.Pod) bool) string {
-	planned, err := TemplateDigests(c)
+	planned, err := manifest.TemplateDigests(c)
 	if err != nil {
 		return "this update may change the workers' pod templates"
 	}
@@ -141,12 +142,12 @@ func workersMove(c *config.Config, live map[string]string, livePin string, pool 
 	// the new pin alone rolls the workers.
 	kept := *c
 	kept.Placement.Clique = livePin
-	keptDigests, err := TemplateDigests(&kept)
+	keptDigests, err := manifest.TemplateDigests(&kept)
 	if err != nil {
 		keptDigests = planned
 	}
 	for _, r := range c.Workers() {
-		k := templateAnnotationPrefix + r.Name
+		k := manifest.TemplateAnnotationPrefix + r.Name
 		switch {
 		case live[k] == "":
 			return fmt.Sprintf("this update may roll the %s pods (the running graph records no digest of their template)", r.Name)
@@ -162,7 +163,7 @@ func workersMove(c *config.Config, live map[string]string, livePin string, pool 
 	have := map[string]int{}
 	for i := range pool.Pods {
 		if p := &pool.Pods[i]; own(p) && p.DeletionTimestamp == nil {
-			have[p.Labels[componentLabel]]++
+			have[p.Labels[manifest.ComponentLabel]]++
 		}
 	}
 	for _, r := range c.Workers() {
@@ -246,13 +247,13 @@ func demand(workers []placement.Worker) string {
 
 // graphWorkers are the graph's worker pods as the scheduler sees their specs, one per replica.
 func graphWorkers(c *config.Config) ([]placement.Worker, error) {
-	spec, err := GraphSpec(c)
+	gs, err := manifest.GraphSpec(c)
 	if err != nil {
 		return nil, err
 	}
 	var out []placement.Worker
 	for _, r := range c.Workers() {
-		for _, comp := range spec.Components {
+		for _, comp := range gs.Components {
 			if comp.Name != r.Name {
 				continue
 			}

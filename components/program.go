@@ -3,10 +3,12 @@ package components
 import (
 	"encoding/json"
 	"maps"
-	"minimax-m3/internal/cluster"
 	"os"
 	"slices"
 	"strings"
+
+	"minimax-m3/internal/cluster"
+	"minimax-m3/manifest"
 
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -165,7 +167,7 @@ func deploy(ctx *pulumi.Context, name string, c *config.Config, raw config.Raw, 
 	}
 	if c.Speculative.Mode == config.SpeculativeSynthetic {
 		_ = ctx.Log.Warn("BENCHMARK ONLY: speculativeDecoding.mode is synthetic: workers skip real EAGLE3 verification "+
-			"(acceptance length "+formatFloat(c.Speculative.SyntheticAcceptanceLength)+"), so responses are not the model's. "+
+			"(acceptance length "+manifest.FormatFloat(c.Speculative.SyntheticAcceptanceLength)+"), so responses are not the model's. "+
 			"Never serve production traffic or evaluate accuracy with it.", nil)
 	}
 	providerArgs := &kubernetes.ProviderArgs{
@@ -282,7 +284,7 @@ func LoadConfig(ctx *pulumi.Context, keys []string) (config.Config, config.Raw, 
 func ParseConfig(raw config.Raw) (config.Config, error) {
 	c, err := config.Parse(raw)
 	if err == nil {
-		if ps := RepeatedFlags(&c); len(ps) > 0 {
+		if ps := manifest.RepeatedFlags(&c); len(ps) > 0 {
 			err = ps
 		}
 	}

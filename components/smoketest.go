@@ -15,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"minimax-m3/config"
+	"minimax-m3/manifest"
 )
 
 const smokeTestType = "minimax-m3:index:SmokeTest"
@@ -113,11 +114,11 @@ func smokeTestBudget(timeout time.Duration) time.Duration {
 // graph generation (any spec change) makes a new Job, which runs the test again, and nothing else
 // does.
 func SmokeTestJobName(c *config.Config) (string, error) {
-	spec, err := GraphSpec(c)
+	gs, err := manifest.GraphSpec(c)
 	if err != nil {
 		return "", err
 	}
-	b, err := json.Marshal(spec)
+	b, err := json.Marshal(gs)
 	if err != nil {
 		return "", err
 	}
@@ -134,10 +135,10 @@ func SmokeTestJobSpec(c *config.Config) batchv1.JobSpec {
 	noEscalation, nonRoot := false, true
 	user := int64(1000)
 
-	pod := SitePodSpec(c.ImagePullSecrets, c.Frontend.Scheduling)
+	pod := manifest.SitePodSpec(c.ImagePullSecrets, c.Frontend.Scheduling)
 	pod.RestartPolicy = corev1.RestartPolicyNever
 	pod.Containers = []corev1.Container{{
-		Name:            mainContainer,
+		Name:            manifest.MainContainer,
 		Image:           c.SmokeTestImage(),
 		ImagePullPolicy: corev1.PullIfNotPresent,
 		Command:         []string{"python3", "-c", SmokeTestScript},
@@ -230,7 +231,7 @@ func NewSmokeTest(ctx *pulumi.Context, name string, args *SmokeTestArgs, opts ..
 		}
 		rctx, cancel := context.WithTimeout(ctx.Context(), 15*time.Second)
 		defer cancel()
-		msg, err := args.Results.JobResult(rctx, v[1].(string), jobName, mainContainer)
+		msg, err := args.Results.JobResult(rctx, v[1].(string), jobName, manifest.MainContainer)
 		if err != nil || msg == "" {
 			// The pod is gone (or unreadable): the Job's completion is the result.
 			return result, nil

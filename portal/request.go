@@ -9,8 +9,8 @@ import (
 	"slices"
 	"strings"
 
-	"minimax-m3/components"
 	"minimax-m3/config"
+	"minimax-m3/manifest"
 )
 
 // Request names a stack and what it deploys.
@@ -128,7 +128,7 @@ func (r Request) validate(storedToken bool) config.Problems {
 		return ps
 	}
 	// The program's own check of what it writes (the flags extraArgs may not repeat).
-	return append(ps, components.RepeatedFlags(&c)...)
+	return append(ps, manifest.RepeatedFlags(&c)...)
 }
 
 func asProblems(err error, into *config.Problems) bool {

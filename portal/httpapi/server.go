@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 	"io"
-	"minimax-m3/components"
-	"minimax-m3/portal"
 	"net/http"
 	"path"
 	"regexp"
@@ -13,6 +11,9 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"minimax-m3/manifest"
+	"minimax-m3/portal"
 )
 
 // Server serves a portal.Manager over HTTP: JSON for the operations, server-sent events for progress, and
@@ -154,8 +155,8 @@ func checkAllowRoll(v string) error {
 		return nil
 	}
 	for _, c := range strings.Split(v, ",") {
-		if !slices.Contains([]string{"Frontend", "Worker", "PrefillWorker", "DecodeWorker", components.EndpointPickerName}, c) {
-			return invalidAt("allowRoll", fmt.Sprintf("%q is not a component: Frontend, Worker, PrefillWorker, DecodeWorker, %s, comma-separated, or all", c, components.EndpointPickerName))
+		if !slices.Contains([]string{"Frontend", "Worker", "PrefillWorker", "DecodeWorker", manifest.EndpointPickerName}, c) {
+			return invalidAt("allowRoll", fmt.Sprintf("%q is not a component: Frontend, Worker, PrefillWorker, DecodeWorker, %s, comma-separated, or all", c, manifest.EndpointPickerName))
 		}
 	}
 	return nil

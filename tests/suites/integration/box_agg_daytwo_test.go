@@ -27,6 +27,7 @@ import (
 	"minimax-m3/automation"
 	"minimax-m3/benchmark"
 	"minimax-m3/components"
+	"minimax-m3/manifest"
 	"minimax-m3/tests/framework/rackbox"
 )
 
@@ -77,7 +78,7 @@ func TestBoxOneAggStackThroughDayTwoChanges(t *testing.T) {
 			after := boxGraph(t, s.ns, aggGraph)
 			assert.Greater(t, after.GetGeneration(), before.GetGeneration(), "a new generation: the operator rolls the workers")
 			w := liveGraphSpecOn(t, box.Client, s.ns, aggGraph).Components[1]
-			assert.Len(t, w.PodTemplate.Annotations[components.SpeculativeConfigChecksum], 64)
+			assert.Len(t, w.PodTemplate.Annotations[manifest.SpeculativeConfigChecksum], 64)
 			podsAfter := podsOf(t, s.ns, workers)
 			require.Len(t, podsAfter, 3)
 			for _, p := range podsAfter {
@@ -173,7 +174,7 @@ func TestBoxOneAggStackThroughDayTwoChanges(t *testing.T) {
 				pods int
 				port string
 			}{aggGraph + "-frontend": {1, "http"}, aggGraph + "-workers": {3, "system"}} {
-				live, err := dyn.Resource(components.PodMonitors).Namespace(ns).Get(ctx, monitor, metav1.GetOptions{})
+				live, err := dyn.Resource(manifest.PodMonitors).Namespace(ns).Get(ctx, monitor, metav1.GetOptions{})
 				require.NoError(t, err, monitor)
 				assert.Equal(t, "kube-prometheus-stack", live.GetLabels()["release"], monitor)
 				var spec monitoringv1.PodMonitorSpec
@@ -193,7 +194,7 @@ func TestBoxOneAggStackThroughDayTwoChanges(t *testing.T) {
 					assert.Contains(t, ports, *spec.PodMetricsEndpoints[0].Port, "%s: pod %s has the port it scrapes", monitor, p.Name)
 				}
 			}
-			rule, err := dyn.Resource(components.PrometheusRules).Namespace(ns).Get(ctx, aggGraph+"-alerts", metav1.GetOptions{})
+			rule, err := dyn.Resource(manifest.PrometheusRules).Namespace(ns).Get(ctx, aggGraph+"-alerts", metav1.GetOptions{})
 			require.NoError(t, err)
 			var spec monitoringv1.PrometheusRuleSpec
 			require.NoError(t, runtime.DefaultUnstructuredConverter.FromUnstructured(rule.Object["spec"].(map[string]any), &spec))
@@ -215,7 +216,7 @@ func TestBoxOneAggStackThroughDayTwoChanges(t *testing.T) {
 				removed[k] = "delete"
 			}
 			assert.Equal(t, removed, graphOps(t, upOK(t, s)))
-			_, err = dyn.Resource(components.PodMonitors).Namespace(ns).Get(ctx, aggGraph+"-frontend", metav1.GetOptions{})
+			_, err = dyn.Resource(manifest.PodMonitors).Namespace(ns).Get(ctx, aggGraph+"-frontend", metav1.GetOptions{})
 			assert.True(t, apierrors.IsNotFound(err), "deleted with observability off: %v", err)
 			assert.Equal(t, generation, boxGraph(t, ns, aggGraph).GetGeneration(), "the graph untouched")
 		}},
@@ -278,7 +279,7 @@ func TestBoxOneAggStackThroughDayTwoChanges(t *testing.T) {
 			assert.Equal(t, "https://m3.box.example", res.Outputs["externalUrl"].Value)
 			assert.Equal(t, generation, boxGraph(t, ns, aggGraph).GetGeneration(), "the graph untouched")
 
-			live, err := dyn.Resource(components.HTTPRoutes).Namespace(ns).Get(ctx, aggGraph, metav1.GetOptions{})
+			live, err := dyn.Resource(manifest.HTTPRoutes).Namespace(ns).Get(ctx, aggGraph, metav1.GetOptions{})
 			require.NoError(t, err)
 			var spec gatewayv1.HTTPRouteSpec
 			require.NoError(t, runtime.DefaultUnstructuredConverter.FromUnstructured(live.Object["spec"].(map[string]any), &spec))
@@ -299,7 +300,7 @@ func TestBoxOneAggStackThroughDayTwoChanges(t *testing.T) {
 				removed[k] = "delete"
 			}
 			assert.Equal(t, withOp(removed, isolation, "update"), graphOps(t, upOK(t, s)), "and no longer admits it")
-			_, err = dyn.Resource(components.HTTPRoutes).Namespace("box-team-b").Get(ctx, "their-model", metav1.GetOptions{})
+			_, err = dyn.Resource(manifest.HTTPRoutes).Namespace("box-team-b").Get(ctx, "their-model", metav1.GetOptions{})
 			assert.NoError(t, err, "the other team's route is theirs, untouched")
 		}},
 		{"a renamed stack keeps its objects", func(t *testing.T) {

@@ -18,7 +18,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
-	"minimax-m3/components"
+	"minimax-m3/manifest"
 	"minimax-m3/tests/framework/rackbox"
 )
 
@@ -137,7 +137,7 @@ func TestBoxAGraphLandsWholeInTheOneCliqueWithRoomAgg(t *testing.T) {
 		assert.Contains(t, b.NodeNames(), node, "worker %s lands in the clique with room", pod)
 		assert.NotContains(t, []string{cordoned, unlabelled}, node, "worker %s avoids the cordoned and the unlabelled tray", pod)
 	}
-	assert.Equal(t, rackbox.CliqueLabel+"="+b.Clique(), boxGraph(t, ns, aggGraph).GetAnnotations()[components.PlacementAnnotation])
+	assert.Equal(t, rackbox.CliqueLabel+"="+b.Clique(), boxGraph(t, ns, aggGraph).GetAnnotations()[manifest.PlacementAnnotation])
 	// The budget selects the workers the operator made (the disruption controller counts them).
 	eventually(t, 2*time.Minute, "the Worker budget counts the three workers", func(ctx context.Context) (bool, error) {
 		pdb := &policyv1.PodDisruptionBudget{}
@@ -150,7 +150,7 @@ func TestBoxAGraphLandsWholeInTheOneCliqueWithRoomAgg(t *testing.T) {
 	release(t, "team-b-agg", a.NodeNames()[0])
 	s.set(ctx, "minimax-m3:worker.vllm.maxNumSeqs", "128")
 	upOK(t, s)
-	assert.Equal(t, rackbox.CliqueLabel+"="+b.Clique(), boxGraph(t, ns, aggGraph).GetAnnotations()[components.PlacementAnnotation])
+	assert.Equal(t, rackbox.CliqueLabel+"="+b.Clique(), boxGraph(t, ns, aggGraph).GetAnnotations()[manifest.PlacementAnnotation])
 	eventually(t, 2*time.Minute, "the rolled workers run in b", func(ctx context.Context) (bool, error) {
 		pods, err := listPods(ctx, ns, client.MatchingLabels{graphLabelKey: aggGraph, "nvidia.com/dynamo-component": "Worker"})
 		if err != nil {

@@ -30,6 +30,7 @@ import (
 
 	"minimax-m3/components"
 	kcluster "minimax-m3/internal/cluster"
+	"minimax-m3/manifest"
 	"minimax-m3/teamboundary"
 	"minimax-m3/tests/framework/poll"
 	"minimax-m3/tests/framework/rackbox"
@@ -165,7 +166,7 @@ func boxStackLifecycle(t *testing.T, tc lifecycleCase) {
 	trays := map[string]bool{}
 	for _, p := range pods {
 		require.Equal(t, corev1.PodRunning, p.Status.Phase, "pod %s", p.Name)
-		if c := p.Labels["nvidia.com/dynamo-component"]; c == "Frontend" || c == components.EndpointPickerName {
+		if c := p.Labels["nvidia.com/dynamo-component"]; c == "Frontend" || c == manifest.EndpointPickerName {
 			assert.True(t, strings.HasPrefix(p.Spec.NodeName, "cpu-"), "%s runs on a CPU node, not %s", c, p.Spec.NodeName)
 			continue
 		}
@@ -220,7 +221,7 @@ func boxStackLifecycle(t *testing.T, tc lifecycleCase) {
 	for _, role := range cfg.Workers() {
 		role.Config.Scheduling.RuntimeClassName = rackbox.WorkerRuntimeClass // the class the box's site names
 	}
-	want, err := components.GraphSpec(&cfg)
+	want, err := manifest.GraphSpec(&cfg)
 	require.NoError(t, err)
 	spec := liveGraphSpecOn(t, box.Client, ns, tc.graph)
 	assert.JSONEq(t, toJSON(t, want), toJSON(t, spec))
@@ -328,7 +329,7 @@ func boxStackLifecycle(t *testing.T, tc lifecycleCase) {
 		}
 		assert.Zero(t, meta.LenList(kind), "%T left in %s", kind, ns)
 	}
-	pools := schema.GroupVersionKind{Group: components.InferencePools.Group, Version: "v1", Kind: "InferencePool"}
+	pools := schema.GroupVersionKind{Group: manifest.InferencePools.Group, Version: "v1", Kind: "InferencePool"}
 	for _, gvk := range []schema.GroupVersionKind{graphGVK, computeDomainGVK, pools} {
 		var list unstructured.UnstructuredList
 		list.SetGroupVersionKind(gvk.GroupVersion().WithKind(gvk.Kind + "List"))
@@ -354,7 +355,7 @@ func assertInferencePool(t *testing.T, ns, graph string, outputs auto.OutputMap,
 	ctx := context.Background()
 	dyn, err := dynamic.NewForConfig(box.Config)
 	require.NoError(t, err)
-	live, err := dyn.Resource(components.InferencePools).Namespace(ns).Get(ctx, graph+"-pool", metav1.GetOptions{})
+	live, err := dyn.Resource(manifest.InferencePools).Namespace(ns).Get(ctx, graph+"-pool", metav1.GetOptions{})
 	require.NoError(t, err, "the operator made the InferencePool for the endpoint picker")
 	var pool gaiev1.InferencePool
 	require.NoError(t, runtime.DefaultUnstructuredConverter.FromUnstructured(live.Object, &pool))
@@ -369,7 +370,7 @@ func assertInferencePool(t *testing.T, ns, graph string, outputs auto.OutputMap,
 	assert.Len(t, pods, workers, "the pool selects the graph's workers")
 	for _, p := range pods {
 		assert.Contains(t, []string{"worker", "prefill", "decode"}, p.Labels["nvidia.com/dynamo-component-type"], p.Name)
-		i := slices.IndexFunc(p.Spec.Containers, func(c corev1.Container) bool { return c.Name == components.FrontendSidecarName })
+		i := slices.IndexFunc(p.Spec.Containers, func(c corev1.Container) bool { return c.Name == manifest.FrontendSidecarName })
 		require.GreaterOrEqual(t, i, 0, "pod %s has its frontend sidecar", p.Name)
 		ports := p.Spec.Containers[i].Ports
 		assert.True(t, slices.ContainsFunc(ports, func(cp corev1.ContainerPort) bool {
@@ -377,9 +378,9 @@ func assertInferencePool(t *testing.T, ns, graph string, outputs auto.OutputMap,
 		}),
 			"the sidecar of %s listens on the pool's target port, as the operator made it: %v", p.Name, ports)
 	}
-	assert.Len(t, podsOf(t, ns, client.MatchingLabels{graphLabelKey: graph, "nvidia.com/dynamo-component": components.EndpointPickerName}), 1, "the endpoint picker runs")
+	assert.Len(t, podsOf(t, ns, client.MatchingLabels{graphLabelKey: graph, "nvidia.com/dynamo-component": manifest.EndpointPickerName}), 1, "the endpoint picker runs")
 
-	route, err := dyn.Resource(components.HTTPRoutes).Namespace(ns).Get(ctx, graph, metav1.GetOptions{})
+	route, err := dyn.Resource(manifest.HTTPRoutes).Namespace(ns).Get(ctx, graph, metav1.GetOptions{})
 	require.NoError(t, err)
 	var spec gatewayv1.HTTPRouteSpec
 	require.NoError(t, runtime.DefaultUnstructuredConverter.FromUnstructured(route.Object["spec"].(map[string]any), &spec))

@@ -38,9 +38,9 @@ import (
 	"sigs.k8s.io/controller-runtime/pkg/client"
 
 	"minimax-m3/automation"
-	"minimax-m3/components"
 	"minimax-m3/config"
 	kcluster "minimax-m3/internal/cluster"
+	"minimax-m3/manifest"
 	"minimax-m3/portal"
 	"minimax-m3/tests/framework/rackbox"
 )
@@ -506,19 +506,19 @@ func mustGetOn(t *testing.T, c client.Client, gvk schema.GroupVersionKind, ns, n
 	return o
 }
 
-func liveGraphSpec(t *testing.T, ns, name string) components.DynamoGraphDeploymentSpec {
+func liveGraphSpec(t *testing.T, ns, name string) manifest.DynamoGraphDeploymentSpec {
 	t.Helper()
 	return liveGraphSpecOn(t, cluster.client, ns, name)
 }
 
 // liveGraphSpecOn is liveGraphSpec on another cluster (the rack box).
-func liveGraphSpecOn(t *testing.T, c client.Client, ns, name string) components.DynamoGraphDeploymentSpec {
+func liveGraphSpecOn(t *testing.T, c client.Client, ns, name string) manifest.DynamoGraphDeploymentSpec {
 	t.Helper()
 	g, ok := getOn(t, c, graphGVK, ns, name)
 	require.True(t, ok, "graph %s/%s exists", ns, name)
 	b, err := json.Marshal(g.Object["spec"])
 	require.NoError(t, err)
-	var spec components.DynamoGraphDeploymentSpec
+	var spec manifest.DynamoGraphDeploymentSpec
 	require.NoError(t, json.Unmarshal(b, &spec))
 	return spec
 }

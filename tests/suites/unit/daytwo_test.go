@@ -15,6 +15,7 @@ import (
 
 	"minimax-m3/components"
 	"minimax-m3/config"
+	"minimax-m3/manifest"
 )
 
 // Day-two changes: what a change reaches, what it leaves alone, and what a stack may take over.
@@ -34,20 +35,20 @@ func TestADraftChangeRollsTheWorkersThroughAChecksum(t *testing.T) {
 		t.Run(p.stack, func(t *testing.T) {
 			before := mustRun(t, p.stack, nil)
 			for _, a := range workerAnnotations(t, before) {
-				assert.NotContains(t, a, components.SpeculativeConfigChecksum, "the recipe's own config carries no checksum")
+				assert.NotContains(t, a, manifest.SpeculativeConfigChecksum, "the recipe's own config carries no checksum")
 			}
 			after := mustRun(t, p.stack, map[string]string{"minimax-m3:model": `{"draft": {"revision": "` + newDraftRevision + `"}}`})
 			sums := map[string]bool{}
 			for _, a := range workerAnnotations(t, after) {
-				require.Contains(t, a, components.SpeculativeConfigChecksum)
-				assert.Len(t, a[components.SpeculativeConfigChecksum], 64)
-				sums[a[components.SpeculativeConfigChecksum]] = true
+				require.Contains(t, a, manifest.SpeculativeConfigChecksum)
+				assert.Len(t, a[manifest.SpeculativeConfigChecksum], 64)
+				sums[a[manifest.SpeculativeConfigChecksum]] = true
 			}
 			assert.Len(t, sums, 1, "every worker role reads the same config")
 
 			tokens := mustRun(t, p.stack, map[string]string{"minimax-m3:speculativeDecoding": `{"numSpeculativeTokens": 2}`})
 			for _, a := range workerAnnotations(t, tokens) {
-				assert.NotContains(t, sums, a[components.SpeculativeConfigChecksum], "another config, another checksum")
+				assert.NotContains(t, sums, a[manifest.SpeculativeConfigChecksum], "another config, another checksum")
 			}
 			// The frontend reads no speculative config: it does not roll.
 			assert.Equal(t, graphSpec(t, before).Components[0], graphSpec(t, after).Components[0])
@@ -135,7 +136,7 @@ func TestScalingAdapterHandsReplicasOver(t *testing.T) {
 	r := mustRun(t, "disagg", map[string]string{"minimax-m3:decodeWorker": `{"scalingAdapter": true}`})
 	spec := graphSpec(t, r)
 	assert.Nil(t, spec.Components[1].ScalingAdapter)
-	assert.Equal(t, &components.ScalingAdapter{}, spec.Components[2].ScalingAdapter)
+	assert.Equal(t, &manifest.ScalingAdapter{}, spec.Components[2].ScalingAdapter)
 	raw, err := json.Marshal(spec.Components[2].ScalingAdapter)
 	require.NoError(t, err)
 	assert.JSONEq(t, `{}`, string(raw), "v1beta1's scalingAdapter is an empty marker (v1alpha1's enabled is not in its schema)")
@@ -151,7 +152,7 @@ func TestRestartIsOmittedUntilAnIDIsSet(t *testing.T) {
 	own := map[string]string{"app.kubernetes.io/managed-by": "pulumi", "app.kubernetes.io/part-of": "minimax-m3", "app.kubernetes.io/instance": "disagg"}
 	r, err := runOn(t, fakeCluster{"dynamographdeployments/inference/minimax-m3-disagg-gb200-agentic": own}, "disagg", restart)
 	require.NoError(t, err)
-	assert.Equal(t, &components.GraphRestart{ID: "2026-12-02", Strategy: &components.GraphRestartStrategy{Order: []string{"DecodeWorker", "PrefillWorker", "Frontend"}}}, graphSpec(t, r).Restart)
+	assert.Equal(t, &manifest.GraphRestart{ID: "2026-12-02", Strategy: &manifest.GraphRestartStrategy{Order: []string{"DecodeWorker", "PrefillWorker", "Frontend"}}}, graphSpec(t, r).Restart)
 	// `up` waits for the operator to take the new ID and finish the restart, not for the Ready the
 	// graph already had before it.
 	var waitFor []string
@@ -383,7 +384,7 @@ func TestPreviewWarnsOfRollsThatNeedASpareGPU(t *testing.T) {
 		return c
 	}
 	digests := func(c config.Config) map[string]string {
-		d, err := components.TemplateDigests(&c)
+		d, err := manifest.TemplateDigests(&c)
 		require.NoError(t, err)
 		return d
 	}
@@ -392,22 +393,22 @@ func TestPreviewWarnsOfRollsThatNeedASpareGPU(t *testing.T) {
 	live := digests(before)
 
 	flag := parse(map[string]string{"worker": recipeRollout + `, "vllm": {"maxNumSeqs": 48}}`})
-	warnings := components.SurgingRolls(&flag, live, digests(flag))
+	warnings := manifest.SurgingRolls(&flag, live, digests(flag))
 	require.Len(t, warnings, 1)
 	assert.Equal(t, "minimax-m3:worker.rollout: this update replaces Worker's pods, and its rollout starts 1 pod(s) (4 GPUs) beside its 3 before it stops one: "+
 		"16 GPUs while it rolls, the stack has 12. On a full rack the new pod stays Pending for a GPU that never frees; "+
 		"set minimax-m3:worker.rollout.strategy to RollingUpdate with maxSurge 0 (the default) to roll without a spare GPU", warnings[0])
 
 	restart := parse(map[string]string{"worker": recipeRollout + `}`, "restart": `{"id": "r1"}`})
-	assert.Len(t, components.SurgingRolls(&restart, live, digests(restart)), 1, "a restart rolls too")
+	assert.Len(t, manifest.SurgingRolls(&restart, live, digests(restart)), 1, "a restart rolls too")
 
 	scaled := parse(map[string]string{"worker": recipeRollout + `, "replicas": 2}`})
-	assert.Empty(t, components.SurgingRolls(&scaled, live, digests(scaled)), "scaling rolls nothing")
-	assert.Empty(t, components.SurgingRolls(&before, live, digests(before)), "no change")
-	assert.Empty(t, components.SurgingRolls(&flag, nil, digests(flag)), "no graph yet: a create")
+	assert.Empty(t, manifest.SurgingRolls(&scaled, live, digests(scaled)), "scaling rolls nothing")
+	assert.Empty(t, manifest.SurgingRolls(&before, live, digests(before)), "no change")
+	assert.Empty(t, manifest.SurgingRolls(&flag, nil, digests(flag)), "no graph yet: a create")
 
 	def := parse(map[string]string{"worker": `{"vllm": {"maxNumSeqs": 48}}`})
-	assert.Empty(t, components.SurgingRolls(&def, live, digests(def)), "the default rollout needs no spare GPU")
+	assert.Empty(t, manifest.SurgingRolls(&def, live, digests(def)), "the default rollout needs no spare GPU")
 }
 
 // unreadableCluster is a cluster the credential cannot read (forbidden, unreachable).

@@ -17,6 +17,7 @@ import (
 
 	"minimax-m3/components"
 	"minimax-m3/config"
+	"minimax-m3/manifest"
 	"minimax-m3/policy"
 )
 
@@ -32,7 +33,7 @@ func poolOn(fields map[string]string) map[string]string {
 }
 
 // graphComponent finds a graph component by name.
-func graphComponent(t *testing.T, spec components.DynamoGraphDeploymentSpec, name string) components.GraphComponent {
+func graphComponent(t *testing.T, spec manifest.DynamoGraphDeploymentSpec, name string) manifest.GraphComponent {
 	t.Helper()
 	for _, c := range spec.Components {
 		if c.Name == name {
@@ -40,7 +41,7 @@ func graphComponent(t *testing.T, spec components.DynamoGraphDeploymentSpec, nam
 		}
 	}
 	require.FailNow(t, "no component "+name)
-	return components.GraphComponent{}
+	return manifest.GraphComponent{}
 }
 
 func TestExposureToAnInferencePoolAddsThePickerAndTheWorkersSidecars(t *testing.T) {
@@ -50,7 +51,7 @@ func TestExposureToAnInferencePoolAddsThePickerAndTheWorkersSidecars(t *testing.
 	assert.Equal(t, "Frontend", spec.Components[0].Name, "the frontend stays: the smoke test and in-cluster clients use its Service")
 
 	epp := spec.Components[3]
-	assert.Equal(t, []any{components.EndpointPickerName, "epp", 1}, []any{epp.Name, epp.Type, epp.Replicas})
+	assert.Equal(t, []any{manifest.EndpointPickerName, "epp", 1}, []any{epp.Name, epp.Type, epp.Replicas})
 	main := epp.PodTemplate.Spec.Containers[0]
 	assert.Equal(t, []any{"main", pickerImage}, []any{main.Name, main.Image})
 	d := config.Defaults(config.Disaggregated)
@@ -106,10 +107,10 @@ func TestExposureToAnInferencePoolAddsThePickerAndTheWorkersSidecars(t *testing.
 	for _, name := range []string{"PrefillWorker", "DecodeWorker"} {
 		w := graphComponent(t, spec, name)
 		require.NotNil(t, w.FrontendSidecar, name)
-		assert.Equal(t, components.FrontendSidecarName, *w.FrontendSidecar)
+		assert.Equal(t, manifest.FrontendSidecarName, *w.FrontendSidecar)
 		require.Len(t, w.PodTemplate.Spec.Containers, 2, name)
 		sidecar := w.PodTemplate.Spec.Containers[1]
-		assert.Equal(t, components.FrontendSidecarName, sidecar.Name)
+		assert.Equal(t, manifest.FrontendSidecarName, sidecar.Name)
 		assert.Equal(t, []string{"-m", "dynamo.frontend", "--router-mode", "direct"}, sidecar.Args, "the picker has chosen the worker")
 		assert.Equal(t, w.PodTemplate.Spec.Containers[0].Image, sidecar.Image, "the runtime image")
 		assert.Equal(t, d.ModelCache.MountPath, envValue(t, sidecar.Env, "HF_HOME"), "the tokenizer from the cache")
@@ -124,7 +125,7 @@ func TestExposureToAnInferencePoolAddsThePickerAndTheWorkersSidecars(t *testing.
 	assert.Empty(t, policy.Check(plan(t, "disagg", poolOn(nil))), "the program's graph and route pass the policies")
 
 	agg := graphSpec(t, mustRun(t, "agg", poolOn(nil)))
-	aggEPP := graphComponent(t, agg, components.EndpointPickerName)
+	aggEPP := graphComponent(t, agg, manifest.EndpointPickerName)
 	assert.Equal(t, "false", envValue(t, aggEPP.PodTemplate.Spec.Containers[0].Env, "DYN_ENFORCE_DISAGG"))
 	require.Len(t, aggEPP.EPPConfig.Config.SchedulingProfiles, 1)
 	assert.Equal(t, "decode", aggEPP.EPPConfig.Config.SchedulingProfiles[0].Name)
@@ -133,7 +134,7 @@ func TestExposureToAnInferencePoolAddsThePickerAndTheWorkersSidecars(t *testing.
 			assert.JSONEq(t, `{"label": "nvidia.com/dynamo-component-type", "validValues": ["worker"], "allowsNoLabel": false}`, string(p.Parameters), "agg's workers are typed worker")
 		}
 	}
-	assert.Equal(t, components.FrontendSidecarName, *graphComponent(t, agg, "Worker").FrontendSidecar)
+	assert.Equal(t, manifest.FrontendSidecarName, *graphComponent(t, agg, "Worker").FrontendSidecar)
 }
 
 func TestExposureToTheFrontendLeavesTheGraphAsItIs(t *testing.T) {
@@ -166,7 +167,7 @@ func TestInferencePoolThatCannotWorkNamesItsKey(t *testing.T) {
 type poolessCluster struct{ routedCluster }
 
 func (c poolessCluster) Served(_ context.Context, gvr schema.GroupVersionResource) (bool, error) {
-	return gvr.Group != components.InferencePools.Group, nil
+	return gvr.Group != manifest.InferencePools.Group, nil
 }
 
 func TestInferencePoolOnAClusterWithoutTheInferenceExtensionIsRefusedBeforeAnythingIsCreated(t *testing.T) {
@@ -223,7 +224,7 @@ func TestPolicyRoutesOwnBackendsKnowsTheInferencePool(t *testing.T) {
 // The picker runs as the operator's ServiceAccount for it: the pod security check reads what the
 // program writes, which names none.
 func TestThePickersPodTemplatePassesPodSecurity(t *testing.T) {
-	epp := graphComponent(t, graphSpec(t, mustRun(t, "agg", poolOn(nil))), components.EndpointPickerName)
+	epp := graphComponent(t, graphSpec(t, mustRun(t, "agg", poolOn(nil))), manifest.EndpointPickerName)
 	assert.Empty(t, epp.PodTemplate.Spec.ServiceAccountName)
 	assert.Equal(t, corev1.PullIfNotPresent, epp.PodTemplate.Spec.Containers[0].ImagePullPolicy)
 }

@@ -17,6 +17,7 @@ import (
 
 	"minimax-m3/components"
 	"minimax-m3/internal/cluster"
+	"minimax-m3/manifest"
 	"minimax-m3/policy"
 )
 
@@ -187,7 +188,7 @@ func TestReaderListsRoutesWithTheirGateways(t *testing.T) {
 		}}
 	}
 	dyn := dynamicfake.NewSimpleDynamicClientWithCustomListKinds(runtime.NewScheme(),
-		map[schema.GroupVersionResource]string{components.HTTPRoutes: "HTTPRouteList"},
+		map[schema.GroupVersionResource]string{manifest.HTTPRoutes: "HTTPRouteList"},
 		route("team-b", "local", []any{"b.example.com"}, map[string]any{"name": "own-gw"}),
 		route("team-c", "mixed", nil, map[string]any{"name": "shared", "namespace": "gateways"}, map[string]any{"kind": "Service", "name": "mesh"}),
 	)

@@ -20,6 +20,7 @@ import (
 
 	"minimax-m3/components"
 	"minimax-m3/config"
+	"minimax-m3/manifest"
 )
 
 // testToken is the Hugging Face token the tests configure; it must never appear in plain text.
@@ -303,8 +304,8 @@ func decode[T any](t *testing.T, rec recorded, path ...string) T {
 	return out
 }
 
-func graphSpec(t *testing.T, r *result) components.DynamoGraphDeploymentSpec {
-	return decode[components.DynamoGraphDeploymentSpec](t, r.customResource(t, "DynamoGraphDeployment"), "spec")
+func graphSpec(t *testing.T, r *result) manifest.DynamoGraphDeploymentSpec {
+	return decode[manifest.DynamoGraphDeploymentSpec](t, r.customResource(t, "DynamoGraphDeployment"), "spec")
 }
 
 func envNames(env []corev1.EnvVar) []string {

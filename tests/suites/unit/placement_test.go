@@ -13,6 +13,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"minimax-m3/components"
+	"minimax-m3/manifest"
 	"minimax-m3/placement"
 )
 
@@ -93,7 +94,7 @@ func TestWorkersArePinnedToTheOneCliqueWithRoomForAllOfThem(t *testing.T) {
 			for role, exprs := range workerCliques(t, r) {
 				assert.Contains(t, exprs, corev1.NodeSelectorRequirement{Key: clique, Operator: corev1.NodeSelectorOpIn, Values: []string{"fabric.b"}}, role)
 			}
-			assert.Equal(t, clique+"=fabric.b", graphAnnotations(t, r)[components.PlacementAnnotation])
+			assert.Equal(t, clique+"=fabric.b", graphAnnotations(t, r)[manifest.PlacementAnnotation])
 			assert.Equal(t, "false", graphAnnotations(t, r)["nvidia.com/enable-grove"], "the operator's component path, never Grove")
 		})
 	}
@@ -145,33 +146,33 @@ func TestARunningGraphStaysInItsClique(t *testing.T) {
 	pods = append(pods, teamPods(a[6:], 2)...)
 	graph := "dynamographdeployments/" + ns + "/minimax-m3-disagg-gb200-agentic"
 	live := fakeCluster{graph: {"app.kubernetes.io/managed-by": "pulumi", "app.kubernetes.io/part-of": "minimax-m3", "app.kubernetes.io/instance": "disagg",
-		"@" + components.PlacementAnnotation: clique + "=fabric.a"}}
+		"@" + manifest.PlacementAnnotation: clique + "=fabric.a"}}
 	cluster := poolCluster{live, placement.Pool{Nodes: append(a, b...), Pods: pods}}
 
 	r, err := runWith(t, components.Options{Cluster: cluster}, "disagg", map[string]string{"minimax-m3:decodeWorker": `{"vllm": {"maxNumSeqs": 48}}`})
 	require.NoError(t, err)
-	assert.Equal(t, clique+"=fabric.a", graphAnnotations(t, r)[components.PlacementAnnotation], "a flag change does not move the graph")
+	assert.Equal(t, clique+"=fabric.a", graphAnnotations(t, r)[manifest.PlacementAnnotation], "a flag change does not move the graph")
 
 	// The pin holds where the pool cannot be read or the check is off.
 	r, err = runWith(t, components.Options{Cluster: live}, "disagg", map[string]string{"minimax-m3:placement": `{"check": false}`})
 	require.NoError(t, err)
-	assert.Equal(t, clique+"=fabric.a", graphAnnotations(t, r)[components.PlacementAnnotation])
+	assert.Equal(t, clique+"=fabric.a", graphAnnotations(t, r)[manifest.PlacementAnnotation])
 	for role, exprs := range workerCliques(t, r) {
 		assert.Contains(t, exprs, corev1.NodeSelectorRequirement{Key: clique, Operator: corev1.NodeSelectorOpIn, Values: []string{"fabric.a"}}, role)
 	}
 
 	// Without the annotation (a graph adopted, or deployed before placement), the graph is not
 	// pinned: a pin would restart every worker. Its workers' clique is where it fits.
-	delete(live[graph], "@"+components.PlacementAnnotation)
+	delete(live[graph], "@"+manifest.PlacementAnnotation)
 	r, err = runWith(t, components.Options{Cluster: cluster}, "disagg", nil)
 	require.NoError(t, err)
-	assert.Empty(t, graphAnnotations(t, r)[components.PlacementAnnotation])
+	assert.Empty(t, graphAnnotations(t, r)[manifest.PlacementAnnotation])
 	for _, c := range graphSpec(t, r).Components[1:] {
 		assert.Nil(t, c.PodTemplate.Spec.Affinity.NodeAffinity, c.Name)
 	}
 
 	// Two more workers do not fit where the graph runs (one more does): refused, not moved.
-	live[graph]["@"+components.PlacementAnnotation] = clique + "=fabric.a"
+	live[graph]["@"+manifest.PlacementAnnotation] = clique + "=fabric.a"
 	_, err = runWith(t, components.Options{Cluster: cluster}, "disagg", map[string]string{"minimax-m3:decodeWorker": `{"replicas": 4}`})
 	require.NoError(t, err)
 	_, err = runWith(t, components.Options{Cluster: cluster}, "disagg", map[string]string{"minimax-m3:decodeWorker": `{"replicas": 5}`})
@@ -182,7 +183,7 @@ func TestARunningGraphStaysInItsClique(t *testing.T) {
 	// Moving it is explicit.
 	r, err = runWith(t, components.Options{Cluster: cluster}, "disagg", map[string]string{"minimax-m3:placement": `{"clique": "fabric.b"}`})
 	require.NoError(t, err)
-	assert.Equal(t, clique+"=fabric.b", graphAnnotations(t, r)[components.PlacementAnnotation])
+	assert.Equal(t, clique+"=fabric.b", graphAnnotations(t, r)[manifest.PlacementAnnotation])
 }
 
 func TestAGraphTheOperatorRunsThroughGroveIsRefused(t *testing.T) {
@@ -228,7 +229,7 @@ func TestAPoolWithNoNodeForTheWorkersLeavesPlacementToTheScheduler(t *testing.T)
 		Conditions:  []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}}}
 	r, err := runWith(t, components.Options{Cluster: poolCluster{fakeCluster{}, placement.Pool{Nodes: []corev1.Node{cpu}}}}, "disagg", nil)
 	require.NoError(t, err)
-	assert.Empty(t, graphAnnotations(t, r)[components.PlacementAnnotation], "no clique chosen")
+	assert.Empty(t, graphAnnotations(t, r)[manifest.PlacementAnnotation], "no clique chosen")
 }
 
 func TestARenamedGraphCountsTheGPUsOfTheGraphItReplaces(t *testing.T) {
@@ -247,7 +248,7 @@ func TestARenamedGraphCountsTheGPUsOfTheGraphItReplaces(t *testing.T) {
 	require.Error(t, err, "a new stack does not own the old graph's GPUs")
 	r, err := runPrevious(t, map[string]string{"namespace": "inference", "graphName": "mm3-old"}, components.Options{Cluster: cluster}, "agg", overrides)
 	require.NoError(t, err)
-	assert.Equal(t, clique+"=fabric.a", graphAnnotations(t, r)[components.PlacementAnnotation])
+	assert.Equal(t, clique+"=fabric.a", graphAnnotations(t, r)[manifest.PlacementAnnotation])
 }
 
 func TestAnUpdateThatMovesNoWorkerIsNotRefusedForTheRoomItWouldNeed(t *testing.T) {
@@ -266,7 +267,7 @@ func TestAnUpdateThatMovesNoWorkerIsNotRefusedForTheRoomItWouldNeed(t *testing.T
 	}
 	graph := "dynamographdeployments/" + ns + "/" + name
 	annotations := map[string]string{"app.kubernetes.io/managed-by": "pulumi", "app.kubernetes.io/part-of": "minimax-m3", "app.kubernetes.io/instance": "disagg",
-		"@" + components.PlacementAnnotation: clique + "=fabric.a"}
+		"@" + manifest.PlacementAnnotation: clique + "=fabric.a"}
 	// The live graph's worker digests are those of this very config: the update changes the
 	// frontend only.
 	base, err := runWith(t, components.Options{Cluster: poolCluster{fakeCluster{graph: annotations}, placement.Pool{Nodes: gb200Rack("a", 6)}}}, "disagg", nil)

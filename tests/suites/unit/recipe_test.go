@@ -8,8 +8,8 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
-	"minimax-m3/components"
 	"minimax-m3/config"
+	"minimax-m3/manifest"
 )
 
 // The expected values below are the upstream recipe's (recipes/minimax-m3), written out by hand.
@@ -247,9 +247,9 @@ func TestComputeDomainReproducesTheRecipe(t *testing.T) {
 			assert.Equal(t, "resource.nvidia.com/v1beta1", decode[string](t, cd, "apiVersion"))
 			assert.Equal(t, p.graph+"-cd", decode[string](t, cd, "metadata", "name"))
 			assert.Equal(t, "inference", decode[string](t, cd, "metadata", "namespace"))
-			assert.Equal(t, components.ComputeDomainSpec{NumNodes: 0, Channel: components.ComputeDomainChannel{
+			assert.Equal(t, manifest.ComputeDomainSpec{NumNodes: 0, Channel: manifest.ComputeDomainChannel{
 				ResourceClaimTemplate: corev1.LocalObjectReference{Name: p.graph + "-cd-channel"}}},
-				decode[components.ComputeDomainSpec](t, cd, "spec"))
+				decode[manifest.ComputeDomainSpec](t, cd, "spec"))
 		})
 	}
 }

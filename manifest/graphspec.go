@@ -1,4 +1,4 @@
-package components
+package manifest
 
 import (
 	"crypto/sha256"
@@ -73,13 +73,13 @@ func frontendComponent(c *config.Config) (GraphComponent, error) {
 	f := c.Frontend
 	spec := SitePodSpec(c.ImagePullSecrets, f.Scheduling)
 	spec.Containers = []corev1.Container{{
-		Name:            mainContainer,
+		Name:            MainContainer,
 		Image:           c.Image,
 		ImagePullPolicy: corev1.PullIfNotPresent,
 		Command:         []string{"python3"},
 		Args:            FrontendArgs(c),
 		Env:             literalEnv(f.Env, f.ExtraEnv),
-		Resources:       resources(f.Resources, nil),
+		Resources:       Resources(f.Resources, nil),
 	}}
 	annotations := maps.Clone(f.PodAnnotations)
 	if a := f.Rollout.Annotations(); a != nil {
@@ -93,7 +93,7 @@ func frontendComponent(c *config.Config) (GraphComponent, error) {
 		return GraphComponent{}, err
 	}
 	return GraphComponent{
-		Name:                   frontendName,
+		Name:                   FrontendName,
 		Type:                   "frontend",
 		RuntimeVersionOverride: c.RuntimeVersion,
 		Replicas:               f.Replicas,
@@ -147,7 +147,7 @@ func workerComponent(c *config.Config, r config.Role, speculativeChecksum string
 	}
 	root := int64(0)
 	container := corev1.Container{
-		Name:            mainContainer,
+		Name:            MainContainer,
 		Image:           c.Image,
 		ImagePullPolicy: corev1.PullIfNotPresent,
 		Command:         []string{"python3"},
@@ -159,8 +159,8 @@ func workerComponent(c *config.Config, r config.Role, speculativeChecksum string
 			Capabilities: &corev1.Capabilities{Add: []corev1.Capability{"IPC_LOCK", "SYS_PTRACE", "SYS_RESOURCE"}},
 		},
 		Env:            WorkerEnv(c, r),
-		Resources:      resources(w.Resources, extended, channelClaimName),
-		VolumeMounts:   []corev1.VolumeMount{{Name: cacheVolumeName, MountPath: c.ModelCache.MountPath}},
+		Resources:      Resources(w.Resources, extended, channelClaimName),
+		VolumeMounts:   []corev1.VolumeMount{{Name: CacheVolumeName, MountPath: c.ModelCache.MountPath}},
 		StartupProbe:   probe("startup", w.Probes.Startup),
 		LivenessProbe:  probe("liveness", w.Probes.Liveness),
 		ReadinessProbe: probe("readiness", w.Probes.Readiness),
@@ -175,7 +175,7 @@ func workerComponent(c *config.Config, r config.Role, speculativeChecksum string
 		spec.Containers = append(spec.Containers, frontendSidecar(c))
 	}
 	spec.Volumes = []corev1.Volume{{
-		Name:         cacheVolumeName,
+		Name:         CacheVolumeName,
 		VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: c.ModelCache.ClaimName}},
 	}}
 	if g := int64(w.TerminationGracePeriodSeconds); g > 0 {
@@ -286,7 +286,7 @@ func WorkerArgs(c *config.Config, r config.Role) []string {
 	s := []string{
 		"--tensor-parallel-size", strconv.Itoa(r.Config.TensorParallelSize),
 		"--block-size", strconv.Itoa(f.BlockSize),
-		"--gpu-memory-utilization", formatFloat(f.GPUMemoryUtilization),
+		"--gpu-memory-utilization", FormatFloat(f.GPUMemoryUtilization),
 		"--max-model-len", strconv.Itoa(f.MaxModelLen),
 		"--max-num-seqs", strconv.Itoa(f.MaxNumSeqs),
 		"--max-num-batched-tokens", strconv.Itoa(f.MaxNumBatchedTokens),
@@ -415,4 +415,4 @@ func boolFlag(name string, on bool) string {
 	return "--no-" + name
 }
 
-func formatFloat(f float64) string { return strconv.FormatFloat(f, 'f', -1, 64) }
+func FormatFloat(f float64) string { return strconv.FormatFloat(f, 'f', -1, 64) }

@@ -1,4 +1,4 @@
-package components
+package manifest
 
 import (
 	"encoding/json"
@@ -67,11 +67,11 @@ type ComputeDomainChannel struct {
 	ResourceClaimTemplate corev1.LocalObjectReference `json:"resourceClaimTemplate"`
 }
 
-// untyped turns a typed spec into the plain JSON shape an object's fields are sent as. The empty
+// Untyped turns a typed spec into the plain JSON shape an object's fields are sent as. The empty
 // `metadata: {}` and `resources: {}` that Go's JSON encoder writes for core/v1's struct fields are
 // dropped: they are not in the recipe, and writing them into a live graph would be a spec change
 // (a new generation, a restart of every worker).
-func untyped(v any) (map[string]any, error) {
+func Untyped(v any) (map[string]any, error) {
 	b, err := json.Marshal(v)
 	if err != nil {
 		return nil, err

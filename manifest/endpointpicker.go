@@ -1,4 +1,4 @@
-package components
+package manifest
 
 import (
 	"encoding/json"
@@ -33,7 +33,7 @@ func endpointPickerComponent(c *config.Config) GraphComponent {
 	optional := true
 	spec := SitePodSpec(c.ImagePullSecrets, c.Frontend.Scheduling)
 	spec.Containers = []corev1.Container{{
-		Name:            mainContainer,
+		Name:            MainContainer,
 		Image:           p.Image,
 		ImagePullPolicy: corev1.PullIfNotPresent,
 		Env: append([]corev1.EnvVar{
@@ -47,13 +47,13 @@ func endpointPickerComponent(c *config.Config) GraphComponent {
 				LocalObjectReference: corev1.LocalObjectReference{Name: c.HuggingFace.SecretName}, Key: "HF_TOKEN", Optional: &optional,
 			}}},
 		}, literalEnv(c.Frontend.Env, c.Frontend.ExtraEnv)...),
-		Resources:    resources(p.Resources, nil),
-		VolumeMounts: []corev1.VolumeMount{{Name: cacheVolumeName, MountPath: c.ModelCache.MountPath, ReadOnly: true}},
+		Resources:    Resources(p.Resources, nil),
+		VolumeMounts: []corev1.VolumeMount{{Name: CacheVolumeName, MountPath: c.ModelCache.MountPath, ReadOnly: true}},
 	}}
 	// The cache claim is ReadWriteMany and the download Job mounts it on a CPU node, where the
 	// picker runs too.
 	spec.Volumes = []corev1.Volume{{
-		Name:         cacheVolumeName,
+		Name:         CacheVolumeName,
 		VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: c.ModelCache.ClaimName, ReadOnly: true}},
 	}}
 	return GraphComponent{
@@ -111,6 +111,6 @@ func frontendSidecar(c *config.Config) corev1.Container {
 		Command:         []string{"python3"},
 		Args:            []string{"-m", "dynamo.frontend", "--router-mode", "direct"},
 		Env:             append([]corev1.EnvVar{{Name: "HF_HOME", Value: c.ModelCache.MountPath}}, literalEnv(c.Frontend.Env, c.Frontend.ExtraEnv)...),
-		Resources:       resources(c.Exposure.FrontendSidecar.Resources, nil),
+		Resources:       Resources(c.Exposure.FrontendSidecar.Resources, nil),
 	}
 }

@@ -1,4 +1,4 @@
-package components
+package manifest
 
 import (
 	"maps"
@@ -15,8 +15,8 @@ import (
 // Names the graph's pods share with the ComputeDomain claim chain and the model cache volume.
 const (
 	channelClaimName = "compute-domain-channel"
-	cacheVolumeName  = "shared-model-cache"
-	mainContainer    = "main"
+	CacheVolumeName  = "shared-model-cache"
+	MainContainer    = "main"
 	// systemPort is the named port the Dynamo operator exposes for worker health.
 	systemPort = "system"
 )
@@ -78,7 +78,7 @@ func requireNodeLabel(spec *corev1.PodSpec, key, value string) {
 
 // resources turns configured requests and limits into core/v1 ones, adding extras set identically
 // in both (GPUs, RDMA, network resources) and the container's resource claims.
-func resources(r config.Resources, both map[string]string, claims ...string) corev1.ResourceRequirements {
+func Resources(r config.Resources, both map[string]string, claims ...string) corev1.ResourceRequirements {
 	out := corev1.ResourceRequirements{Requests: quantities(r.Requests), Limits: quantities(r.Limits)}
 	for k, v := range both {
 		if out.Requests == nil {
