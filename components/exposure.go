@@ -122,7 +122,7 @@ func coveringHostname(hostnames []string, hostname string) string {
 	return ""
 }
 
-// RouteLister lists the manifest.HTTPRoutes of the cluster (cluster.Reader does).
+// RouteLister lists the HTTPRoutes of the cluster (cluster.Reader does).
 type RouteLister interface {
 	Routes(ctx context.Context) ([]cluster.Route, error)
 }
@@ -138,9 +138,9 @@ func checkRouteHostname(ctx *pulumi.Context, reader ObjectReader, c *config.Conf
 	routes, err := lister.Routes(ctx.Context())
 	if err != nil {
 		if c.Kubernetes.RequireRead {
-			return unreadable(fmt.Errorf("listing manifest.HTTPRoutes: %w", err))
+			return unreadable(fmt.Errorf("listing HTTPRoutes: %w", err))
 		}
-		_ = ctx.Log.Warn("not checking that no other route holds exposure.hostname: listing manifest.HTTPRoutes: "+err.Error(), nil)
+		_ = ctx.Log.Warn("not checking that no other route holds exposure.hostname: listing HTTPRoutes: "+err.Error(), nil)
 		return nil
 	}
 	e := c.Exposure

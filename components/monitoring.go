@@ -188,7 +188,7 @@ const (
 const ServerErrors = `status="error",error_type!~"cancelled|validation|not_found"`
 
 // AlertRules is the graph's PrometheusRule: one group of alerts on the frontend's and the workers'
-// metrics (their manifest.PodMonitors' jobs) and, with computeDomainUID, on kube-state-metrics' series of
+// metrics (their PodMonitors' jobs) and, with computeDomainUID, on kube-state-metrics' series of
 // the domain's IMEX DaemonSet (the DRA driver names it computedomain-daemon-<UID>).
 func AlertRules(c *config.Config, computeDomainUID string) monitoringv1.PrometheusRuleSpec {
 	a := c.Observability.Alerts
