@@ -78,7 +78,8 @@ func serveProgram(program pulumi.RunFunc) (string, func(), error) {
 	}
 	stop := func() {
 		close(cancel)
-		<-handle.Done
+		for range handle.Done { // until it has stopped (an error it sends says only how)
+		}
 	}
 	return fmt.Sprintf("127.0.0.1:%d", handle.Port), stop, nil
 }
