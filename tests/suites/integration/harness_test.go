@@ -296,11 +296,23 @@ func copyProgramInto(t *testing.T, dir string) {
 	builtProgramInto(t, dir)
 }
 
-// copySourceInto copies the program's Go module into dir: the language host builds it there on
-// the first run, as from a fresh clone.
+// copySourceInto copies the program's Go module into dir: go.mod, go.sum, main.go and the folder of
+// every package of the module main.go imports (go list -deps), so that the language host builds it
+// there on the first run, as from a fresh clone.
 func copySourceInto(t *testing.T, dir string) {
 	t.Helper()
-	for _, p := range []string{"go.mod", "go.sum", "main.go", "config", "components", "internal", "placement"} {
+	cmd := exec.Command("go", "list", "-deps", "-f", `{{if .Module}}{{if .Module.Main}}{{.ImportPath}}{{end}}{{end}}`, ".")
+	cmd.Dir = cluster.root
+	deps, err := cmd.Output()
+	require.NoError(t, err)
+	paths := []string{"go.mod", "go.sum", "main.go"}
+	for _, pkg := range strings.Fields(string(deps)) {
+		rel, ok := strings.CutPrefix(pkg, "minimax-m3/")
+		if top, _, _ := strings.Cut(rel, "/"); ok && !slices.Contains(paths, top) {
+			paths = append(paths, top)
+		}
+	}
+	for _, p := range paths {
 		out, err := exec.Command("cp", "-r", filepath.Join(cluster.root, p), dir).CombinedOutput()
 		require.NoError(t, err, string(out))
 	}
