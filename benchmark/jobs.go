@@ -110,13 +110,13 @@ func AIPerfJob(c *config.Config, namespace string, p JobPoint) batchv1.Job {
 	}}
 	pod.Volumes = []corev1.Volume{
 		{Name: configVolume, VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
-			LocalObjectReference: corev1.LocalObjectReference{Name: components.AIPerfConfigMapName(c)}}}},
+			LocalObjectReference: corev1.LocalObjectReference{Name: manifest.AIPerfConfigMapName(c)}}}},
 		{Name: cacheVolume, VolumeSource: corev1.VolumeSource{PersistentVolumeClaim: &corev1.PersistentVolumeClaimVolumeSource{ClaimName: c.ModelCache.ClaimName}}},
 	}
 	return batchv1.Job{
 		TypeMeta: metav1.TypeMeta{APIVersion: "batch/v1", Kind: "Job"},
 		ObjectMeta: metav1.ObjectMeta{Name: p.Name, Namespace: namespace, Labels: map[string]string{
-			"app.kubernetes.io/component": "benchmark", "app.kubernetes.io/part-of": components.PartOf,
+			"app.kubernetes.io/component": "benchmark", "app.kubernetes.io/part-of": manifest.PartOf,
 			"minimax-m3.io/graph": c.GraphName, "minimax-m3.io/concurrency": fmt.Sprint(p.Concurrency),
 		}},
 		Spec: batchv1.JobSpec{
@@ -173,7 +173,7 @@ func HelperPod(c *config.Config, namespace, name string) corev1.Pod {
 	return corev1.Pod{
 		TypeMeta: metav1.TypeMeta{APIVersion: "v1", Kind: "Pod"},
 		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: namespace, Labels: map[string]string{
-			"app.kubernetes.io/component": "benchmark", "app.kubernetes.io/part-of": components.PartOf,
+			"app.kubernetes.io/component": "benchmark", "app.kubernetes.io/part-of": manifest.PartOf,
 			components.ClientLabel: c.GraphName, "minimax-m3.io/benchmark-step": "helper",
 		}},
 		Spec: pod,

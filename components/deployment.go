@@ -7,6 +7,7 @@ import (
 	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
 
 	"minimax-m3/config"
+	"minimax-m3/preflight"
 )
 
 // Component resource types.
@@ -19,24 +20,13 @@ const (
 	graphType         = "minimax-m3:index:DynamoGraph"
 )
 
-// workerRuntimeClass is the workers' one RuntimeClass ("" when they have none or differ).
-func workerRuntimeClass(c *config.Config) string {
-	class := ""
-	for i, r := range c.Workers() {
-		if i > 0 && r.Config.Scheduling.RuntimeClassName != class {
-			return ""
-		}
-		class = r.Config.Scheduling.RuntimeClassName
-	}
-	return class
-}
-
 // MiniMaxM3Args is a validated stack config and the token the stack holds (a secret, or nil).
 type MiniMaxM3Args struct {
 	Config *config.Config
-	// Meta is what the ownership check learned: the objects the stack adopted.
-	Meta    StackMeta
-	HFToken pulumi.StringInput
+	// Decisions are what the pre-deploy checks found and decided (package preflight): the objects
+	// the stack adopted, the namespace's Pod Security level, the workers' clique and RuntimeClass.
+	Decisions preflight.Decisions
+	HFToken   pulumi.StringInput
 	// Results reads the smoke test's result from its pod; nil leaves it out.
 	Results JobResultReader
 	// GraphStatus follows the operator's status of the graph during `up`; nil does not.
@@ -81,6 +71,7 @@ type MiniMaxM3 struct {
 // NewMiniMaxM3 builds every object of a stack from a validated Config.
 func NewMiniMaxM3(ctx *pulumi.Context, name string, args *MiniMaxM3Args, opts ...pulumi.ResourceOption) (*MiniMaxM3, error) {
 	c := args.Config
+	meta := StackMeta{args.Decisions.Ownership}
 	d := &MiniMaxM3{}
 	legacy := c.GraphName // the logical name every resource had under the first naming scheme
 	if args.Packaged {
@@ -102,13 +93,13 @@ func NewMiniMaxM3(ctx *pulumi.Context, name string, args *MiniMaxM3Args, opts ..
 	ns, err := NewNamespace(ctx, "namespace", &NamespaceArgs{
 		Name:        c.Namespace.Name,
 		Create:      c.Namespace.Create,
-		PodSecurity: c.Namespace.PodSecurity,
-		// The class the workers take (resolvePodSecurity), for other stacks in the namespace.
-		WorkerRuntimeClass: workerRuntimeClass(c),
+		PodSecurity: args.Decisions.PodSecurity,
+		// The class the workers take, for other stacks in the namespace.
+		WorkerRuntimeClass: args.Decisions.Manifest.WorkersRuntimeClass(c),
 		// A namespace that holds a kept cache claim is kept too, or deleting it would take the
 		// claim; so is one the stack adopted: it existed before, with whatever it holds.
-		RetainOnDelete: c.ModelCache.Create && !c.ModelCache.DeleteOnDestroy || args.Meta.Adopted("Namespace", c.Namespace.Name),
-		Meta:           args.Meta,
+		RetainOnDelete: c.ModelCache.Create && !c.ModelCache.DeleteOnDestroy || meta.Adopted("Namespace", c.Namespace.Name),
+		Meta:           meta,
 		LegacyName:     legacySuffixed(legacy, "-namespace"),
 	}, parent)
 	if err != nil {
@@ -121,11 +112,11 @@ func NewMiniMaxM3(ctx *pulumi.Context, name string, args *MiniMaxM3Args, opts ..
 		Download:    c.ModelDownload,
 		Model:       c.Model,
 		PullSecrets: c.ImagePullSecrets,
-		Meta:        args.Meta,
+		Meta:        meta,
 		LegacyName:  legacySuffixed(legacy, "-model-cache"),
 	}
 	if c.ModelDownload.Enabled {
-		tokenArgs := &HFTokenSecretArgs{Namespace: ns.Name, SecretName: c.HuggingFace.SecretName, Meta: args.Meta, LegacyName: legacySuffixed(legacy, "-hf-token")}
+		tokenArgs := &HFTokenSecretArgs{Namespace: ns.Name, SecretName: c.HuggingFace.SecretName, Meta: meta, LegacyName: legacySuffixed(legacy, "-hf-token")}
 		if !c.HuggingFace.ExistingSecret {
 			tokenArgs.Token = args.HFToken
 		}
@@ -146,14 +137,14 @@ func NewMiniMaxM3(ctx *pulumi.Context, name string, args *MiniMaxM3Args, opts ..
 		Name:                 c.ComputeDomainName(),
 		ChannelClaimTemplate: c.ChannelClaimTemplateName(),
 		Create:               c.ComputeDomain.Create,
-		Meta:                 args.Meta,
+		Meta:                 meta,
 		LegacyName:           legacySuffixed(legacy, "-compute-domain"),
 	}, parent)
 	if err != nil {
 		return nil, err
 	}
 
-	graph, err := NewGraph(ctx, "graph", &GraphArgs{Namespace: ns.Name, Config: c, Meta: args.Meta, LegacyName: legacySuffixed(legacy, "-graph"), Status: args.GraphStatus, ReadyBefore: args.GraphReadyBefore},
+	graph, err := NewGraph(ctx, "graph", &GraphArgs{Namespace: ns.Name, Config: c, Decided: args.Decisions.Manifest, Meta: meta, LegacyName: legacySuffixed(legacy, "-graph"), Status: args.GraphStatus, ReadyBefore: args.GraphReadyBefore},
 		parent, pulumi.DependsOn(append(append([]pulumi.Resource{}, cd.Ready...), cache.Ready...)))
 	if err != nil {
 		return nil, err
@@ -161,7 +152,7 @@ func NewMiniMaxM3(ctx *pulumi.Context, name string, args *MiniMaxM3Args, opts ..
 
 	if c.SmokeTest.Enabled {
 		if c.Readiness.WaitForReady {
-			d.SmokeTest, err = NewSmokeTest(ctx, "smoke-test", &SmokeTestArgs{Namespace: ns.Name, Config: c, Meta: args.Meta, GraphReady: graph.Ready, Results: args.Results}, parent)
+			d.SmokeTest, err = NewSmokeTest(ctx, "smoke-test", &SmokeTestArgs{Namespace: ns.Name, Config: c, Decided: args.Decisions.Manifest, Meta: meta, GraphReady: graph.Ready, Results: args.Results}, parent)
 			if err != nil {
 				return nil, err
 			}
@@ -173,13 +164,13 @@ func NewMiniMaxM3(ctx *pulumi.Context, name string, args *MiniMaxM3Args, opts ..
 	d.Namespace = ns.Name
 	if c.Observability.Enabled {
 		if _, err := NewMonitoring(ctx, "monitoring", &MonitoringArgs{
-			Namespace: ns.Name, Config: c, Meta: args.Meta, ComputeDomainUID: cd.UID, HasComputeDomain: c.ComputeDomain.Create && !args.Rendering,
+			Namespace: ns.Name, Config: c, Meta: meta, ComputeDomainUID: cd.UID, HasComputeDomain: c.ComputeDomain.Create && !args.Rendering,
 		}, pulumi.Parent(graph)); err != nil {
 			return nil, err
 		}
 	}
 	if c.Exposure.Enabled {
-		exposure, err := NewExposure(ctx, "exposure", &ExposureArgs{Namespace: ns.Name, Config: c, Meta: args.Meta}, pulumi.Parent(graph))
+		exposure, err := NewExposure(ctx, "exposure", &ExposureArgs{Namespace: ns.Name, Config: c, Meta: meta}, pulumi.Parent(graph))
 		if err != nil {
 			return nil, err
 		}

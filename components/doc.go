@@ -3,9 +3,10 @@
 //
 // Program (what main.go runs) and NewProgram (the Automation API's inline program) call Deploy,
 // which reads and validates the stack's config (package config, and the flags extraArgs may not
-// repeat: manifest.RepeatedFlags), checks that no object the stack would create belongs to someone else (a
-// live reader of the cluster, package internal/cluster), decides which NVLink clique the workers go
-// to or refuses a graph the pool has no room for (placement.go, package placement), and registers,
+// repeat: manifest.RepeatedFlags), runs the checks that need the cluster (package preflight, on a
+// live reader of it, package internal/cluster): no object the stack would create belongs to someone
+// else, the NVLink clique the workers go to or a refusal when the pool has no room; and, from the
+// decisions those checks return as a value, registers,
 // under one MiniMaxM3 component:
 //
 //   - Namespace, the Hugging Face token Secret (HFToken) and the model cache claim with its download
@@ -22,10 +23,10 @@
 // transformations, the same checks; package pulumipackage serves it to programs in other languages.
 //
 // Every object carries the stack's labels and identity annotations (labels.go), which the
-// ownership check (ownership.go) reads back. The package holds Pulumi components only: reading the
+// ownership check (package preflight) reads back. The package holds Pulumi components only: reading the
 // cluster lives in internal/cluster, the benchmark's Jobs in package benchmark, policies in package
 // policy.
 //
-// Imports run one way: components imports config, manifest, placement and internal/...; automation, benchmark, policy,
+// Imports run one way: components imports config, manifest, preflight, placement and internal/...; automation, benchmark, policy,
 // pulumipackage and the commands import components, never the reverse.
 package components

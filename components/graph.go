@@ -30,6 +30,9 @@ type GraphArgs struct {
 	Meta      StackMeta
 	Namespace pulumi.StringInput
 	Config    *config.Config
+	// Decided is what the pre-deploy checks decided about the graph's objects (its clique, the
+	// workers' RuntimeClass).
+	Decided manifest.Decisions
 	// LegacyName is the component's logical name under the first naming scheme.
 	LegacyName string
 	// ReadyBefore is the generation an earlier up saw the graph Ready at (0: none): when this up
@@ -79,27 +82,27 @@ func NewGraph(ctx *pulumi.Context, name string, args *GraphArgs, opts ...pulumi.
 
 	if c.Benchmark.Enabled {
 		// The AIPerf configuration every benchmark Job of the sweep reads (cmd/bench).
-		perf, err := AIPerfConfig(c)
+		perf, err := manifest.AIPerfConfig(c)
 		if err != nil {
 			return nil, err
 		}
 		if _, err := corev1.NewConfigMap(ctx, "aiperf-config", &corev1.ConfigMapArgs{
-			Metadata: &metav1.ObjectMetaArgs{Name: pulumi.String(AIPerfConfigMapName(c)), Namespace: args.Namespace, Labels: stackLabels(ctx),
-				Annotations: args.Meta.annotations(ctx, "ConfigMap", AIPerfConfigMapName(c), nil)},
-			Data: pulumi.StringMap{AIPerfConfigKey: pulumi.String(perf)},
+			Metadata: &metav1.ObjectMetaArgs{Name: pulumi.String(manifest.AIPerfConfigMapName(c)), Namespace: args.Namespace, Labels: stackLabels(ctx),
+				Annotations: args.Meta.annotations(ctx, "ConfigMap", manifest.AIPerfConfigMapName(c), nil)},
+			Data: pulumi.StringMap{manifest.AIPerfConfigKey: pulumi.String(perf)},
 		}, pulumi.Parent(g)); err != nil {
 			return nil, err
 		}
 	}
 
-	gs, err := manifest.GraphSpec(c)
+	gs, err := manifest.GraphSpec(c, args.Decided)
 	if err != nil {
 		return nil, err
 	}
 	labels := stackLabels(ctx)
 	// The recipe's own labels.
 	labels["app.kubernetes.io/name"] = pulumi.String(c.GraphName)
-	labels[partOfLabel] = pulumi.String("dynamo")
+	labels[manifest.PartOfLabel] = pulumi.String("dynamo")
 	if c.Benchmark.Enabled {
 		labels[BenchmarkLabel] = pulumi.String("true")
 	}
@@ -128,10 +131,10 @@ func NewGraph(ctx *pulumi.Context, name string, args *GraphArgs, opts ...pulumi.
 	// writes: Grove, which the operator picks for a new graph when its API is installed, would
 	// ignore both. `up` reads the operator's choice back (cluster.OtherProvider).
 	annotations[cluster.GroveOptOut] = pulumi.String("false")
-	if p := c.Placement; p.TopologyKey != "" && p.Clique != "" {
-		annotations[manifest.PlacementAnnotation] = pulumi.String(p.TopologyKey + "=" + p.Clique)
+	if key, clique := c.Placement.TopologyKey, args.Decided.CliqueOf(c); key != "" && clique != "" {
+		annotations[manifest.PlacementAnnotation] = pulumi.String(key + "=" + clique)
 	}
-	warnSurgingRolls(ctx, c, args.Meta.liveGraph, digests)
+	warnSurgingRolls(ctx, c, args.Meta.LiveGraph(), digests)
 	dgd, err := newObject(ctx, name, objectArgs{
 		APIVersion: GraphAPIVersion, Kind: "DynamoGraphDeployment",
 		Name: c.GraphName, Namespace: args.Namespace, Labels: labels,

@@ -4,29 +4,14 @@ import (
 	"fmt"
 	"strings"
 
+	"minimax-m3/manifest"
+	"minimax-m3/preflight"
+
 	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
 )
 
-// PartOf is the app.kubernetes.io/part-of label of every object the stack and its benchmark create.
-const PartOf = "minimax-m3"
-
-// Labels every object a stack creates carries, so `kubectl get -l app.kubernetes.io/instance=<stack>`
-// tells stacks apart in a shared namespace, and the ownership check knows what a stack created.
+// Annotations and outputs of the stack's own.
 const (
-	instanceLabel  = "app.kubernetes.io/instance"
-	managedByLabel = "app.kubernetes.io/managed-by"
-	partOfLabel    = "app.kubernetes.io/part-of"
-	managedBy      = "pulumi"
-)
-
-// Annotations that identify a stack's objects and what it adopted.
-const (
-	// stackAnnotation holds the stack's identity (StackIdentity): unlike the instance label, it
-	// tells two `agg` stacks of different projects or organizations apart.
-	stackAnnotation = "minimax-m3.io/stack"
-	// adoptedAnnotation marks an object the stack took over with adopt=true: it existed before the
-	// stack, so destroy leaves it where that matters (a namespace, a cache claim).
-	adoptedAnnotation = "minimax-m3.io/adopted"
 	// patchForceAnnotation makes the provider's server-side apply take the fields another field
 	// manager (kubectl's client-side apply) co-owns instead of failing with a conflict.
 	patchForceAnnotation = "pulumi.com/patchForce"
@@ -45,31 +30,18 @@ func StackIdentity(ctx *pulumi.Context) string {
 }
 
 // StackMeta is what the ownership check learned about the stack's objects, for their metadata.
-type StackMeta struct {
-	// Previous is the identity the stack's last update wrote, when it is another one (the stack
-	// was renamed since).
-	Previous string
-	// adopted are the objects (objectKey) the stack took over with adopt=true.
-	adopted map[string]bool
-	// liveGraph holds the live graph's annotations (nil when there is no graph yet).
-	liveGraph map[string]string
-}
-
-func objectKey(kind, name string) string { return kind + "/" + name }
-
-// Adopted reports whether the stack took the object over rather than created it.
-func (m StackMeta) Adopted(kind, name string) bool { return m.adopted[objectKey(kind, name)] }
+type StackMeta struct{ preflight.Ownership }
 
 // annotations are the annotations of an object the stack manages: its identity, extra, and for an
 // adopted object the adoption mark and the forced apply that takes kubectl's fields over (without
 // it, the first change of a field the recipe's `kubectl apply` wrote fails with a conflict).
 func (m StackMeta) annotations(ctx *pulumi.Context, kind, name string, extra pulumi.StringMap) pulumi.StringMap {
-	out := pulumi.StringMap{stackAnnotation: pulumi.String(StackIdentity(ctx))}
+	out := pulumi.StringMap{manifest.StackAnnotation: pulumi.String(StackIdentity(ctx))}
 	for k, v := range extra {
 		out[k] = v
 	}
 	if m.Adopted(kind, name) {
-		out[adoptedAnnotation] = pulumi.String("true")
+		out[manifest.AdoptedAnnotation] = pulumi.String("true")
 		out[patchForceAnnotation] = pulumi.String("true")
 	}
 	return out
@@ -82,9 +54,9 @@ const BenchmarkLabel = "minimax-m3.io/benchmark"
 // stackLabels are the labels of an object the stack creates.
 func stackLabels(ctx *pulumi.Context) pulumi.StringMap {
 	return pulumi.StringMap{
-		managedByLabel: pulumi.String(managedBy),
-		partOfLabel:    pulumi.String(PartOf),
-		instanceLabel:  pulumi.String(ctx.Stack()),
+		manifest.ManagedByLabel: pulumi.String(manifest.ManagedBy),
+		manifest.PartOfLabel:    pulumi.String(manifest.PartOf),
+		manifest.InstanceLabel:  pulumi.String(ctx.Stack()),
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 
 	"minimax-m3/internal/cluster"
 	"minimax-m3/manifest"
+	"minimax-m3/preflight"
 
 	"k8s.io/client-go/tools/clientcmd"
 
@@ -87,7 +88,9 @@ func deploy(ctx *pulumi.Context, name string, c *config.Config, raw config.Raw, 
 	// the ownership check and the smoke test's result. A render reads no cluster.
 	var (
 		reader ObjectReader
-		meta   StackMeta
+		// previous is what the stack's last update exported (none for a component of another
+		// program, which has no outputs of its own to read back: it starts as a new stack does).
+		previous previousStack
 		// readyBefore is the graph's generation an earlier up saw Ready.
 		readyBefore int64
 	)
@@ -118,52 +121,28 @@ func deploy(ctx *pulumi.Context, name string, c *config.Config, raw config.Raw, 
 					"pass the kubeconfig of the cluster the Deployment's provider writes to (the kubeconfig input, or KUBECONFIG): %v", err)
 				return nil, ps
 			case err != nil && c.Kubernetes.RequireRead:
-				return nil, unreadable(err)
+				return nil, preflight.Unreadable(err)
 			case err != nil:
 				_ = ctx.Log.Warn("not checking for existing objects the stack would take over: "+err.Error(), nil)
 			default:
 				reader = r
 			}
 		}
-		if reader != nil {
+		if reader != nil && as == nil {
 			// A component in another program has no outputs of its own to read back: it starts
 			// from none, as a new stack does.
-			var previous previousStack
-			if as == nil {
-				var err error
-				if previous, err = previousOutputs(ctx); err != nil {
-					return nil, err
-				}
-			}
-			if err := checkAPIs(ctx, reader, c); err != nil {
-				return nil, err
-			}
-			if err := checkRouteHostname(ctx, reader, c, previous.identity); err != nil {
-				return nil, err
-			}
-			if err := checkGateway(ctx, reader, c); err != nil {
-				return nil, err
-			}
 			var err error
-			if meta, err = checkOwnership(ctx, reader, c, previous.identity); err != nil {
+			if previous, err = previousOutputs(ctx); err != nil {
 				return nil, err
 			}
-			if err := resolvePodSecurity(ctx, reader, c, meta); err != nil {
-				return nil, err
-			}
-			if err := place(ctx, reader, c, meta, previous); err != nil {
-				return nil, err
-			}
-			if previous.namespace == c.Namespace.Name && previous.graphName == c.GraphName {
+			if previous.Namespace == c.Namespace.Name && previous.GraphName == c.GraphName {
 				readyBefore = previous.readyGeneration
 			}
 		}
 	}
-	if reader == nil {
-		// A render, or a cluster not read: no site to find.
-		if err := resolvePodSecurity(ctx, nil, c, meta); err != nil {
-			return nil, err
-		}
+	decided, err := preflight.Check(ctx.Context(), stackLog{ctx}, reader, c, preflight.Stack{Name: ctx.Stack(), Identity: StackIdentity(ctx), Previous: previous.Previous})
+	if err != nil {
+		return nil, err
 	}
 	if c.Speculative.Mode == config.SpeculativeSynthetic {
 		_ = ctx.Log.Warn("BENCHMARK ONLY: speculativeDecoding.mode is synthetic: workers skip real EAGLE3 verification "+
@@ -194,7 +173,7 @@ func deploy(ctx *pulumi.Context, name string, c *config.Config, raw config.Raw, 
 		// render directory: say "none" explicitly, a render reads no cluster.
 		providerArgs = &kubernetes.ProviderArgs{RenderYamlToDirectory: pulumi.String(dir), Kubeconfig: pulumi.String("")}
 	}
-	args := &MiniMaxM3Args{Config: c, Meta: meta, Results: jobResults(reader), GraphStatus: graphStatus(reader), GraphReadyBefore: readyBefore, Rendering: o.RenderDirectory != ""}
+	args := &MiniMaxM3Args{Config: c, Decisions: decided, Results: jobResults(reader), GraphStatus: graphStatus(reader), GraphReadyBefore: readyBefore, Rendering: o.RenderDirectory != ""}
 	if as != nil {
 		args.Packaged = true
 		if as.token != nil {
@@ -217,12 +196,7 @@ func deploy(ctx *pulumi.Context, name string, c *config.Config, raw config.Raw, 
 
 // previousStack is what the stack's last update exported ("" before the first).
 type previousStack struct {
-	// identity is the identity the stack's objects carry; it differs from StackIdentity after
-	// `pulumi stack rename`, which keeps the stack's state and outputs.
-	identity string
-	// namespace and graphName name the graph it deployed: a new graphName replaces that graph,
-	// whose workers' GPUs are then the new one's.
-	namespace, graphName string
+	preflight.Previous
 	// readyGeneration is the graph's generation its last successful up saw Ready (0: unknown).
 	readyGeneration int64
 }
@@ -234,7 +208,7 @@ func previousOutputs(ctx *pulumi.Context) (previousStack, error) {
 	if err != nil {
 		return p, err
 	}
-	for name, dst := range map[string]*string{IdentityOutput: &p.identity, "namespace": &p.namespace, "graphName": &p.graphName} {
+	for name, dst := range map[string]*string{IdentityOutput: &p.Identity, "namespace": &p.Namespace, "graphName": &p.GraphName} {
 		out, err := self.GetOutputDetails(name)
 		if err != nil {
 			return p, err
@@ -351,9 +325,8 @@ func optionalString(s string) pulumi.StringPtrInput {
 	return pulumi.String(s)
 }
 
-// unreadable is the refusal of kubernetes.requireRead when the cluster cannot be read.
-func unreadable(err error) error {
-	var ps config.Problems
-	ps.Add("kubernetes.requireRead", "the cluster cannot be read, so no check can say that nothing another stack, team or tool manages would be taken over: %v", err)
-	return ps
-}
+// stackLog shows the pre-deploy checks' messages on the stack.
+type stackLog struct{ ctx *pulumi.Context }
+
+func (l stackLog) Warn(msg string) { _ = l.ctx.Log.Warn(msg, nil) }
+func (l stackLog) Info(msg string) { _ = l.ctx.Log.Info(msg, nil) }

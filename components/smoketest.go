@@ -113,8 +113,8 @@ func smokeTestBudget(timeout time.Duration) time.Duration {
 // SmokeTestJobName is the smoke test Job's name: graphName, and a hash of the graph's spec, so a new
 // graph generation (any spec change) makes a new Job, which runs the test again, and nothing else
 // does.
-func SmokeTestJobName(c *config.Config) (string, error) {
-	gs, err := manifest.GraphSpec(c)
+func SmokeTestJobName(c *config.Config, d manifest.Decisions) (string, error) {
+	gs, err := manifest.GraphSpec(c, d)
 	if err != nil {
 		return "", err
 	}
@@ -181,6 +181,9 @@ type SmokeTestArgs struct {
 	Meta      StackMeta
 	Namespace pulumi.StringInput
 	Config    *config.Config
+	// Decided is what the pre-deploy checks decided about the graph's objects, whose spec names
+	// the Job.
+	Decided manifest.Decisions
 	// GraphReady is the graph's Ready (Graph.Ready): the test starts once it resolves.
 	GraphReady pulumi.ResourceArrayInput
 	// Results reads the finished pod's result; nil leaves the result out of the stack output.
@@ -203,7 +206,7 @@ func NewSmokeTest(ctx *pulumi.Context, name string, args *SmokeTestArgs, opts ..
 		return nil, err
 	}
 	c := args.Config
-	jobName, err := SmokeTestJobName(c)
+	jobName, err := SmokeTestJobName(c, args.Decided)
 	if err != nil {
 		return nil, err
 	}

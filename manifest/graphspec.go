@@ -24,8 +24,9 @@ const SpeculativeConfigChecksum = "minimax-m3.io/speculative-config-sha256"
 
 // GraphSpec builds the DynamoGraphDeployment spec: Frontend first, then the profile's workers, in
 // the recipe's order (the starter's guarded patches rely on these positions), then the endpoint
-// picker when the route goes to an InferencePool.
-func GraphSpec(c *config.Config) (DynamoGraphDeploymentSpec, error) {
+// picker when the route goes to an InferencePool. d is what the pre-deploy checks decided from the
+// cluster (the zero value: the graph as configured).
+func GraphSpec(c *config.Config, d Decisions) (DynamoGraphDeploymentSpec, error) {
 	spec := DynamoGraphDeploymentSpec{BackendFramework: "vllm"}
 	if r := c.Restart; r.ID != "" {
 		spec.Restart = &GraphRestart{ID: r.ID}
@@ -40,7 +41,7 @@ func GraphSpec(c *config.Config) (DynamoGraphDeploymentSpec, error) {
 	spec.Components = append(spec.Components, frontend)
 	checksum := speculativeChecksum(c) // every worker role reads the same config
 	for _, r := range c.Workers() {
-		w, err := workerComponent(c, r, checksum)
+		w, err := workerComponent(c, d, r, checksum)
 		if err != nil {
 			return spec, err
 		}
@@ -126,7 +127,7 @@ func WorkerEnv(c *config.Config, r config.Role) []corev1.EnvVar {
 	return append(env, literalEnv(w.Env, w.Network.Env(), w.ExtraEnv)...)
 }
 
-func workerComponent(c *config.Config, r config.Role, speculativeChecksum string) (GraphComponent, error) {
+func workerComponent(c *config.Config, d Decisions, r config.Role, speculativeChecksum string) (GraphComponent, error) {
 	w := r.Config
 	netResources, netAnnotations := networkSettings(w.Network)
 
@@ -166,7 +167,7 @@ func workerComponent(c *config.Config, r config.Role, speculativeChecksum string
 		ReadinessProbe: probe("readiness", w.Probes.Readiness),
 	}
 
-	spec := SitePodSpec(c.ImagePullSecrets, w.Scheduling)
+	spec := SitePodSpec(c.ImagePullSecrets, d.WorkerScheduling(w.Scheduling))
 	// Every worker joins the graph's NVLink ComputeDomain through its channel claim.
 	channel := c.ChannelClaimTemplateName()
 	spec.ResourceClaims = []corev1.PodResourceClaim{{Name: channelClaimName, ResourceClaimTemplateName: &channel}}
@@ -199,7 +200,7 @@ func workerComponent(c *config.Config, r config.Role, speculativeChecksum string
 	if err != nil {
 		return GraphComponent{}, err
 	}
-	if key, clique := c.Placement.TopologyKey, c.Placement.Clique; key != "" && clique != "" {
+	if key, clique := c.Placement.TopologyKey, d.CliqueOf(c); key != "" && clique != "" {
 		// The clique chosen for the graph (placement.clique, or the one `up` chose): a node
 		// affinity keeps every worker, and every replacement, in it. Added after the patch, which
 		// could otherwise replace the node selector terms and drop it.

@@ -19,6 +19,28 @@ const (
 	MetricsEnabledLabel = "nvidia.com/metrics-enabled"
 )
 
+// PartOf is the app.kubernetes.io/part-of label of every object the stack and its benchmark create.
+const PartOf = "minimax-m3"
+
+// Labels every object a stack creates carries, so `kubectl get -l app.kubernetes.io/instance=<stack>`
+// tells stacks apart in a shared namespace, and the ownership check knows what a stack created.
+const (
+	InstanceLabel  = "app.kubernetes.io/instance"
+	ManagedByLabel = "app.kubernetes.io/managed-by"
+	PartOfLabel    = "app.kubernetes.io/part-of"
+	ManagedBy      = "pulumi"
+)
+
+// Annotations that identify a stack's objects and what it adopted.
+const (
+	// StackAnnotation holds the stack's identity (organization/project/stack): unlike the instance
+	// label, it tells two `agg` stacks of different projects or organizations apart.
+	StackAnnotation = "minimax-m3.io/stack"
+	// AdoptedAnnotation marks an object the stack took over with adopt=true: it existed before the
+	// stack, so destroy leaves it where that matters (a namespace, a cache claim).
+	AdoptedAnnotation = "minimax-m3.io/adopted"
+)
+
 // PlacementAnnotation on the graph records the clique its workers were placed in
 // (<topologyKey>=<clique>): the next `up` keeps the graph there.
 const PlacementAnnotation = "minimax-m3.io/placement"

@@ -34,8 +34,8 @@ func TemplateDigestsOf(spec DynamoGraphDeploymentSpec) map[string]string {
 }
 
 // warplateDigests are the graph annotations the stack writes for c: a digest per component.
-func TemplateDigests(c *config.Config) (map[string]string, error) {
-	spec, err := GraphSpec(c)
+func TemplateDigests(c *config.Config, d Decisions) (map[string]string, error) {
+	spec, err := GraphSpec(c, d)
 	if err != nil {
 		return nil, err
 	}

@@ -6,9 +6,9 @@
 // worker's tolerations, cordon, Ready), counts each node's free resources (allocatable less the
 // requests of every bound, unfinished pod that is not the graph's own), and fits the workers into
 // each clique largest first. A GPU taint named like the extended resource a worker requests counts
-// as tolerated, as the ExtendedResourceToleration admission plugin makes it. The program
-// (components) pins the graph to the clique chosen, or refuses with Result.Table when none holds
-// every worker.
+// as tolerated, as the ExtendedResourceToleration admission plugin makes it. The pre-deploy checks
+// (package preflight) pin the graph to the clique chosen, or refuse with Result.Table when none
+// holds every worker.
 //
 // It sits below components and internal/cluster and imports only Kubernetes' own packages (the
 // scheduler's helpers from k8s.io/component-helpers).

@@ -221,7 +221,7 @@ func boxStackLifecycle(t *testing.T, tc lifecycleCase) {
 	for _, role := range cfg.Workers() {
 		role.Config.Scheduling.RuntimeClassName = rackbox.WorkerRuntimeClass // the class the box's site names
 	}
-	want, err := manifest.GraphSpec(&cfg)
+	want, err := manifest.GraphSpec(&cfg, manifest.Decisions{})
 	require.NoError(t, err)
 	spec := liveGraphSpecOn(t, box.Client, ns, tc.graph)
 	assert.JSONEq(t, toJSON(t, want), toJSON(t, spec))

@@ -17,6 +17,7 @@ import (
 	"minimax-m3/benchmark"
 	"minimax-m3/components"
 	"minimax-m3/config"
+	"minimax-m3/manifest"
 )
 
 // recipePerf reads the recipe's perf/perf.yaml from $MINIMAX_M3_RECIPE (the Makefile points it at
@@ -96,7 +97,7 @@ func disaggConfig(t *testing.T, values map[string]string) config.Config {
 func TestAIPerfConfigIsTheRecipes(t *testing.T) {
 	recipeCM, _ := recipePerf(t)
 	c := disaggConfig(t, nil)
-	perf, err := components.AIPerfConfig(&c)
+	perf, err := manifest.AIPerfConfig(&c)
 	require.NoError(t, err)
 	var got, want any
 	require.NoError(t, yaml.Unmarshal([]byte(perf), &got))

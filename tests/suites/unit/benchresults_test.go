@@ -15,8 +15,8 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"minimax-m3/benchmark"
-	"minimax-m3/components"
 	"minimax-m3/config"
+	"minimax-m3/manifest"
 	"minimax-m3/tests/framework/aiperfexport"
 )
 
@@ -248,7 +248,7 @@ func TestBenchmarkCompareSweeps(t *testing.T) {
 // to threshold in ms); unset, perf.yaml stays the recipe's; a negative SLO names its key.
 func TestGoodputSLOsReachAIPerf(t *testing.T) {
 	c := disaggConfig(t, map[string]string{"benchmark": `{"enabled": true, "goodput": {"timeToFirstTokenMs": 2000, "interTokenLatencyMs": 25}}`})
-	perf, err := components.AIPerfConfig(&c)
+	perf, err := manifest.AIPerfConfig(&c)
 	require.NoError(t, err)
 	var doc struct {
 		Benchmark struct {

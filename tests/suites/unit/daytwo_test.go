@@ -384,7 +384,7 @@ func TestPreviewWarnsOfRollsThatNeedASpareGPU(t *testing.T) {
 		return c
 	}
 	digests := func(c config.Config) map[string]string {
-		d, err := manifest.TemplateDigests(&c)
+		d, err := manifest.TemplateDigests(&c, manifest.Decisions{})
 		require.NoError(t, err)
 		return d
 	}

@@ -1,10 +1,10 @@
-package components
+package preflight
 
 import (
+	"context"
 	"fmt"
 	"strings"
 
-	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"minimax-m3/config"
@@ -29,31 +29,31 @@ var (
 //
 // The site's worker class on a pod that is not a worker is refused at its key: Pod Security
 // admission exempts that class, and only the workers may take it.
-func resolvePodSecurity(ctx *pulumi.Context, reader ObjectReader, c *config.Config, meta StackMeta) error {
+func resolvePodSecurity(ctx context.Context, log Log, reader ObjectReader, c *config.Config, meta Ownership) (level, workersClass string, err error) {
 	var ps config.Problems
 	siteClass := ""
 	if reader != nil {
-		policy, found, err := reader.Read(ctx.Context(), validatingAdmissionPolicies, "", config.SitePodPolicy)
+		policy, found, err := reader.Read(ctx, validatingAdmissionPolicies, "", config.SitePodPolicy)
 		switch {
 		case err != nil && c.Namespace.Create && c.Namespace.PodSecurity == "":
-			_ = ctx.Log.Warn(fmt.Sprintf("cannot read the site's pod policy %s (%v): the namespace the stack creates enforces Pod Security privileged; "+
-				"set namespace.podSecurity to choose", config.SitePodPolicy, err), nil)
+			log.Warn(fmt.Sprintf("cannot read the site's pod policy %s (%v): the namespace the stack creates enforces Pod Security privileged; "+
+				"set namespace.podSecurity to choose", config.SitePodPolicy, err))
 		case found:
 			siteClass = policy.Annotations[config.WorkerRuntimeClassAnnotation]
 		}
 	}
 	created := c.Namespace.Create && !meta.Adopted("Namespace", c.Namespace.Name)
-	workersClass := ""
+	level = c.Namespace.PodSecurity
 	switch {
-	case created && c.Namespace.PodSecurity == "" && siteClass != "":
-		c.Namespace.PodSecurity = config.PodSecurityBaseline
+	case created && level == "" && siteClass != "":
+		level = config.PodSecurityBaseline
 		workersClass = siteClass
-	case created && c.Namespace.PodSecurity == "":
-		c.Namespace.PodSecurity = config.PodSecurityPrivileged
-	case created && c.Namespace.PodSecurity == config.PodSecurityBaseline:
+	case created && level == "":
+		level = config.PodSecurityPrivileged
+	case created && level == config.PodSecurityBaseline:
 		workersClass = siteClass
 	case !created && reader != nil:
-		ns, found, err := reader.Read(ctx.Context(), namespacesResource, "", c.Namespace.Name)
+		ns, found, err := reader.Read(ctx, namespacesResource, "", c.Namespace.Name)
 		if err == nil && found {
 			workersClass = ns.Annotations[config.WorkerRuntimeClassAnnotation]
 			if workersClass == "" && ns.Labels["pod-security.kubernetes.io/enforce"] == config.PodSecurityBaseline && ns.Labels[config.PodPolicyLabel] != "" {
@@ -63,11 +63,7 @@ func resolvePodSecurity(ctx *pulumi.Context, reader ObjectReader, c *config.Conf
 		}
 	}
 	for _, r := range c.Workers() {
-		s := &r.Config.Scheduling
-		if s.RuntimeClassName == "" {
-			s.RuntimeClassName = workersClass
-		}
-		if created && c.Namespace.PodSecurity == config.PodSecurityBaseline && s.RuntimeClassName == "" {
+		if created && level == config.PodSecurityBaseline && r.Config.Scheduling.RuntimeClassName == "" && workersClass == "" {
 			ps.Add("namespace.podSecurity", "baseline refuses the workers' capabilities (%s) unless the API server exempts their RuntimeClass, and %s.scheduling.runtimeClassName is empty "+
 				"with no site install found to name it (%s): set it to the class the API server exempts, install the site (docs/security.md), "+
 				"or set namespace.podSecurity to privileged on a cluster that exempts none", strings.Join(config.WorkerCapabilityNames(), ", "), r.Key, config.SitePodPolicy)
@@ -82,7 +78,7 @@ func resolvePodSecurity(ctx *pulumi.Context, reader ObjectReader, c *config.Conf
 		}
 	}
 	if len(ps) > 0 {
-		return ps
+		return "", "", ps
 	}
-	return nil
+	return level, workersClass, nil
 }

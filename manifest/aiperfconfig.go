@@ -1,4 +1,4 @@
-package components
+package manifest
 
 import (
 	"fmt"

@@ -1,4 +1,4 @@
-package components
+package preflight
 
 import (
 	"context"
@@ -6,7 +6,6 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
 	corev1 "k8s.io/api/core/v1"
 
 	"minimax-m3/config"
@@ -42,34 +41,37 @@ func (e *PlacementError) Error() string {
 // update leaves the workers where they are. Without a topology key it checks that the pool holds
 // the workers at all. Without a reader of the pool (a render, a cluster it cannot list) or with
 // placement.check off, the scheduler alone decides where an unpinned graph goes.
-func place(ctx *pulumi.Context, reader ObjectReader, c *config.Config, meta StackMeta, previousStack previousStack) error {
+func place(ctx context.Context, log Log, reader ObjectReader, c *config.Config, meta Ownership, previousStack Previous, runtimeClass string) (string, error) {
 	key := c.Placement.TopologyKey
 	pinnedByUser := c.Placement.Clique != ""
+	// The clique the workers are pinned to: the user's, else the running graph's pin (kept even
+	// when the check cannot run), else the one chosen below for a new graph.
+	clique := c.Placement.Clique
 	pin, pinned := strings.CutPrefix(meta.liveGraph[manifest.PlacementAnnotation], key+"=")
 	if pinned && key != "" && !pinnedByUser {
-		c.Placement.Clique = pin // kept even when the check cannot run
+		clique = pin
 	}
 	pr, ok := reader.(PoolReader)
 	if !c.Placement.Check || !ok {
-		return nil
+		return clique, nil
 	}
-	pool, err := pr.Pool(ctx.Context())
+	pool, err := pr.Pool(ctx)
 	if err != nil && c.Kubernetes.RequireRead {
 		var ps config.Problems
 		ps.Add("placement.check", "the pool's nodes and pods cannot be read, and kubernetes.requireRead will not let the scheduler alone place the graph: %v (turn placement.check off to let it)", err)
-		return ps
+		return "", ps
 	}
 	if err != nil {
-		_ = ctx.Log.Warn("not checking where the graph's workers fit (the scheduler alone places them): "+err.Error(), nil)
-		return nil
+		log.Warn("not checking where the graph's workers fit (the scheduler alone places them): " + err.Error())
+		return clique, nil
 	}
 	// The workers as they would be placed anew, without the pin: Previous confines the choice to
 	// the pinned clique, and a refusal then shows every clique to move to.
 	unpinned := *c
 	unpinned.Placement.Clique = ""
-	workers, err := graphWorkers(&unpinned)
+	workers, err := graphWorkers(&unpinned, runtimeClass)
 	if err != nil {
-		return err
+		return "", err
 	}
 	var roles []string
 	for _, r := range c.Workers() {
@@ -83,9 +85,9 @@ func place(ctx *pulumi.Context, reader ObjectReader, c *config.Config, meta Stac
 		}
 		g := p.Labels[cluster.GraphLabel]
 		return p.Namespace == c.Namespace.Name && g == c.GraphName ||
-			previousStack.graphName != "" && p.Namespace == previousStack.namespace && g == previousStack.graphName
+			previousStack.GraphName != "" && p.Namespace == previousStack.Namespace && g == previousStack.GraphName
 	}
-	previous := c.Placement.Clique // set by the user, or the graph's pin: the one clique it may use
+	previous := clique // set by the user, or the graph's pin: the one clique it may use
 	if previous == "" {
 		previous = previousClique(key, pool, own)
 	}
@@ -93,48 +95,48 @@ func place(ctx *pulumi.Context, reader ObjectReader, c *config.Config, meta Stac
 	if res.Empty() {
 		// No node the workers may use exists (yet): a pool scaled to zero that an autoscaler
 		// grows for Pending pods, or a cluster without GPU nodes. Nothing to choose from.
-		_ = ctx.Log.Warn(fmt.Sprintf("placement: no node the graph's workers may use exists (their node selector, affinity and tolerations match none): "+
-			"the scheduler places them when nodes appear (%s)", strings.TrimSpace(strings.ReplaceAll(res.Table(), "\n", "; "))), nil)
-		return nil
+		log.Warn(fmt.Sprintf("placement: no node the graph's workers may use exists (their node selector, affinity and tolerations match none): "+
+			"the scheduler places them when nodes appear (%s)", strings.TrimSpace(strings.ReplaceAll(res.Table(), "\n", "; "))))
+		return clique, nil
 	}
 	if n := res.Excluded[placement.ExcludedNoKey]; n > 0 {
-		_ = ctx.Log.Warn(fmt.Sprintf("%d node(s) the workers may use carry no %s label and are left out: GPU feature discovery labels a tray with its clique once the fabric manager has initialised it", n, key), nil)
+		log.Warn(fmt.Sprintf("%d node(s) the workers may use carry no %s label and are left out: GPU feature discovery labels a tray with its clique once the fabric manager has initialised it", n, key))
 	}
 	unpinnedLive := meta.liveGraph != nil && !pinned && !pinnedByUser
 	if res.Fits() {
 		where := "the pool"
 		if key != "" {
 			where = fmt.Sprintf("clique %s=%s", key, res.Chosen)
-			if c.Placement.Clique == "" && !unpinnedLive {
-				c.Placement.Clique = res.Chosen
+			if clique == "" && !unpinnedLive {
+				clique = res.Chosen
 			}
 		}
 		d, _ := res.Domain(res.Chosen)
-		_ = ctx.Log.Info(fmt.Sprintf("placement: the graph's %d workers go to %s (%d trays, %d free GPUs)", len(workers), where, d.Trays, d.FreeGPUs), nil)
+		log.Info(fmt.Sprintf("placement: the graph's %d workers go to %s (%d trays, %d free GPUs)", len(workers), where, d.Trays, d.FreeGPUs))
 		if unpinnedLive && key != "" {
-			_ = ctx.Log.Info(fmt.Sprintf("placement: the running graph is not pinned to a clique (it was created unpinned: adopted, deployed before "+
-				"placement or with the check off); set placement.clique=%s to pin it (every worker restarts once)", res.Chosen), nil)
+			log.Info(fmt.Sprintf("placement: the running graph is not pinned to a clique (it was created unpinned: adopted, deployed before "+
+				"placement or with the check off); set placement.clique=%s to pin it (every worker restarts once)", res.Chosen))
 		}
-		return nil
+		return clique, nil
 	}
 	why := ""
 	if meta.liveGraph != nil {
-		why = workersMove(c, meta.liveGraph, pin, pool, own)
+		why = workersMove(c, manifest.Decisions{Clique: clique, WorkerRuntimeClass: runtimeClass}, meta.liveGraph, pin, pool, own)
 	}
 	if meta.liveGraph != nil && why == "" {
 		// The update leaves every worker where it runs (no worker template or count changes):
 		// the pool's state (a drained tray, another team's growth) is no reason to refuse it.
-		_ = ctx.Log.Warn("placement: the pool has no room for the graph's workers as they would be placed anew, but this update moves none of them:\n"+res.Table(), nil)
-		return nil
+		log.Warn("placement: the pool has no room for the graph's workers as they would be placed anew, but this update moves none of them:\n" + res.Table())
+		return clique, nil
 	}
-	return refusal(c, res, previous, pinnedByUser, workers, why)
+	return "", refusal(c, res, previous, pinnedByUser, workers, why)
 }
 
 // workersMove says why the update places worker pods anew ("" when it does not): a worker role's
 // pod template changes (the operator rolls it), or the graph needs more workers than it has
 // running. The reason names the keys that do it, for a refusal under another key.
-func workersMove(c *config.Config, live map[string]string, livePin string, pool placement.Pool, own func(*corev1.Pod) bool) string {
-	planned, err := manifest.TemplateDigests(c)
+func workersMove(c *config.Config, d manifest.Decisions, live map[string]string, livePin string, pool placement.Pool, own func(*corev1.Pod) bool) string {
+	planned, err := manifest.TemplateDigests(c, d)
 	if err != nil {
 		return "this update may change the workers' pod templates"
 	}
@@ -142,7 +144,7 @@ func workersMove(c *config.Config, live map[string]string, livePin string, pool 
 	// the new pin alone rolls the workers.
 	kept := *c
 	kept.Placement.Clique = livePin
-	keptDigests, err := manifest.TemplateDigests(&kept)
+	keptDigests, err := manifest.TemplateDigests(&kept, manifest.Decisions{WorkerRuntimeClass: d.WorkerRuntimeClass})
 	if err != nil {
 		keptDigests = planned
 	}
@@ -152,8 +154,8 @@ func workersMove(c *config.Config, live map[string]string, livePin string, pool 
 		case live[k] == "":
 			return fmt.Sprintf("this update may roll the %s pods (the running graph records no digest of their template)", r.Name)
 		case live[k] == planned[k]:
-		case c.Placement.Clique != livePin && live[k] == keptDigests[k]:
-			return fmt.Sprintf("placement.clique moves the %s pods from clique %q to %q (every worker restarts)", r.Name, livePin, c.Placement.Clique)
+		case d.Clique != livePin && live[k] == keptDigests[k]:
+			return fmt.Sprintf("placement.clique moves the %s pods from clique %q to %q (every worker restarts)", r.Name, livePin, d.Clique)
 		default:
 			return fmt.Sprintf("this update rolls the %s pods (their template changes: a %s.* key, or one the workers share such as image, model, kvCache or speculative)", r.Name, r.Key)
 		}
@@ -246,8 +248,8 @@ func demand(workers []placement.Worker) string {
 }
 
 // graphWorkers are the graph's worker pods as the scheduler sees their specs, one per replica.
-func graphWorkers(c *config.Config) ([]placement.Worker, error) {
-	gs, err := manifest.GraphSpec(c)
+func graphWorkers(c *config.Config, runtimeClass string) ([]placement.Worker, error) {
+	gs, err := manifest.GraphSpec(c, manifest.Decisions{WorkerRuntimeClass: runtimeClass})
 	if err != nil {
 		return nil, err
 	}

@@ -1,10 +1,9 @@
-package components
+package preflight
 
 import (
 	"context"
 	"fmt"
 
-	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"minimax-m3/config"
@@ -20,7 +19,7 @@ type APIChecker interface {
 // one without Gateway API's (and an InferencePool backend on one without the Inference
 // Extension's), before anything is created: the provider would otherwise create half
 // the stack and then fail on the first object of the missing kind.
-func checkAPIs(ctx *pulumi.Context, reader ObjectReader, c *config.Config) error {
+func checkAPIs(ctx context.Context, log Log, reader ObjectReader, c *config.Config) error {
 	checker, ok := reader.(APIChecker)
 	if !ok {
 		return nil
@@ -44,12 +43,12 @@ func checkAPIs(ctx *pulumi.Context, reader ObjectReader, c *config.Config) error
 	var ps config.Problems
 	for _, n := range needs {
 		gvr := n.gvr
-		served, err := checker.Served(ctx.Context(), gvr)
+		served, err := checker.Served(ctx, gvr)
 		if err != nil {
 			if c.Kubernetes.RequireRead {
-				return unreadable(fmt.Errorf("reading the cluster's %s API: %w", gvr.Resource, err))
+				return Unreadable(fmt.Errorf("reading the cluster's %s API: %w", gvr.Resource, err))
 			}
-			_ = ctx.Log.Warn(fmt.Sprintf("not checking that the cluster serves %s (%s): %v", gvr.Resource, n.key, err), nil)
+			log.Warn(fmt.Sprintf("not checking that the cluster serves %s (%s): %v", gvr.Resource, n.key, err))
 			continue
 		}
 		if !served {

@@ -1,4 +1,4 @@
-package components
+package preflight
 
 import (
 	"context"
@@ -6,7 +6,6 @@ import (
 	"slices"
 	"strings"
 
-	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
@@ -24,18 +23,18 @@ type GatewayReader interface {
 // listeners the route attaches to admits an HTTPRoute from the stack's namespace (allowedRoutes).
 // The provider would create the route anyway, and it would sit there unattached: `up` would end
 // with no error and no traffic. Each refusal names the keys involved.
-func checkGateway(ctx *pulumi.Context, reader ObjectReader, c *config.Config) error {
+func checkGateway(ctx context.Context, log Log, reader ObjectReader, c *config.Config) error {
 	gr, ok := reader.(GatewayReader)
 	if !ok || !c.Exposure.Enabled {
 		return nil
 	}
 	e := c.Exposure.Gateway
-	g, found, err := gr.Gateway(ctx.Context(), e.Namespace, e.Name)
+	g, found, err := gr.Gateway(ctx, e.Namespace, e.Name)
 	switch {
 	case err != nil && c.Kubernetes.RequireRead:
-		return unreadable(fmt.Errorf("reading Gateway %s/%s: %w", e.Namespace, e.Name, err))
+		return Unreadable(fmt.Errorf("reading Gateway %s/%s: %w", e.Namespace, e.Name, err))
 	case err != nil:
-		_ = ctx.Log.Warn(fmt.Sprintf("not checking that Gateway %s/%s takes the route: %v", e.Namespace, e.Name, err), nil)
+		log.Warn(fmt.Sprintf("not checking that Gateway %s/%s takes the route: %v", e.Namespace, e.Name, err))
 		return nil
 	case !found:
 		return config.Problems{{Key: "exposure.gateway.name", Message: fmt.Sprintf("Gateway %s/%s does not exist (exposure.gateway.namespace %s, exposure.gateway.name %s): the route would attach to nothing; name the site's Gateway",
@@ -53,7 +52,7 @@ func checkGateway(ctx *pulumi.Context, reader ObjectReader, c *config.Config) er
 		}
 		listeners = listeners[i : i+1]
 	}
-	nsLabels, known := namespaceLabels(ctx.Context(), reader, c)
+	nsLabels, known := namespaceLabels(ctx, reader, c)
 	var refused []string
 	for _, l := range listeners {
 		why := admits(l, g.Namespace, c.Namespace.Name, nsLabels, known)
