@@ -15,8 +15,8 @@ import (
 // targets build the toolchain's runtime half (tools/build.sh runtime), and that half, run on a
 // toolchain cache holding every tool but the linters, builds nothing and links no linter. The
 // runtime tools come from the suite's own cache (make integration built them before the suite
-// ran), linked into a new cache beside a copy of tools/, so nothing of the checkout's toolchain
-// changes.
+// ran), linked file by file into a new cache beside a copy of tools/, so nothing of the suite's
+// toolchain changes: the test then checks that the suite's Go language host is untouched.
 func TestMakeLocalBuildsOnlyWhatItRuns(t *testing.T) {
 	parallel(t)
 	for _, target := range []string{"local", "integration", "pr-check", "bench", "check"} {
@@ -52,7 +52,20 @@ func TestMakeLocalBuildsOnlyWhatItRuns(t *testing.T) {
 		if strings.HasPrefix(e.Name(), "golangci-lint-") || strings.HasPrefix(e.Name(), "actionlint-") {
 			continue
 		}
-		require.NoError(t, os.Symlink(filepath.Join(cache, e.Name()), filepath.Join(runtimeOnly, e.Name())))
+		// A folder of links, never a link to the folder: the script installs wrappers into the
+		// CLI's folder (the Go language host's, the YAML host's link), which must land in this
+		// cache, not in the suite's.
+		from, to := filepath.Join(cache, e.Name()), filepath.Join(runtimeOnly, e.Name())
+		if !e.IsDir() {
+			require.NoError(t, os.Symlink(from, to))
+			continue
+		}
+		require.NoError(t, os.Mkdir(to, 0o755))
+		files, err := os.ReadDir(from)
+		require.NoError(t, err)
+		for _, f := range files {
+			require.NoError(t, os.Symlink(filepath.Join(from, f.Name()), filepath.Join(to, f.Name())))
+		}
 	}
 	reference := func(env, dir string) string {
 		if v := os.Getenv(env); v != "" {
@@ -80,4 +93,14 @@ func TestMakeLocalBuildsOnlyWhatItRuns(t *testing.T) {
 	}
 	assert.NotContains(t, names, "golangci-lint")
 	assert.NotContains(t, names, "actionlint")
+
+	// The suite's own toolchain still runs its own language host.
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), "pulumi-v") {
+			wrapper, err := os.ReadFile(filepath.Join(cache, e.Name(), "pulumi-language-go"))
+			require.NoError(t, err)
+			assert.NotContains(t, string(wrapper), runtimeOnly, "the suite's Go language host wrapper was rewritten")
+			assert.Contains(t, string(wrapper), cache)
+		}
+	}
 }
