@@ -14,7 +14,7 @@ import (
 // digest changes, the operator replaces that component's pods.
 const TemplateAnnotationPrefix = "minimax-m3.io/template-sha256."
 
-// templateDigests are the graph's annotations holding each component's digest.
+// TemplateDigestsOf are the graph's annotations holding each component's digest in spec.
 func TemplateDigestsOf(spec DynamoGraphDeploymentSpec) map[string]string {
 	restart := ""
 	if spec.Restart != nil {
@@ -33,7 +33,8 @@ func TemplateDigestsOf(spec DynamoGraphDeploymentSpec) map[string]string {
 	return out
 }
 
-// warplateDigests are the graph annotations the stack writes for c: a digest per component.
+// TemplateDigests are the graph annotations the stack writes for c with the checks' decisions d: a
+// digest per component.
 func TemplateDigests(c *config.Config, d Decisions) (map[string]string, error) {
 	spec, err := GraphSpec(c, d)
 	if err != nil {

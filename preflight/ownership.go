@@ -6,12 +6,11 @@ import (
 	"slices"
 	"strings"
 
-	"minimax-m3/internal/cluster"
-	"minimax-m3/manifest"
-
 	"k8s.io/apimachinery/pkg/runtime/schema"
 
 	"minimax-m3/config"
+	"minimax-m3/internal/cluster"
+	"minimax-m3/manifest"
 )
 
 // ObjectReader reads a live object's metadata; found is false when it does not exist.
