@@ -7,16 +7,15 @@ import (
 	"slices"
 	"strings"
 
-	"minimax-m3/internal/cluster"
-	"minimax-m3/manifest"
-	"minimax-m3/preflight"
-
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/pulumi/pulumi-kubernetes/sdk/v4/go/kubernetes"
 	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
 
 	"minimax-m3/config"
+	"minimax-m3/internal/cluster"
+	"minimax-m3/manifest"
+	"minimax-m3/preflight"
 )
 
 // Options change how the program runs, never what a stack deploys.

@@ -69,10 +69,8 @@ func graphAnnotations(t *testing.T, r *result) map[string]string {
 func workerCliques(t *testing.T, r *result) map[string][]corev1.NodeSelectorRequirement {
 	out := map[string][]corev1.NodeSelectorRequirement{}
 	for _, c := range graphSpec(t, r).Components[1:] {
-		a := c.PodTemplate.Spec.Affinity
-		require.NotNil(t, a, c.Name)
-		require.NotNil(t, a.NodeAffinity, c.Name)
-		out[c.Name] = a.NodeAffinity.RequiredDuringSchedulingIgnoredDuringExecution.NodeSelectorTerms[0].MatchExpressions
+		out[c.Name] = requiredTerms(c.PodTemplate.Spec)
+		require.NotEmpty(t, out[c.Name], c.Name)
 	}
 	return out
 }
