@@ -2,6 +2,7 @@ package components
 
 import (
 	"fmt"
+	"strings"
 
 	"github.com/pulumi/pulumi-kubernetes/sdk/v4/go/kubernetes"
 	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
@@ -35,6 +36,8 @@ type MiniMaxM3Args struct {
 	// GraphReadyGenerationOutput; 0: none): an up that leaves that generation as it is does not
 	// wait for the graph again.
 	GraphReadyBefore int64
+	// GraphsReadyBefore is the same for the stack's other graphs (scaleOut.graphs), by name.
+	GraphsReadyBefore map[string]int64
 	// Rendering writes manifests instead of applying them: no object gets a UID.
 	Rendering bool
 	// Packaged is a Deployment another program (or language) builds through the package: its
@@ -64,8 +67,11 @@ type MiniMaxM3 struct {
 	// GraphReadyGeneration is the graph's generation this up saw Ready (or wrote, when it does not
 	// wait for it).
 	GraphReadyGeneration pulumi.IntOutput `pulumi:"graphReadyGeneration"`
-	// SmokeTest is nil when the smoke test does not run.
+	// SmokeTest is the first graph's smoke test, nil when the smoke test does not run.
 	SmokeTest *SmokeTest
+	// Graphs are the stack's graphs (scaleOut.graphs), in order: the first is the one the other
+	// fields name.
+	Graphs []*Graph `pulumi:"-"`
 }
 
 // NewMiniMaxM3 builds every object of a stack from a validated Config.
@@ -95,7 +101,7 @@ func NewMiniMaxM3(ctx *pulumi.Context, name string, args *MiniMaxM3Args, opts ..
 		Create:      c.Namespace.Create,
 		PodSecurity: args.Decisions.PodSecurity,
 		// The class the workers take, for other stacks in the namespace.
-		WorkerRuntimeClass: args.Decisions.Manifest.WorkersRuntimeClass(c),
+		WorkerRuntimeClass: args.Decisions.Graph(0).WorkersRuntimeClass(c),
 		// A namespace that holds a kept cache claim is kept too, or deleting it would take the
 		// claim; so is one the stack adopted: it existed before, with whatever it holds.
 		RetainOnDelete: c.ModelCache.Create && !c.ModelCache.DeleteOnDestroy || meta.Adopted("Namespace", c.Namespace.Name),
@@ -132,45 +138,86 @@ func NewMiniMaxM3(ctx *pulumi.Context, name string, args *MiniMaxM3Args, opts ..
 		return nil, err
 	}
 
-	cd, err := NewComputeDomain(ctx, "compute-domain", &ComputeDomainArgs{
-		Namespace:            ns.Name,
-		Name:                 c.ComputeDomainName(),
-		ChannelClaimTemplate: c.ChannelClaimTemplateName(),
-		Create:               c.ComputeDomain.Create,
-		Meta:                 meta,
-		LegacyName:           legacySuffixed(legacy, "-compute-domain"),
-	}, parent)
-	if err != nil {
-		return nil, err
-	}
-
-	graph, err := NewGraph(ctx, "graph", &GraphArgs{Namespace: ns.Name, Config: c, Decided: args.Decisions.Manifest, Meta: meta, LegacyName: legacySuffixed(legacy, "-graph"), Status: args.GraphStatus, ReadyBefore: args.GraphReadyBefore},
-		parent, pulumi.DependsOn(append(append([]pulumi.Resource{}, cd.Ready...), cache.Ready...)))
-	if err != nil {
-		return nil, err
-	}
-
-	if c.SmokeTest.Enabled {
-		if c.Readiness.WaitForReady {
-			d.SmokeTest, err = NewSmokeTest(ctx, "smoke-test", &SmokeTestArgs{Namespace: ns.Name, Config: c, Decided: args.Decisions.Manifest, Meta: meta, GraphReady: graph.Ready, Results: args.Results}, parent)
+	// Each graph with its ComputeDomain, in its own clique; the first keeps the names of a stack
+	// of one graph.
+	var (
+		graphs []*Graph
+		first  *ComputeDomain
+	)
+	for i, gc := range c.Graphs() {
+		decided := args.Decisions.Graph(i)
+		cd, err := NewComputeDomain(ctx, graphComponent("compute-domain", i), &ComputeDomainArgs{
+			Namespace:            ns.Name,
+			Name:                 gc.ComputeDomainName(),
+			ChannelClaimTemplate: gc.ChannelClaimTemplateName(),
+			Create:               gc.ComputeDomain.Create,
+			Meta:                 meta,
+			LegacyName:           legacySuffixed(legacyOf(legacy, i), "-compute-domain"),
+		}, parent)
+		if err != nil {
+			return nil, err
+		}
+		after := append(append([]pulumi.Resource{}, cd.Ready...), cache.Ready...)
+		graphOpts := []pulumi.ResourceOption{parent, pulumi.DependsOn(after)}
+		if i > 0 && meta.LiveGraph(gc.GraphName) != nil && meta.LiveGraph(c.GraphNameOf(i-1)) != nil {
+			// An update of running graphs changes them one at a time: this one once the one
+			// before it is Ready again and has passed its smoke test, so a change that fails
+			// stops at the first graph it breaks and the others keep serving as they were.
+			prev := graphs[i-1]
+			graphOpts = append(graphOpts, pulumi.DependsOnInputs(prev.Ready))
+			if prev.SmokeTest != nil {
+				graphOpts = append(graphOpts, pulumi.DependsOn([]pulumi.Resource{prev.SmokeTest.Job}))
+			}
+		}
+		readyBefore := args.GraphsReadyBefore[gc.GraphName]
+		if i == 0 {
+			readyBefore = args.GraphReadyBefore
+		}
+		graph, err := NewGraph(ctx, graphComponent("graph", i), &GraphArgs{Namespace: ns.Name, Config: gc, Decided: decided, Meta: meta, Index: i,
+			LegacyName: legacySuffixed(legacyOf(legacy, i), "-graph"), Status: args.GraphStatus, ReadyBefore: readyBefore}, graphOpts...)
+		if err != nil {
+			return nil, err
+		}
+		if c.SmokeTest.Enabled && c.Readiness.WaitForReady {
+			graph.SmokeTest, err = NewSmokeTest(ctx, graphComponent("smoke-test", i), &SmokeTestArgs{Namespace: ns.Name, Config: gc, Decided: decided, Meta: meta, Index: i,
+				GraphReady: graph.Ready, Results: args.Results}, parent)
 			if err != nil {
 				return nil, err
 			}
-		} else {
-			_ = ctx.Log.Warn("no smoke test: readiness.waitForReady=false, so nothing waits for the graph to serve before it would run", nil)
 		}
+		if c.Observability.Enabled {
+			if _, err := NewMonitoring(ctx, graphComponent("monitoring", i), &MonitoringArgs{
+				Namespace: ns.Name, Config: gc, Meta: meta, Index: i, ComputeDomainUID: cd.UID, HasComputeDomain: gc.ComputeDomain.Create && !args.Rendering,
+			}, pulumi.Parent(graph)); err != nil {
+				return nil, err
+			}
+		}
+		if i == 0 {
+			first = cd
+		}
+		graphs = append(graphs, graph)
 	}
+	if c.SmokeTest.Enabled && !c.Readiness.WaitForReady {
+		_ = ctx.Log.Warn("no smoke test: readiness.waitForReady=false, so nothing waits for the graph to serve before it would run", nil)
+	}
+	graph := graphs[0]
+	d.SmokeTest = graph.SmokeTest
+	d.Graphs = graphs
 
 	d.Namespace = ns.Name
-	if c.Observability.Enabled {
-		if _, err := NewMonitoring(ctx, "monitoring", &MonitoringArgs{
-			Namespace: ns.Name, Config: c, Meta: meta, ComputeDomainUID: cd.UID, HasComputeDomain: c.ComputeDomain.Create && !args.Rendering,
-		}, pulumi.Parent(graph)); err != nil {
-			return nil, err
-		}
-	}
 	if c.Exposure.Enabled {
-		exposure, err := NewExposure(ctx, "exposure", &ExposureArgs{Namespace: ns.Name, Config: c, Meta: meta}, pulumi.Parent(graph))
+		// One route to every graph, a child of the first as a stack of one graph has it.
+		exposureOpts := []pulumi.ResourceOption{pulumi.Parent(graph)}
+		if c.ScaledOut() {
+			// A graph joins the route once it serves: Ready, and past its smoke test.
+			for _, g := range graphs {
+				exposureOpts = append(exposureOpts, pulumi.DependsOnInputs(g.Ready))
+				if g.SmokeTest != nil {
+					exposureOpts = append(exposureOpts, pulumi.DependsOn([]pulumi.Resource{g.SmokeTest.Job}))
+				}
+			}
+		}
+		exposure, err := NewExposure(ctx, "exposure", &ExposureArgs{Namespace: ns.Name, Config: c, Meta: meta}, exposureOpts...)
 		if err != nil {
 			return nil, err
 		}
@@ -179,7 +226,7 @@ func NewMiniMaxM3(ctx *pulumi.Context, name string, args *MiniMaxM3Args, opts ..
 	d.GraphName = graph.Name
 	d.FrontendService = graph.Name.ApplyT(func(n string) string { return n + "-frontend" }).(pulumi.StringOutput)
 	d.CacheClaimName = cache.ClaimName
-	d.ComputeDomain = cd.Name
+	d.ComputeDomain = first.Name
 	d.GraphReadyGeneration = graph.ReadyGeneration
 	return d, ctx.RegisterResourceOutputs(d, pulumi.Map{
 		"graphReadyGeneration": d.GraphReadyGeneration,
@@ -219,6 +266,34 @@ func Outputs(c *config.Config, d *MiniMaxM3) pulumi.Map {
 	}
 	if d.SmokeTest != nil {
 		out["smokeTest"] = d.SmokeTest.Result
+	}
+	if c.ScaledOut() {
+		// Every graph by name, and every frontend for clients that do not go through the route.
+		out["gpuCount"] = pulumi.Int(c.GPUs() * c.GraphCount())
+		// Plain arrays: their values resolve to []any, as the engine keeps them.
+		var graphs, urls pulumi.Array
+		var wait []string
+		for i, g := range d.Graphs {
+			gc := c.Graph(i)
+			url := pulumi.Sprintf("http://%s.%s.svc.cluster.local:%d", gc.FrontendServiceName(), d.Namespace, port)
+			urls = append(urls, url)
+			wait = append(wait, "dynamographdeployment/"+gc.GraphName)
+			entry := pulumi.Map{
+				"name":                 g.Name,
+				"frontendService":      pulumi.String(gc.FrontendServiceName()),
+				"frontendUrl":          url,
+				"computeDomain":        pulumi.String(gc.ComputeDomainName()),
+				"channelClaimTemplate": pulumi.String(gc.ChannelClaimTemplateName()),
+				"readyGeneration":      g.ReadyGeneration,
+			}
+			if g.SmokeTest != nil {
+				entry["smokeTest"] = g.SmokeTest.Result
+			}
+			graphs = append(graphs, entry)
+		}
+		out[GraphsOutput] = graphs
+		out["frontendUrls"] = urls
+		out["waitCommand"] = pulumi.Sprintf("kubectl -n %s wait --for=condition=Ready %s --timeout=%s", d.Namespace, strings.Join(wait, " "), c.Readiness.Timeout)
 	}
 	if c.Exposure.Enabled {
 		// Where clients reach the model through the site's Gateway.

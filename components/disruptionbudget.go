@@ -16,14 +16,14 @@ import (
 // waits for its replacement to be Ready before the next. On a full clique the replacement of an
 // evicted worker cannot be placed, and the drain then stops at the second worker instead of taking
 // the role down. The operator's own rollouts delete pods, which a budget does not hold back.
-func newDisruptionBudgets(ctx *pulumi.Context, g *Graph, args *GraphArgs) error {
+func newDisruptionBudgets(ctx *pulumi.Context, component string, g *Graph, args *GraphArgs) error {
 	c := args.Config
 	if !c.Placement.DisruptionBudget {
 		return nil
 	}
 	for _, r := range c.Workers() {
 		name := manifest.DisruptionBudgetName(c, r)
-		if _, err := policyv1.NewPodDisruptionBudget(ctx, "disruption-budget-"+strings.ToLower(r.Name), &policyv1.PodDisruptionBudgetArgs{
+		if _, err := policyv1.NewPodDisruptionBudget(ctx, graphChild(component, "disruption-budget-"+strings.ToLower(r.Name), args.Index), &policyv1.PodDisruptionBudgetArgs{
 			Metadata: &metav1.ObjectMetaArgs{Name: pulumi.String(name), Namespace: args.Namespace, Labels: stackLabels(ctx),
 				// A budget holds from the moment it exists; its status is the disruption
 				// controller's count, which nothing here waits for.

@@ -63,7 +63,7 @@ func Route(c *config.Config) gatewayv1.HTTPRouteSpec {
 	match := c.RoutePrefix() + OpenAIPath
 	rule := gatewayv1.HTTPRouteRule{
 		Matches:     []gatewayv1.HTTPRouteMatch{{Path: &gatewayv1.HTTPPathMatch{Type: &prefix, Value: &match}}},
-		BackendRefs: []gatewayv1.HTTPBackendRef{{BackendRef: gatewayv1.BackendRef{BackendObjectReference: RouteBackend(c)}}},
+		BackendRefs: RouteBackends(c),
 		Timeouts:    &gatewayv1.HTTPRouteTimeouts{Request: &timeout},
 	}
 	if c.RoutePrefix() != "" {
@@ -78,6 +78,21 @@ func Route(c *config.Config) gatewayv1.HTTPRouteSpec {
 		Hostnames:       []gatewayv1.Hostname{gatewayv1.Hostname(e.Hostname)},
 		Rules:           []gatewayv1.HTTPRouteRule{rule},
 	}
+}
+
+// RouteBackends are the route's backends: the graph's (RouteBackend) for a stack of one graph, as
+// the recipe's route has it; with several, every graph's, each with weight 1 (an even share of
+// requests: the graphs are alike).
+func RouteBackends(c *config.Config) []gatewayv1.HTTPBackendRef {
+	if !c.ScaledOut() {
+		return []gatewayv1.HTTPBackendRef{{BackendRef: gatewayv1.BackendRef{BackendObjectReference: RouteBackend(c)}}}
+	}
+	var out []gatewayv1.HTTPBackendRef
+	for _, g := range c.Graphs() {
+		weight := int32(1)
+		out = append(out, gatewayv1.HTTPBackendRef{BackendRef: gatewayv1.BackendRef{BackendObjectReference: RouteBackend(g), Weight: &weight}})
+	}
+	return out
 }
 
 // RouteBackend is where the route sends requests: the frontend Service the operator creates, or

@@ -35,6 +35,8 @@ type GraphArgs struct {
 	Decided manifest.Decisions
 	// LegacyName is the component's logical name under the first naming scheme.
 	LegacyName string
+	// Index is the graph's number from 0 (scaleOut.graphs): it names the component's children.
+	Index int
 	// ReadyBefore is the generation an earlier up saw the graph Ready at (0: none): when this up
 	// leaves the graph at it, there is nothing to wait for (the provider too waits only for a
 	// create or an update).
@@ -59,6 +61,8 @@ type Graph struct {
 	Ready pulumi.ResourceArrayOutput
 	// ReadyGeneration is the generation this up saw Ready (or wrote, when it does not wait).
 	ReadyGeneration pulumi.IntOutput
+	// SmokeTest is the graph's smoke test, nil when none runs.
+	SmokeTest *SmokeTest
 }
 
 // NewGraph creates the ConfigMap and the DynamoGraphDeployment and, unless disabled, waits until
@@ -71,7 +75,7 @@ func NewGraph(ctx *pulumi.Context, name string, args *GraphArgs, opts ...pulumi.
 	}
 	c := args.Config
 
-	cm, err := corev1.NewConfigMap(ctx, "speculative-config", &corev1.ConfigMapArgs{
+	cm, err := corev1.NewConfigMap(ctx, graphChild(name, "speculative-config", args.Index), &corev1.ConfigMapArgs{
 		Metadata: &metav1.ObjectMetaArgs{Name: pulumi.String(c.ConfigMapName()), Namespace: args.Namespace, Labels: stackLabels(ctx),
 			Annotations: args.Meta.annotations(ctx, "ConfigMap", c.ConfigMapName(), nil)},
 		Data: pulumi.ToStringMap(manifest.SpeculativeConfigs(c)),
@@ -86,7 +90,7 @@ func NewGraph(ctx *pulumi.Context, name string, args *GraphArgs, opts ...pulumi.
 		if err != nil {
 			return nil, err
 		}
-		if _, err := corev1.NewConfigMap(ctx, "aiperf-config", &corev1.ConfigMapArgs{
+		if _, err := corev1.NewConfigMap(ctx, graphChild(name, "aiperf-config", args.Index), &corev1.ConfigMapArgs{
 			Metadata: &metav1.ObjectMetaArgs{Name: pulumi.String(manifest.AIPerfConfigMapName(c)), Namespace: args.Namespace, Labels: stackLabels(ctx),
 				Annotations: args.Meta.annotations(ctx, "ConfigMap", manifest.AIPerfConfigMapName(c), nil)},
 			Data: pulumi.StringMap{manifest.AIPerfConfigKey: pulumi.String(perf)},
@@ -134,7 +138,7 @@ func NewGraph(ctx *pulumi.Context, name string, args *GraphArgs, opts ...pulumi.
 	if key, clique := c.Placement.TopologyKey, args.Decided.CliqueOf(c); key != "" && clique != "" {
 		annotations[manifest.PlacementAnnotation] = pulumi.String(key + "=" + clique)
 	}
-	warnSurgingRolls(ctx, c, args.Meta.LiveGraph(), digests)
+	warnSurgingRolls(ctx, c, args.Meta.LiveGraph(c.GraphName), digests)
 	dgd, err := newObject(ctx, name, objectArgs{
 		APIVersion: GraphAPIVersion, Kind: "DynamoGraphDeployment",
 		Name: c.GraphName, Namespace: args.Namespace, Labels: labels,
@@ -176,10 +180,10 @@ func NewGraph(ctx *pulumi.Context, name string, args *GraphArgs, opts ...pulumi.
 			return *gen
 		}).(pulumi.IntOutput)
 	}
-	if err := newNetworkPolicy(ctx, g, args); err != nil {
+	if err := newNetworkPolicy(ctx, name, g, args); err != nil {
 		return nil, err
 	}
-	if err := newDisruptionBudgets(ctx, g, args); err != nil {
+	if err := newDisruptionBudgets(ctx, name, g, args); err != nil {
 		return nil, err
 	}
 	g.Object = dgd

@@ -21,6 +21,9 @@ const (
 	// GraphReadyGenerationOutput is the stack output holding the graph's generation its last
 	// successful up saw Ready; the next up does not wait again for a graph it leaves at it.
 	GraphReadyGenerationOutput = "graphReadyGeneration"
+	// GraphsOutput is the stack output listing each graph of a stack of several (scaleOut.graphs):
+	// its name, frontend, ComputeDomain and the generation its last up saw Ready.
+	GraphsOutput = "graphs"
 )
 
 // StackIdentity is what tells this stack's objects from every other's: its organization, project
@@ -81,4 +84,32 @@ func legacySuffixed(name, suffix string) string {
 
 func legacyURN(ctx *pulumi.Context, name string, types ...string) pulumi.URNInput {
 	return pulumi.URN(fmt.Sprintf("urn:pulumi:%s::%s::%s::%s", ctx.Stack(), ctx.Project(), strings.Join(types, "$"), name))
+}
+
+// graphComponent is the logical name of a graph's component (0-based index i): the name a stack of
+// one graph gives it for the first graph, and that name with the graph's number for the others
+// ("graph-2").
+func graphComponent(name string, i int) string {
+	if i == 0 {
+		return name
+	}
+	return fmt.Sprintf("%s-%d", name, i+1)
+}
+
+// graphChild is the logical name of a child of graph i's component: its own name for the first
+// graph, prefixed with the component's for the others, whose components share the first's type
+// and would otherwise give their children the same URNs.
+func graphChild(component, child string, i int) string {
+	if i == 0 {
+		return child
+	}
+	return component + "-" + child
+}
+
+// legacyOf is graph i's legacy name: only the first graph existed under the first naming scheme.
+func legacyOf(legacy string, i int) string {
+	if i > 0 {
+		return ""
+	}
+	return legacy
 }

@@ -38,6 +38,8 @@ type MonitoringArgs struct {
 	// IMEX alert out: that domain is its owner's to watch.
 	ComputeDomainUID pulumi.StringOutput
 	HasComputeDomain bool
+	// Index is the graph's number from 0 (scaleOut.graphs): it names the component's children.
+	Index int
 }
 
 // Monitoring is prometheus-operator's view of the graph: a PodMonitor for the frontend and one for
@@ -108,7 +110,7 @@ func NewMonitoring(ctx *pulumi.Context, name string, args *MonitoringArgs, opts 
 		for k, v := range d.Labels {
 			dlabels[k] = pulumi.String(v)
 		}
-		if _, err := corev1.NewConfigMap(ctx, "dashboard", &corev1.ConfigMapArgs{
+		if _, err := corev1.NewConfigMap(ctx, graphChild(name, "dashboard", args.Index), &corev1.ConfigMapArgs{
 			Metadata: &metav1.ObjectMetaArgs{Name: pulumi.String(c.DashboardName()), Namespace: pulumi.String(c.DashboardNamespace()), Labels: dlabels,
 				Annotations: args.Meta.annotations(ctx, "ConfigMap", c.DashboardName(), nil)},
 			Data: pulumi.StringMap{c.DashboardKey(): pulumi.String(board)},

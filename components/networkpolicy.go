@@ -58,13 +58,13 @@ func NetworkPolicySpec(c *config.Config) *networkingv1.NetworkPolicySpecArgs {
 }
 
 // newNetworkPolicy adds the graph's NetworkPolicy (networkPolicy.enabled).
-func newNetworkPolicy(ctx *pulumi.Context, g *Graph, args *GraphArgs) error {
+func newNetworkPolicy(ctx *pulumi.Context, component string, g *Graph, args *GraphArgs) error {
 	c := args.Config
 	if !c.NetworkPolicy.Enabled {
 		return nil
 	}
 	name := c.NetworkPolicyName()
-	_, err := networkingv1.NewNetworkPolicy(ctx, "network-policy", &networkingv1.NetworkPolicyArgs{
+	_, err := networkingv1.NewNetworkPolicy(ctx, graphChild(component, "network-policy", args.Index), &networkingv1.NetworkPolicyArgs{
 		Metadata: &metav1.ObjectMetaArgs{Name: pulumi.String(name), Namespace: args.Namespace, Labels: stackLabels(ctx),
 			Annotations: args.Meta.annotations(ctx, "NetworkPolicy", name, nil)},
 		Spec: NetworkPolicySpec(c),

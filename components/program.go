@@ -90,8 +90,10 @@ func deploy(ctx *pulumi.Context, name string, c *config.Config, raw config.Raw, 
 		// previous is what the stack's last update exported (none for a component of another
 		// program, which has no outputs of its own to read back: it starts as a new stack does).
 		previous previousStack
-		// readyBefore is the graph's generation an earlier up saw Ready.
-		readyBefore int64
+		// readyBefore is the graph's generation an earlier up saw Ready; readyBeforeOthers the
+		// same for the stack's other graphs, by name.
+		readyBefore       int64
+		readyBeforeOthers map[string]int64
 	)
 	kubeconfig := raw.Kubeconfig()
 	if kubeconfig != "" {
@@ -136,6 +138,7 @@ func deploy(ctx *pulumi.Context, name string, c *config.Config, raw config.Raw, 
 			}
 			if previous.Namespace == c.Namespace.Name && previous.GraphName == c.GraphName {
 				readyBefore = previous.readyGeneration
+				readyBeforeOthers = previous.readyGenerations
 			}
 		}
 	}
@@ -172,7 +175,7 @@ func deploy(ctx *pulumi.Context, name string, c *config.Config, raw config.Raw, 
 		// render directory: say "none" explicitly, a render reads no cluster.
 		providerArgs = &kubernetes.ProviderArgs{RenderYamlToDirectory: pulumi.String(dir), Kubeconfig: pulumi.String("")}
 	}
-	args := &MiniMaxM3Args{Config: c, Decisions: decided, Results: jobResults(reader), GraphStatus: graphStatus(reader), GraphReadyBefore: readyBefore, Rendering: o.RenderDirectory != ""}
+	args := &MiniMaxM3Args{Config: c, Decisions: decided, Results: jobResults(reader), GraphStatus: graphStatus(reader), GraphReadyBefore: readyBefore, GraphsReadyBefore: readyBeforeOthers, Rendering: o.RenderDirectory != ""}
 	if as != nil {
 		args.Packaged = true
 		if as.token != nil {
@@ -198,6 +201,8 @@ type previousStack struct {
 	preflight.Previous
 	// readyGeneration is the graph's generation its last successful up saw Ready (0: unknown).
 	readyGeneration int64
+	// readyGenerations is the same for the stack's other graphs (its graphs output), by name.
+	readyGenerations map[string]int64
 }
 
 // previousOutputs reads the stack's last outputs through a reference to the stack itself.
@@ -223,6 +228,22 @@ func previousOutputs(ctx *pulumi.Context) (previousStack, error) {
 	if out != nil {
 		if f, ok := out.Value.(float64); ok {
 			p.readyGeneration = int64(f)
+		}
+	}
+	if out, err = self.GetOutputDetails(GraphsOutput); err != nil {
+		return p, err
+	}
+	if out != nil {
+		graphs, _ := out.Value.([]any)
+		for _, g := range graphs {
+			m, _ := g.(map[string]any)
+			name, _ := m["name"].(string)
+			if f, ok := m["readyGeneration"].(float64); ok && name != "" {
+				if p.readyGenerations == nil {
+					p.readyGenerations = map[string]int64{}
+				}
+				p.readyGenerations[name] = int64(f)
+			}
 		}
 	}
 	return p, nil

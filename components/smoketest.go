@@ -188,6 +188,8 @@ type SmokeTestArgs struct {
 	GraphReady pulumi.ResourceArrayInput
 	// Results reads the finished pod's result; nil leaves the result out of the stack output.
 	Results JobResultReader
+	// Index is the graph's number from 0 (scaleOut.graphs): it names the component's children.
+	Index int
 }
 
 // SmokeTest is the smoke test Job and what it found.
@@ -196,6 +198,8 @@ type SmokeTest struct {
 	JobName pulumi.StringOutput `pulumi:"jobName"`
 	// Result is the passed test's JSON result (status, latencyMs, reply), as a map.
 	Result pulumi.MapOutput `pulumi:"result"`
+	// Job is the smoke test's Job: what waits for the test to pass depends on it.
+	Job pulumi.Resource `pulumi:"-"`
 }
 
 // NewSmokeTest creates the smoke test Job once the graph is Ready; `up` waits for it, and fails at
@@ -212,7 +216,7 @@ func NewSmokeTest(ctx *pulumi.Context, name string, args *SmokeTestArgs, opts ..
 	}
 	timeout, _ := time.ParseDuration(c.SmokeTest.Timeout) // validated
 	wait := (timeout + 2*time.Minute).String()
-	job, err := newObject(ctx, "smoke-test", objectArgs{
+	job, err := newObject(ctx, graphChild(name, "smoke-test", args.Index), objectArgs{
 		APIVersion: "batch/v1", Kind: "Job",
 		Name: jobName, Namespace: args.Namespace, Labels: stackLabels(ctx),
 		Annotations: args.Meta.annotations(ctx, "Job", jobName, nil),
@@ -226,6 +230,7 @@ func NewSmokeTest(ctx *pulumi.Context, name string, args *SmokeTestArgs, opts ..
 	if err != nil {
 		return nil, err
 	}
+	s.Job = job
 	s.JobName = job.ID().ApplyT(func(pulumi.ID) string { return jobName }).(pulumi.StringOutput)
 	s.Result = pulumi.All(job.ID(), args.Namespace).ApplyT(func(v []any) (map[string]any, error) {
 		result := map[string]any{"job": jobName, "passed": true}

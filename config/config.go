@@ -56,6 +56,7 @@ type Config struct {
 	ModelDownload ModelDownloadConfig `json:"modelDownload"`
 	ComputeDomain ComputeDomainConfig `json:"computeDomain"`
 	Placement     PlacementConfig     `json:"placement"`
+	ScaleOut      ScaleOutConfig      `json:"scaleOut"`
 	Readiness     ReadinessConfig     `json:"readiness"`
 	Restart       RestartConfig       `json:"restart"`
 	Benchmark     BenchmarkConfig     `json:"benchmark"`
@@ -117,6 +118,7 @@ func Validate(c *Config) Problems {
 	c.ModelDownload.validate(v, "modelDownload")
 	c.ComputeDomain.validate(v, "computeDomain")
 	c.Placement.validate(v, "placement")
+	c.ScaleOut.validate(v, "scaleOut", c)
 	v.duration("readiness.timeout", c.Readiness.Timeout)
 	if c.Readiness.ProgressDeadline != "0" {
 		v.duration("readiness.progressDeadline", c.Readiness.ProgressDeadline)

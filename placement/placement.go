@@ -42,6 +42,9 @@ type Request struct {
 	// Previous is the domain the graph was placed in before (""): kept whenever it still holds
 	// every worker, so that a change never moves a running graph.
 	Previous string
+	// Taken maps the domains other graphs of the same deployment hold to those graphs: each
+	// graph has a domain of its own, so none of them is chosen.
+	Taken map[string]string
 }
 
 // Domain is one value of the topology key among the nodes the workers may use.
@@ -53,6 +56,8 @@ type Domain struct {
 	FreeGPUs int64
 	// Holds is how many of the graph's workers fit, placed as the scheduler would fit them.
 	Holds int
+	// TakenBy is the other graph that holds the domain (Request.Taken), "" when none does.
+	TakenBy string
 }
 
 // Result is the pool as the graph sees it.
@@ -184,7 +189,7 @@ func Place(p Pool, r Request) Result {
 	}
 
 	for name, nodes := range domains {
-		d := Domain{Name: name, Trays: len(nodes)}
+		d := Domain{Name: name, Trays: len(nodes), TakenBy: r.Taken[name]}
 		for _, n := range nodes {
 			if q, ok := n.free[GPU]; ok && q.Sign() > 0 {
 				d.FreeGPUs += q.Value()
@@ -197,7 +202,7 @@ func Place(p Pool, r Request) Result {
 
 	var candidates []Domain
 	for _, d := range res.Domains {
-		if d.Holds < len(r.Workers) {
+		if d.Holds < len(r.Workers) || d.TakenBy != "" {
 			continue
 		}
 		if d.Name == r.Previous && r.Previous != "" {
@@ -227,6 +232,18 @@ func (r Result) Fits() bool {
 		}
 	}
 	return false
+}
+
+// Holding names the domains that hold a graph of n workers: those with room for it, and those
+// another graph holds (Request.Taken).
+func (r Result) Holding(n int) []string {
+	var out []string
+	for _, d := range r.Domains {
+		if d.Holds >= n || d.TakenBy != "" {
+			out = append(out, d.Name)
+		}
+	}
+	return out
 }
 
 // Empty reports a pool with no node the workers may use at all, in any state: nothing to choose
@@ -262,7 +279,11 @@ func (r Result) Table() string {
 		if name == "" {
 			name = "(all nodes)"
 		}
-		fmt.Fprintf(&b, "  %-*s  %5d  %9d  %d of %d workers\n", width, name, d.Trays, d.FreeGPUs, d.Holds, r.Workers)
+		taken := ""
+		if d.TakenBy != "" {
+			taken = "  (graph " + d.TakenBy + "'s)"
+		}
+		fmt.Fprintf(&b, "  %-*s  %5d  %9d  %d of %d workers%s\n", width, name, d.Trays, d.FreeGPUs, d.Holds, r.Workers, taken)
 	}
 	if len(r.Domains) == 0 {
 		fmt.Fprintf(&b, "  (no node the workers may use)\n")

@@ -46,15 +46,22 @@ func (o plannedObject) String() string {
 	return o.kind + " " + o.namespace + "/" + o.name
 }
 
-// plannedObjects lists what the stack would create, as the components do.
+// plannedObjects lists what the stack would create, as the components do: what the graphs share,
+// and each graph's objects (scaleOut), in the order of a stack of one graph.
 func plannedObjects(c *config.Config) []plannedObject {
 	ns := c.Namespace.Name
-	// The graph first: a credential that may read it but not some other object (a cluster-scoped
-	// Namespace) still learns its pin and its workload provider before the check gives up.
-	out := []plannedObject{
-		{cluster.GraphResource, "DynamoGraphDeployment", ns, c.GraphName, "graphName", "choose another graphName"},
-		{schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}, "ConfigMap", ns, c.ConfigMapName(), "graphName", "choose another graphName"},
+	graphs := c.Graphs()
+	configMap := func(g *config.Config) plannedObject {
+		return plannedObject{schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}, "ConfigMap", ns, g.ConfigMapName(), "graphName", "choose another graphName"}
 	}
+	var out []plannedObject
+	// The graphs first: a credential that may read them but not some other object (a
+	// cluster-scoped Namespace) still learns their pins and their workload provider before the
+	// check gives up.
+	for _, g := range graphs {
+		out = append(out, plannedObject{cluster.GraphResource, "DynamoGraphDeployment", ns, g.GraphName, "graphName", "choose another graphName"})
+	}
+	out = append(out, configMap(graphs[0]))
 	if c.Namespace.Create {
 		out = append(out, plannedObject{schema.GroupVersionResource{Version: "v1", Resource: "namespaces"}, "Namespace", "", ns,
 			"namespace.create", "set namespace.create=false to deploy into it (the stack then never changes or deletes it)"})
@@ -71,40 +78,65 @@ func plannedObjects(c *config.Config) []plannedObject {
 		out = append(out, plannedObject{schema.GroupVersionResource{Group: "batch", Version: "v1", Resource: "jobs"}, "Job", ns, c.ModelDownload.JobName,
 			"modelDownload.enabled", "set modelDownload.enabled=false to leave the download to the stack that owns the cache"})
 	}
-	if c.ComputeDomain.Create {
-		out = append(out, plannedObject{schema.GroupVersionResource{Group: "resource.nvidia.com", Version: "v1beta1", Resource: "computedomains"}, "ComputeDomain", ns, c.ComputeDomainName(),
-			"computeDomain.name", "choose another computeDomain.name (or graphName)"})
-	}
-	if c.Benchmark.Enabled {
-		out = append(out, plannedObject{schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}, "ConfigMap", ns, manifest.AIPerfConfigMapName(c),
-			"graphName", "choose another graphName"})
-	}
-	if c.Placement.DisruptionBudget {
-		for _, r := range c.Workers() {
-			out = append(out, plannedObject{manifest.DisruptionBudgets, "PodDisruptionBudget", ns, manifest.DisruptionBudgetName(c, r),
-				"placement.disruptionBudget", "set placement.disruptionBudget=false to keep it (or choose another graphName)"})
-		}
-	}
-	if c.NetworkPolicy.Enabled {
-		out = append(out, plannedObject{manifest.NetworkPolicies, "NetworkPolicy", ns, c.NetworkPolicyName(),
-			"networkPolicy.enabled", "set networkPolicy.enabled=false to keep it (or choose another graphName)"})
+	for _, g := range graphs {
+		out = append(out, graphObjects(g)...)
 	}
 	if c.Exposure.Enabled {
 		out = append(out, plannedObject{manifest.HTTPRoutes, "HTTPRoute", ns, c.RouteName(), "graphName", "choose another graphName"})
 	}
-	if c.Observability.Enabled {
-		monitors := []string{c.FrontendMonitorName(), c.WorkerMonitorName()}
-		if c.InferencePool() {
-			monitors = append(monitors, c.SidecarMonitorName())
+	for _, g := range graphs {
+		out = append(out, monitoringObjects(g)...)
+	}
+	for _, g := range graphs[1:] {
+		out = append(out, configMap(g))
+	}
+	return out
+}
+
+// graphObjects are a graph's ComputeDomain, benchmark ConfigMap, budgets and NetworkPolicy (g is
+// the graph's config, config.Config.Graph).
+func graphObjects(g *config.Config) []plannedObject {
+	ns := g.Namespace.Name
+	var out []plannedObject
+	if g.ComputeDomain.Create {
+		out = append(out, plannedObject{schema.GroupVersionResource{Group: "resource.nvidia.com", Version: "v1beta1", Resource: "computedomains"}, "ComputeDomain", ns, g.ComputeDomainName(),
+			"computeDomain.name", "choose another computeDomain.name (or graphName)"})
+	}
+	if g.Benchmark.Enabled {
+		out = append(out, plannedObject{schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}, "ConfigMap", ns, manifest.AIPerfConfigMapName(g),
+			"graphName", "choose another graphName"})
+	}
+	if g.Placement.DisruptionBudget {
+		for _, r := range g.Workers() {
+			out = append(out, plannedObject{manifest.DisruptionBudgets, "PodDisruptionBudget", ns, manifest.DisruptionBudgetName(g, r),
+				"placement.disruptionBudget", "set placement.disruptionBudget=false to keep it (or choose another graphName)"})
 		}
-		for _, m := range monitors {
-			out = append(out, plannedObject{manifest.PodMonitors, "PodMonitor", ns, m, "graphName", "choose another graphName"})
-		}
-		out = append(out, plannedObject{manifest.PrometheusRules, "PrometheusRule", ns, c.AlertRuleName(), "graphName", "choose another graphName"})
-		if c.Observability.Dashboard.Enabled {
-			out = append(out, plannedObject{schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}, "ConfigMap", c.DashboardNamespace(), c.DashboardName(),
-				"observability.dashboard.enabled", "choose another graphName or observability.dashboard.namespace"})
-		}
+	}
+	if g.NetworkPolicy.Enabled {
+		out = append(out, plannedObject{manifest.NetworkPolicies, "NetworkPolicy", ns, g.NetworkPolicyName(),
+			"networkPolicy.enabled", "set networkPolicy.enabled=false to keep it (or choose another graphName)"})
+	}
+	return out
+}
+
+// monitoringObjects are a graph's monitors, alert rules and dashboard (observability).
+func monitoringObjects(g *config.Config) []plannedObject {
+	if !g.Observability.Enabled {
+		return nil
+	}
+	ns := g.Namespace.Name
+	var out []plannedObject
+	monitors := []string{g.FrontendMonitorName(), g.WorkerMonitorName()}
+	if g.InferencePool() {
+		monitors = append(monitors, g.SidecarMonitorName())
+	}
+	for _, m := range monitors {
+		out = append(out, plannedObject{manifest.PodMonitors, "PodMonitor", ns, m, "graphName", "choose another graphName"})
+	}
+	out = append(out, plannedObject{manifest.PrometheusRules, "PrometheusRule", ns, g.AlertRuleName(), "graphName", "choose another graphName"})
+	if g.Observability.Dashboard.Enabled {
+		out = append(out, plannedObject{schema.GroupVersionResource{Version: "v1", Resource: "configmaps"}, "ConfigMap", g.DashboardNamespace(), g.DashboardName(),
+			"observability.dashboard.enabled", "choose another graphName or observability.dashboard.namespace"})
 	}
 	return out
 }
@@ -120,7 +152,7 @@ func plannedObjects(c *config.Config) []plannedObject {
 // The returned Ownership lists the objects the stack adopts (now, or in an earlier update: they
 // keep the adoption mark).
 func checkOwnership(ctx context.Context, log Log, reader ObjectReader, c *config.Config, s Stack) (Ownership, error) {
-	meta := Ownership{adopted: map[string]bool{}}
+	meta := Ownership{adopted: map[string]bool{}, liveGraphs: map[string]map[string]string{}}
 	if s.Previous.Identity != s.Identity {
 		meta.Previous = s.Previous.Identity
 	}
@@ -142,10 +174,11 @@ func checkOwnership(ctx context.Context, log Log, reader ObjectReader, c *config
 			continue
 		}
 		if obj.kind == "DynamoGraphDeployment" {
-			meta.liveGraph = live.Annotations
-			if meta.liveGraph == nil {
-				meta.liveGraph = map[string]string{}
+			annotations := live.Annotations
+			if annotations == nil {
+				annotations = map[string]string{}
 			}
+			meta.liveGraphs[obj.name] = annotations
 		}
 		if ownedBy(live, s.Name, s.Identity, meta.Previous) {
 			if live.Annotations[manifest.AdoptedAnnotation] == "true" {
@@ -172,10 +205,13 @@ func checkOwnership(ctx context.Context, log Log, reader ObjectReader, c *config
 		ps.Add(obj.key, "%s already exists and was not created by this stack: %s; or set adopt=true to take it over (a kustomize deployment of the recipe, for one)",
 			obj, obj.useInstead)
 	}
-	if p, ok := meta.liveGraph[cluster.WorkloadProviderAnnotation]; ok && p != cluster.WorkloadProviderComponent {
-		ps.Add("graphName", "%s", cluster.ProviderMessage(c.Namespace.Name, c.GraphName, p))
+	for _, g := range c.Graphs() {
+		live := meta.liveGraphs[g.GraphName]
+		if p, ok := live[cluster.WorkloadProviderAnnotation]; ok && p != cluster.WorkloadProviderComponent {
+			ps.Add("graphName", "%s", cluster.ProviderMessage(g.Namespace.Name, g.GraphName, p))
+		}
+		ps = append(ps, sameComponents(g, live)...)
 	}
-	ps = append(ps, sameComponents(c, meta.liveGraph)...)
 	if len(ps) > 0 {
 		return meta, ps
 	}

@@ -40,9 +40,21 @@ type Decisions struct {
 	Ownership Ownership
 	// PodSecurity is the Pod Security level of the namespace the stack creates.
 	PodSecurity string
-	// Manifest is what changes the graph's objects: the clique its workers are pinned to and the
-	// RuntimeClass of workers that name none.
-	Manifest manifest.Decisions
+	// Graphs are what changes each graph's objects (config.Config.Graph), in order: the clique its
+	// workers are pinned to and the RuntimeClass of workers that name none.
+	Graphs []manifest.Decisions
+}
+
+// Graph is what was decided for graph i (from 0); with nothing decided for it (no check ran), its
+// workers take the decided RuntimeClass and no clique beyond the config's.
+func (d Decisions) Graph(i int) manifest.Decisions {
+	if i < len(d.Graphs) {
+		return d.Graphs[i]
+	}
+	if len(d.Graphs) > 0 {
+		return manifest.Decisions{WorkerRuntimeClass: d.Graphs[0].WorkerRuntimeClass}
+	}
+	return manifest.Decisions{}
 }
 
 // Check runs every check that needs the cluster, before anything is registered, and returns what
@@ -50,13 +62,16 @@ type Decisions struct {
 // read (a render, or a cluster that cannot be reached): then only what needs no cluster is decided.
 // The checks, in order: the APIs the stack's objects need are served, no other route holds the
 // hostname, the site's Gateway takes the route, no object the stack would create is another's
-// (Ownership), the namespace's Pod Security level and the workers' RuntimeClass, and the clique the
-// workers go to (placement).
+// (Ownership), the namespace's Pod Security level and the workers' RuntimeClass, and the clique each
+// graph's workers go to (placement).
 func Check(ctx context.Context, log Log, reader ObjectReader, c *config.Config, s Stack) (Decisions, error) {
 	var d Decisions
 	if reader == nil {
 		level, class, err := resolvePodSecurity(ctx, log, nil, c, d.Ownership)
-		d.PodSecurity, d.Manifest = level, manifest.Decisions{WorkerRuntimeClass: class}
+		d.PodSecurity = level
+		for range c.GraphCount() {
+			d.Graphs = append(d.Graphs, manifest.Decisions{WorkerRuntimeClass: class})
+		}
 		return d, err
 	}
 	if err := checkAPIs(ctx, log, reader, c); err != nil {
@@ -76,8 +91,8 @@ func Check(ctx context.Context, log Log, reader ObjectReader, c *config.Config, 
 	if err != nil {
 		return d, err
 	}
-	d.PodSecurity, d.Manifest.WorkerRuntimeClass = level, class
-	if d.Manifest.Clique, err = place(ctx, log, reader, c, d.Ownership, s.Previous, class); err != nil {
+	d.PodSecurity = level
+	if d.Graphs, err = placeGraphs(ctx, log, reader, c, d.Ownership, s.Previous, class); err != nil {
 		return d, err
 	}
 	return d, nil
@@ -90,8 +105,8 @@ type Ownership struct {
 	Previous string
 	// adopted are the objects (objectKey) the stack took over with adopt=true.
 	adopted map[string]bool
-	// liveGraph holds the live graph's annotations (nil when there is no graph yet).
-	liveGraph map[string]string
+	// liveGraphs holds each live graph's annotations, by name (none when there is no graph yet).
+	liveGraphs map[string]map[string]string
 }
 
 func objectKey(kind, name string) string { return kind + "/" + name }
@@ -99,8 +114,8 @@ func objectKey(kind, name string) string { return kind + "/" + name }
 // Adopted reports whether the stack took the object over rather than created it.
 func (o Ownership) Adopted(kind, name string) bool { return o.adopted[objectKey(kind, name)] }
 
-// LiveGraph is the live graph's annotations, nil when there is no graph yet.
-func (o Ownership) LiveGraph() map[string]string { return o.liveGraph }
+// LiveGraph is the annotations of the live graph of that name, nil when there is no such graph yet.
+func (o Ownership) LiveGraph(name string) map[string]string { return o.liveGraphs[name] }
 
 // Unreadable is the refusal of kubernetes.requireRead when the cluster cannot be read.
 func Unreadable(err error) error {

@@ -57,10 +57,13 @@ var outputs = map[string]struct{ typ, description string }{
 	"waitCommand":          {"string", "A kubectl command that waits for the graph to be Ready."},
 	"smokeTest":            {"object", "The smoke test's result (status, latencyMs, reply), when it runs."},
 	"externalUrl":          {"string", "Where clients reach the model through the site's Gateway, when exposure is enabled."},
+	"graphs": {"array", "Each graph of a deployment of several (scaleOut.graphs above 1): name, frontendService, frontendUrl, " +
+		"computeDomain, channelClaimTemplate, readyGeneration and smokeTest."},
+	"frontendUrls": {"array", "Every graph's frontend URL inside the cluster, when scaleOut.graphs is above 1."},
 }
 
 // optionalOutputs are outputs only some configurations have.
-var optionalOutputs = []string{"smokeTest", "externalUrl"}
+var optionalOutputs = []string{"smokeTest", "externalUrl", "graphs", "frontendUrls"}
 
 // Schema is the package's schema: the Deployment component, whose inputs are the config keys a
 // stack sets (the same names, types and descriptions, every one optional: the profile's defaults
@@ -115,8 +118,11 @@ func Schema(commentsDir string) ([]byte, error) {
 	var required []string
 	for k, o := range outputs {
 		p := map[string]any{"type": o.typ, "description": o.description}
-		if o.typ == "object" {
+		switch o.typ {
+		case "object":
 			p = map[string]any{"type": "object", "additionalProperties": map[string]any{"$ref": "pulumi.json#/Any"}, "description": o.description}
+		case "array":
+			p = map[string]any{"type": "array", "items": map[string]any{"$ref": "pulumi.json#/Any"}, "description": o.description}
 		}
 		props[k] = p
 		if !slices.Contains(optionalOutputs, k) {

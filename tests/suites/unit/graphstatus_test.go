@@ -211,7 +211,9 @@ func (w *watchingCluster) WatchPodProblems(ctx context.Context, _, _ string, _ t
 }
 
 func (w *watchingCluster) WaitGraphReady(ctx context.Context, _, _ string, _ int64, _ string, seen *cluster.GraphSeen) error {
+	w.mu.Lock()
 	w.waits++
+	w.mu.Unlock()
 	if w.ready {
 		return nil
 	}

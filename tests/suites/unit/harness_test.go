@@ -66,6 +66,11 @@ func (m *mocks) NewResource(args pulumi.MockResourceArgs) (string, resource.Prop
 		}
 		for k, v := range m.outputs {
 			outputs[resource.PropertyKey(k)] = resource.NewProperty(v)
+			var list []any
+			if strings.HasPrefix(v, "[") && json.Unmarshal([]byte(v), &list) == nil {
+				// A list output (JSON here), as the engine keeps it: numbers are float64.
+				outputs[resource.PropertyKey(k)] = resource.NewPropertyValue(list)
+			}
 		}
 		if n, ok := m.outputs[components.GraphReadyGenerationOutput]; ok {
 			var f float64

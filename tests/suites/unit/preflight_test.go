@@ -41,14 +41,14 @@ func TestPreflightDecidesWithoutWritingTheConfig(t *testing.T) {
 		var log messages
 		d, err := preflight.Check(context.Background(), &log, poolCluster{fakeCluster{}, tc.pool}, &c, s)
 		require.NoError(t, err)
-		assert.Equal(t, tc.want, d.Manifest.Clique)
+		assert.Equal(t, tc.want, d.Graph(0).Clique)
 		assert.Equal(t, config.PodSecurityPrivileged, d.PodSecurity, "no site install found: the namespace the stack creates is privileged")
-		assert.Empty(t, d.Manifest.WorkerRuntimeClass)
-		assert.Nil(t, d.Ownership.LiveGraph(), "no graph yet")
+		assert.Empty(t, d.Graph(0).WorkerRuntimeClass)
+		assert.Nil(t, d.Ownership.LiveGraph(c.GraphName), "no graph yet")
 		assert.Contains(t, strings.Join(log.infos, "\n"), "placement: the graph's 6 workers go to clique nvidia.com/gpu.clique="+tc.want)
 
 		// The graph built from the decision carries it; the config alone does not.
-		decided, err := manifest.GraphSpec(&c, d.Manifest)
+		decided, err := manifest.GraphSpec(&c, d.Graph(0))
 		require.NoError(t, err)
 		asConfigured, err := manifest.GraphSpec(&c, manifest.Decisions{})
 		require.NoError(t, err)
@@ -67,7 +67,7 @@ func TestPreflightWithoutAClusterDecidesThePodSecurityLevelOnly(t *testing.T) {
 	c := disaggConfig(t, nil)
 	d, err := preflight.Check(context.Background(), &messages{}, nil, &c, preflight.Stack{Name: "disagg"})
 	require.NoError(t, err)
-	assert.Equal(t, preflight.Decisions{PodSecurity: config.PodSecurityPrivileged}, d)
+	assert.Equal(t, preflight.Decisions{PodSecurity: config.PodSecurityPrivileged, Graphs: []manifest.Decisions{{}}}, d)
 }
 
 // requiredTerms are a pod's required node affinity expressions.
