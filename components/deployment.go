@@ -32,6 +32,9 @@ type MiniMaxM3Args struct {
 	Results JobResultReader
 	// GraphStatus follows the operator's status of the graph during `up`; nil does not.
 	GraphStatus GraphStatusWatcher
+	// Routes sets the route's weights while an update rolls the graphs of a stack of several one
+	// at a time (scaleOut.drain); nil leaves every graph in the route.
+	Routes RouteWeights
 	// GraphReadyBefore is the graph's generation an earlier up saw Ready (its output
 	// GraphReadyGenerationOutput; 0: none): an up that leaves that generation as it is does not
 	// wait for the graph again.
@@ -144,6 +147,7 @@ func NewMiniMaxM3(ctx *pulumi.Context, name string, args *MiniMaxM3Args, opts ..
 		graphs []*Graph
 		first  *ComputeDomain
 	)
+	rollout := newGraphRollout(ctx, args.Routes, c)
 	for i, gc := range c.Graphs() {
 		decided := args.Decisions.Graph(i)
 		cd, err := NewComputeDomain(ctx, graphComponent("compute-domain", i), &ComputeDomainArgs{
@@ -169,6 +173,9 @@ func NewMiniMaxM3(ctx *pulumi.Context, name string, args *MiniMaxM3Args, opts ..
 				graphOpts = append(graphOpts, pulumi.DependsOn([]pulumi.Resource{prev.SmokeTest.Job}))
 			}
 		}
+		// With a route: out of it while the change rolls the graph's pods, after the graph
+		// before is back in it.
+		graphOpts = append(graphOpts, pulumi.DependsOnInputs(rollout.drain(gc, meta.LiveGraph(gc.GraphName) != nil, rolls(meta.LiveGraph(gc.GraphName), gc, decided))))
 		readyBefore := args.GraphsReadyBefore[gc.GraphName]
 		if i == 0 {
 			readyBefore = args.GraphReadyBefore
@@ -185,6 +192,11 @@ func NewMiniMaxM3(ctx *pulumi.Context, name string, args *MiniMaxM3Args, opts ..
 				return nil, err
 			}
 		}
+		serving := graph.Ready
+		if graph.SmokeTest != nil {
+			serving = graph.SmokeTest.Passed
+		}
+		rollout.restore(gc, meta.LiveGraph(gc.GraphName) != nil, serving)
 		if c.Observability.Enabled {
 			if _, err := NewMonitoring(ctx, graphComponent("monitoring", i), &MonitoringArgs{
 				Namespace: ns.Name, Config: gc, Meta: meta, Index: i, ComputeDomainUID: cd.UID, HasComputeDomain: gc.ComputeDomain.Create && !args.Rendering,
@@ -209,11 +221,17 @@ func NewMiniMaxM3(ctx *pulumi.Context, name string, args *MiniMaxM3Args, opts ..
 		// One route to every graph, a child of the first as a stack of one graph has it.
 		exposureOpts := []pulumi.ResourceOption{pulumi.Parent(graph)}
 		if c.ScaledOut() {
-			// A graph joins the route once it serves: Ready, and past its smoke test.
+			// A graph joins the route once it serves: Ready, and past its smoke test; the route's
+			// own update waits for every graph back in it.
 			for _, g := range graphs {
 				exposureOpts = append(exposureOpts, pulumi.DependsOnInputs(g.Ready))
 				if g.SmokeTest != nil {
 					exposureOpts = append(exposureOpts, pulumi.DependsOn([]pulumi.Resource{g.SmokeTest.Job}))
+				}
+			}
+			if rollout != nil {
+				for _, r := range rollout.restored {
+					exposureOpts = append(exposureOpts, pulumi.DependsOnInputs(r))
 				}
 			}
 		}

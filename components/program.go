@@ -175,7 +175,7 @@ func deploy(ctx *pulumi.Context, name string, c *config.Config, raw config.Raw, 
 		// render directory: say "none" explicitly, a render reads no cluster.
 		providerArgs = &kubernetes.ProviderArgs{RenderYamlToDirectory: pulumi.String(dir), Kubeconfig: pulumi.String("")}
 	}
-	args := &MiniMaxM3Args{Config: c, Decisions: decided, Results: jobResults(reader), GraphStatus: graphStatus(reader), GraphReadyBefore: readyBefore, GraphsReadyBefore: readyBeforeOthers, Rendering: o.RenderDirectory != ""}
+	args := &MiniMaxM3Args{Config: c, Decisions: decided, Results: jobResults(reader), GraphStatus: graphStatus(reader), Routes: routeWeights(reader), GraphReadyBefore: readyBefore, GraphsReadyBefore: readyBeforeOthers, Rendering: o.RenderDirectory != ""}
 	if as != nil {
 		args.Packaged = true
 		if as.token != nil {
@@ -330,6 +330,12 @@ func keysFromEnvironment() []string {
 func jobResults(reader ObjectReader) JobResultReader {
 	r, _ := reader.(JobResultReader)
 	return r
+}
+
+// routeWeights sets the route's weights during a rollout, when the cluster's reader can.
+func routeWeights(reader ObjectReader) RouteWeights {
+	w, _ := reader.(RouteWeights)
+	return w
 }
 
 // graphStatus follows the graph's status, when the cluster's reader can.

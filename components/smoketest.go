@@ -200,6 +200,8 @@ type SmokeTest struct {
 	Result pulumi.MapOutput `pulumi:"result"`
 	// Job is the smoke test's Job: what waits for the test to pass depends on it.
 	Job pulumi.Resource `pulumi:"-"`
+	// Passed resolves to the Job once it has passed (the provider waits for its completion).
+	Passed pulumi.ResourceArrayOutput `pulumi:"-"`
 }
 
 // NewSmokeTest creates the smoke test Job once the graph is Ready; `up` waits for it, and fails at
@@ -231,6 +233,7 @@ func NewSmokeTest(ctx *pulumi.Context, name string, args *SmokeTestArgs, opts ..
 		return nil, err
 	}
 	s.Job = job
+	s.Passed = job.ID().ApplyT(func(pulumi.ID) []pulumi.Resource { return []pulumi.Resource{job} }).(pulumi.ResourceArrayOutput)
 	s.JobName = job.ID().ApplyT(func(pulumi.ID) string { return jobName }).(pulumi.StringOutput)
 	s.Result = pulumi.All(job.ID(), args.Namespace).ApplyT(func(v []any) (map[string]any, error) {
 		result := map[string]any{"job": jobName, "passed": true}

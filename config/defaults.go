@@ -65,7 +65,7 @@ func Defaults(p Profile) Config {
 		},
 		ComputeDomain: ComputeDomainConfig{Create: true},
 		Placement:     PlacementConfig{Check: true, DisruptionBudget: true},
-		ScaleOut:      ScaleOutConfig{Graphs: 1},
+		ScaleOut:      ScaleOutConfig{Graphs: 1, Drain: "5m"},
 		Readiness:     ReadinessConfig{WaitForReady: true, Timeout: "2h", DeleteTimeout: "10m", ProgressDeadline: "10m"},
 		// The recipe's benchmark (perf/perf.yaml and perf/README.md): its AIPerf image, trace and caps.
 		Benchmark: BenchmarkConfig{

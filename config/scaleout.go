@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"k8s.io/apimachinery/pkg/util/validation"
 )
@@ -21,6 +22,12 @@ type ScaleOutConfig struct {
 	// graphs, each clique once); a graph without an entry, or with "", is placed as placement.check
 	// chooses, and then kept where it runs. Changing a graph's entry moves it (its workers restart).
 	Cliques []string `json:"cliques"`
+	// Drain is how long a graph is out of the route before a change rolls its pods, for the
+	// streams it serves to finish (a duration): an update of running graphs sets the graph's route
+	// weight to 0, waits this long, applies the change, waits for Ready and the smoke test, and sets
+	// the weight back, graph by graph. A stream longer than this (up to exposure.requestTimeout) is
+	// cut when its pod restarts. Without exposure nothing is drained.
+	Drain string `json:"drain"`
 
 	// stack is the stack's graphName in a graph's config (Graph): what the graphs share is named
 	// after it.
@@ -114,6 +121,12 @@ func (s ScaleOutConfig) validate(v validator, key string, c *Config) {
 			v.add(k, "is clique %q again (scaleOut.cliques[%d]): each graph needs a clique of its own", clique, j)
 		}
 	}
+	v.duration(key+".drain", s.Drain)
+	d, err := time.ParseDuration(s.Drain)
+	limit, lerr := time.ParseDuration(c.Exposure.RequestTimeout)
+	if err == nil && lerr == nil && c.Exposure.Enabled && d > limit {
+		v.add(key+".drain", "is %s, longer than exposure.requestTimeout (%s), after which the route ends a request anyway: at most that", s.Drain, c.Exposure.RequestTimeout)
+	}
 	if s.Graphs == 1 {
 		return
 	}
@@ -158,4 +171,10 @@ func (s ScaleOutConfig) validate(v validator, key string, c *Config) {
 			}
 		}
 	}
+}
+
+// DrainDuration is scaleOut.drain (validated).
+func (s ScaleOutConfig) DrainDuration() time.Duration {
+	d, _ := time.ParseDuration(s.Drain)
+	return d
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -144,43 +145,74 @@ func TestBoxScaleOutDisaggTwoGraphsInTwoCliquesBehindOneRoute(t *testing.T) {
 	assert.False(t, exists)
 }
 
-// graphSnapshot is one look at a graph: its generation, and whether the operator reports it Ready
-// at that generation.
+// graphSnapshot is one look at a graph: its generation, whether the operator reports it Ready at
+// that generation, and its weight in the stack's route (-1: not in it).
 type graphSnapshot struct {
 	name       string
 	generation int64
 	ready      bool
+	weight     int64
 }
 
-// watchGraphs looks at the namespace's graphs every 100 ms until stop is called, and returns what
-// it saw, in order. It runs off the test goroutine and never fails the test: a failed read is
-// skipped.
-func watchGraphs(ns string) (stop func() []graphSnapshot) {
+// watchGraphs looks at the route and then at the namespace's graphs every 100 ms until stop is
+// called, and returns what it saw, in order. The route is read first: a weight it shows was set
+// before the graphs' state that follows it (the program sets a weight of 1 only on a Ready graph,
+// and changes a graph only scaleOut.drain after its weight went to 0). It runs off the test
+// goroutine and never fails the test: a failed read is skipped.
+func watchGraphs(ns, route string) (stop func() []graphSnapshot) {
 	ctx, cancel := context.WithCancel(context.Background())
 	var (
 		mu   sync.Mutex
 		seen []graphSnapshot
 		wg   sync.WaitGroup
 	)
+	look := func(ctx context.Context) {
+		weights := map[string]int64{}
+		var rt unstructured.Unstructured
+		rt.SetGroupVersionKind(manifest.HTTPRoutes.GroupVersion().WithKind("HTTPRoute"))
+		if err := box.Client.Get(ctx, client.ObjectKey{Namespace: ns, Name: route}, &rt); err != nil {
+			return
+		}
+		var spec gatewayv1.HTTPRouteSpec
+		if m, ok := rt.Object["spec"].(map[string]any); ok && runtime.DefaultUnstructuredConverter.FromUnstructured(m, &spec) == nil {
+			for _, rule := range spec.Rules {
+				for _, ref := range rule.BackendRefs {
+					w := int64(1)
+					if ref.Weight != nil {
+						w = int64(*ref.Weight)
+					}
+					weights[strings.TrimSuffix(string(ref.Name), "-frontend")] = w
+				}
+			}
+		}
+		var list unstructured.UnstructuredList
+		list.SetGroupVersionKind(graphGVK.GroupVersion().WithKind("DynamoGraphDeploymentList"))
+		if err := box.Client.List(ctx, &list, client.InNamespace(ns)); err != nil {
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		for i := range list.Items {
+			g := &list.Items[i]
+			w, ok := weights[g.GetName()]
+			if !ok {
+				w = -1
+			}
+			seen = append(seen, graphSnapshot{name: g.GetName(), generation: g.GetGeneration(), ready: operatorReady(g), weight: w})
+		}
+	}
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
 		for ctx.Err() == nil {
-			var list unstructured.UnstructuredList
-			list.SetGroupVersionKind(graphGVK.GroupVersion().WithKind("DynamoGraphDeploymentList"))
-			if err := box.Client.List(ctx, &list, client.InNamespace(ns)); err == nil {
-				mu.Lock()
-				for i := range list.Items {
-					g := &list.Items[i]
-					seen = append(seen, graphSnapshot{name: g.GetName(), generation: g.GetGeneration(), ready: operatorReady(g)})
-				}
-				mu.Unlock()
-			}
+			look(ctx)
 			select {
 			case <-ctx.Done():
 			case <-time.After(100 * time.Millisecond):
 			}
 		}
+		// One last look once the operation has ended.
+		look(context.Background())
 	}()
 	return func() []graphSnapshot {
 		cancel()
@@ -196,6 +228,26 @@ func firstSeen(seen []graphSnapshot, match func(graphSnapshot) bool) int {
 	return slices.IndexFunc(seen, match)
 }
 
+// lastWeights are each graph's weight as last seen.
+func lastWeights(seen []graphSnapshot) map[string]int64 {
+	out := map[string]int64{}
+	for _, g := range seen {
+		out[g.name] = g.weight
+	}
+	return out
+}
+
+// assertNeverServingWhileChanging checks that no snapshot shows a graph with a weight above 0
+// while it is not Ready at its generation (mid-change, or broken).
+func assertNeverServingWhileChanging(t *testing.T, seen []graphSnapshot) {
+	t.Helper()
+	for i, g := range seen {
+		if g.weight > 0 && !g.ready {
+			t.Errorf("snapshot %d: graph %s has weight %d in the route at generation %d, not Ready", i, g.name, g.weight, g.generation)
+		}
+	}
+}
+
 // A change of the workers reaches the graphs one at a time: graph 2 is changed only once graph 1
 // is Ready at its new generation. A change that breaks graph 1 (its workers OOM-killed on start)
 // ends `up` naming graph 1, and graph 2 is never touched: it keeps its generation and stays Ready.
@@ -206,42 +258,84 @@ func TestBoxScaleOutAggChangesGraphByGraphAndStopsAtTheFirstItBreaks(t *testing.
 	b, c := scaleOutPool(t, "scale-agg", 12)
 	const ns = "box-scaleout-agg"
 	first, second := aggGraph, "g2-"+aggGraph
-	s := scaleOutStack(t, "agg", ns, "scale-agg", nil)
+	s := scaleOutStack(t, "agg", ns, "scale-agg", auto.ConfigMap{"minimax-m3:scaleOut.drain": {Value: "5s"}})
 	upOK(t, s)
 	assertEachGraphWholeInItsRack(t, ns, map[string]rackbox.Rack{first: b, second: c}, 3)
 	assertOneEntryPoint(t, ns, first)
 
-	// 1. A flag change, graph by graph.
+	// 1. A flag change, graph by graph: the preview shows the plan, the up takes each graph out of
+	// the route, drains it, changes it, waits for Ready and its smoke test, and puts it back.
 	gen1, gen2 := boxGraph(t, ns, first).GetGeneration(), boxGraph(t, ns, second).GetGeneration()
 	s.set(ctx, "minimax-m3:worker.vllm.maxNumSeqs", "48")
-	stop := watchGraphs(ns)
+	_, err := s.preview(ctx)
+	require.NoError(t, err, s.log.String())
+	for _, g := range []string{first, second} {
+		assert.Contains(t, s.log.String(), "rollout: graph "+g+": weight 0 in HTTPRoute "+ns+"/"+first+", 5s for its streams (scaleOut.drain), the change (rolls Worker), Ready, its smoke test, weight 1")
+	}
+	stop := watchGraphs(ns, first)
 	upOK(t, s)
 	seen := stop()
-	firstReady := firstSeen(seen, func(g graphSnapshot) bool { return g.name == first && g.generation > gen1 && g.ready })
+	firstOut := firstSeen(seen, func(g graphSnapshot) bool { return g.name == first && g.weight == 0 })
+	firstChanged := firstSeen(seen, func(g graphSnapshot) bool { return g.name == first && g.generation > gen1 })
+	firstBack := firstSeen(seen, func(g graphSnapshot) bool { return g.name == first && g.generation > gen1 && g.weight == 1 })
+	secondOut := firstSeen(seen, func(g graphSnapshot) bool { return g.name == second && g.weight == 0 })
 	secondChanged := firstSeen(seen, func(g graphSnapshot) bool { return g.name == second && g.generation > gen2 })
-	require.GreaterOrEqual(t, firstReady, 0, "graph 1 was seen Ready at its new generation")
-	require.GreaterOrEqual(t, secondChanged, 0, "graph 2 was changed")
-	assert.Less(t, firstReady, secondChanged, "graph 2 is changed only once graph 1 is Ready again")
+	for what, i := range map[string]int{"graph 1 out of the route": firstOut, "graph 1 changed": firstChanged, "graph 1 back": firstBack, "graph 2 out": secondOut, "graph 2 changed": secondChanged} {
+		require.GreaterOrEqual(t, i, 0, "%s was seen", what)
+	}
+	assert.True(t, firstOut < firstChanged && firstChanged < firstBack && firstBack < secondOut && secondOut < secondChanged,
+		"out, changed and back, graph 1 before graph 2: %d %d %d %d %d", firstOut, firstChanged, firstBack, secondOut, secondChanged)
+	assertNeverServingWhileChanging(t, seen)
+	assert.Equal(t, map[string]int64{first: 1, second: 1}, lastWeights(seen), "both graphs are back in the route")
+	assertRouteReleased(t, ns, first)
 	assertEachGraphWholeInItsRack(t, ns, map[string]rackbox.Rack{first: b, second: c}, 3)
 
 	// 2. A change whose workers are OOM-killed on start: up ends naming graph 1; graph 2 keeps its
 	// generation and its Ready through the whole update.
 	gen1, gen2 = boxGraph(t, ns, first).GetGeneration(), boxGraph(t, ns, second).GetGeneration()
 	s.set(ctx, troubleKey("worker"), rackbox.TroubleOOMKilled)
-	stop = watchGraphs(ns)
-	err := stuckUp(t, s, 6*time.Minute)
+	stop = watchGraphs(ns, first)
+	err = stuckUp(t, s, 6*time.Minute)
 	seen = stop()
+	assertNeverServingWhileChanging(t, seen)
 	assert.Contains(t, err.Error(), "DynamoGraphDeployment "+ns+"/"+first+" cannot become Ready without a change")
 	assert.Contains(t, err.Error(), "OOMKilled")
 	assert.NotContains(t, err.Error(), ns+"/"+second+" ")
-	assert.Equal(t, -1, firstSeen(seen, func(g graphSnapshot) bool { return g.name == second && (g.generation != gen2 || !g.ready) }),
-		"graph 2 was never changed nor seen not Ready")
+	assert.Equal(t, -1, firstSeen(seen, func(g graphSnapshot) bool {
+		return g.name == second && (g.generation != gen2 || !g.ready || g.weight != 1)
+	}),
+		"graph 2 was never changed nor seen not Ready, and kept its weight")
 	assert.Greater(t, boxGraph(t, ns, first).GetGeneration(), gen1, "graph 1 took the change")
+	assert.Equal(t, map[string]int64{first: 0, second: 1}, lastWeights(seen), "the broken graph 1 stays out of the route, graph 2 serves it")
 
-	// 3. Reverted: graph 1 is Ready again, graph 2 untouched.
+	// 3. Reverted: graph 1 is Ready again and back in the route, graph 2 untouched.
 	require.NoError(t, s.stack.RemoveConfigWithOptions(ctx, troubleKey("worker"), &auto.ConfigOptions{Path: true}))
+	stop = watchGraphs(ns, first)
 	upOK(t, s)
+	seen = stop()
+	assertNeverServingWhileChanging(t, seen)
+	assert.Equal(t, map[string]int64{first: 1, second: 1}, lastWeights(seen), "both graphs serve the route")
+	assertRouteReleased(t, ns, first)
+
+	// 4. The route is the stack's again: a change of it applies without a field-manager conflict.
+	s.set(ctx, "minimax-m3:exposure.requestTimeout", "1h")
+	upOK(t, s)
+	route := mustGetOn(t, box.Client, manifest.HTTPRoutes.GroupVersion().WithKind("HTTPRoute"), ns, first)
+	rules, _, _ := unstructured.NestedSlice(route.Object, "spec", "rules")
+	require.Len(t, rules, 1)
+	timeout, _, _ := unstructured.NestedString(rules[0].(map[string]any), "timeouts", "request")
+	assert.Equal(t, "1h", timeout)
 	assert.True(t, operatorReady(boxGraph(t, ns, first)))
 	assert.Equal(t, gen2, boxGraph(t, ns, second).GetGeneration(), "graph 2 never changed")
 	assertEachGraphWholeInItsRack(t, ns, map[string]rackbox.Rack{first: b, second: c}, 3)
+}
+
+// assertRouteReleased checks that the rollout's field manager is gone from the route's managed
+// fields once every graph is back in it: the provider's next apply of the route meets no conflict.
+func assertRouteReleased(t *testing.T, ns, route string) {
+	t.Helper()
+	rt := mustGetOn(t, box.Client, manifest.HTTPRoutes.GroupVersion().WithKind("HTTPRoute"), ns, route)
+	for _, m := range rt.GetManagedFields() {
+		assert.NotEqual(t, "minimax-m3-rollout", m.Manager, "the rollout still holds fields of HTTPRoute %s/%s", ns, route)
+	}
 }

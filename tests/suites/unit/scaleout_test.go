@@ -248,6 +248,13 @@ func TestScaleOutSettingsAreCheckedAtTheirKeys(t *testing.T) {
 		{map[string]string{"minimax-m3:scaleOut": `{"graphs": 1, "cliques": ["fabric.a"]}`}, "minimax-m3:scaleOut.cliques: pins the graphs of a stack of several, and scaleOut.graphs is 1: pin its graph with placement.clique"},
 		{scaleOut("agg", 2, map[string]string{"minimax-m3:placement": `{"topologyKey": "nvidia.com/gpu.clique", "check": false}`}),
 			"minimax-m3:placement.check: is false, and scaleOut.graphs is 2 with 0 pinned by scaleOut.cliques"},
+		{scaleOut("agg", 2, map[string]string{"minimax-m3:scaleOut": `{"graphs": 2, "drain": "0s"}`}), `minimax-m3:scaleOut.drain: "0s" is not a positive duration`},
+		{scaleOut("agg", 2, maps.Collect(func(yield func(string, string) bool) {
+			for k, v := range exposureOn(map[string]string{"requestTimeout": `"30m"`}) {
+				yield(k, v)
+			}
+			yield("minimax-m3:scaleOut", `{"graphs": 2, "drain": "45m"}`)
+		})), "minimax-m3:scaleOut.drain: is 45m, longer than exposure.requestTimeout (30m), after which the route ends a request anyway: at most that"},
 		{scaleOut("agg", 2, map[string]string{"minimax-m3:graphName": "g"}),
 			`minimax-m3:graphName: "g" makes graph 1's Dynamo namespace "inference-g" the beginning of graph 2's "inference-g2-g"`},
 		{scaleOut("agg", 2, map[string]string{"minimax-m3:graphName": "minimax-m3-agg-gb200-agentic-with-a-long-name-x"}),
