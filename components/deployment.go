@@ -229,10 +229,12 @@ func NewMiniMaxM3(ctx *pulumi.Context, name string, args *MiniMaxM3Args, opts ..
 					exposureOpts = append(exposureOpts, pulumi.DependsOn([]pulumi.Resource{g.SmokeTest.Job}))
 				}
 			}
-			if rollout != nil {
-				for _, r := range rollout.restored {
-					exposureOpts = append(exposureOpts, pulumi.DependsOnInputs(r))
-				}
+		}
+		if rollout != nil {
+			// The route's own update waits for its rules given back from an interrupted rollout,
+			// and for every graph back in it.
+			for _, r := range rollout.restored {
+				exposureOpts = append(exposureOpts, pulumi.DependsOnInputs(r))
 			}
 		}
 		exposure, err := NewExposure(ctx, "exposure", &ExposureArgs{Namespace: ns.Name, Config: c, Meta: meta}, exposureOpts...)

@@ -122,9 +122,10 @@ func (s ScaleOutConfig) validate(v validator, key string, c *Config) {
 		}
 	}
 	v.duration(key+".drain", s.Drain)
+	// A request timeout of 0 is none: any drain fits. A stack of one graph drains nothing.
 	d, err := time.ParseDuration(s.Drain)
 	limit, lerr := time.ParseDuration(c.Exposure.RequestTimeout)
-	if err == nil && lerr == nil && c.Exposure.Enabled && d > limit {
+	if err == nil && lerr == nil && limit > 0 && c.Exposure.Enabled && s.Graphs > 1 && d > limit {
 		v.add(key+".drain", "is %s, longer than exposure.requestTimeout (%s), after which the route ends a request anyway: at most that", s.Drain, c.Exposure.RequestTimeout)
 	}
 	if s.Graphs == 1 {

@@ -317,3 +317,15 @@ func TestScaleOutPinOnAnotherGraphsCliqueIsRefused(t *testing.T) {
 	assert.Equal(t, clique+"=fabric.a", decode[map[string]string](t, graphs["minimax-m3-disagg-gb200-agentic"], "metadata", "annotations")[manifest.PlacementAnnotation])
 	assert.Equal(t, clique+"=fabric.b", decode[map[string]string](t, graphs["g2-minimax-m3-disagg-gb200-agentic"], "metadata", "annotations")[manifest.PlacementAnnotation])
 }
+
+// A drain is checked against the route's request timeout only where it drains: a timeout of 0
+// (none) fits any drain, and a stack of one graph drains nothing.
+func TestScaleOutDrainFitsARouteWithoutATimeoutAndOneGraph(t *testing.T) {
+	for _, overrides := range []map[string]string{
+		scaleOut("agg", 2, exposureOn(map[string]string{"requestTimeout": `"0s"`})),
+		exposureOn(map[string]string{"requestTimeout": `"1m"`}),
+	} {
+		_, err := run(t, "agg", overrides)
+		require.NoError(t, err)
+	}
+}
