@@ -167,11 +167,7 @@ func NewMiniMaxM3(ctx *pulumi.Context, name string, args *MiniMaxM3Args, opts ..
 			// An update of running graphs changes them one at a time: this one once the one
 			// before it is Ready again and has passed its smoke test, so a change that fails
 			// stops at the first graph it breaks and the others keep serving as they were.
-			prev := graphs[i-1]
-			graphOpts = append(graphOpts, pulumi.DependsOnInputs(prev.Ready))
-			if prev.SmokeTest != nil {
-				graphOpts = append(graphOpts, pulumi.DependsOn([]pulumi.Resource{prev.SmokeTest.Job}))
-			}
+			graphOpts = append(graphOpts, graphs[i-1].servedOptions()...)
 		}
 		// With a route: out of it while the change rolls the graph's pods, after the graph
 		// before is back in it.
@@ -192,11 +188,7 @@ func NewMiniMaxM3(ctx *pulumi.Context, name string, args *MiniMaxM3Args, opts ..
 				return nil, err
 			}
 		}
-		serving := graph.Ready
-		if graph.SmokeTest != nil {
-			serving = graph.SmokeTest.Passed
-		}
-		rollout.restore(gc, meta.LiveGraph(gc.GraphName) != nil, serving)
+		rollout.restore(gc, meta.LiveGraph(gc.GraphName) != nil, graph.serving())
 		if c.Observability.Enabled {
 			if _, err := NewMonitoring(ctx, graphComponent("monitoring", i), &MonitoringArgs{
 				Namespace: ns.Name, Config: gc, Meta: meta, Index: i, ComputeDomainUID: cd.UID, HasComputeDomain: gc.ComputeDomain.Create && !args.Rendering,
@@ -224,10 +216,7 @@ func NewMiniMaxM3(ctx *pulumi.Context, name string, args *MiniMaxM3Args, opts ..
 			// A graph joins the route once it serves: Ready, and past its smoke test; the route's
 			// own update waits for every graph back in it.
 			for _, g := range graphs {
-				exposureOpts = append(exposureOpts, pulumi.DependsOnInputs(g.Ready))
-				if g.SmokeTest != nil {
-					exposureOpts = append(exposureOpts, pulumi.DependsOn([]pulumi.Resource{g.SmokeTest.Job}))
-				}
+				exposureOpts = append(exposureOpts, g.servedOptions()...)
 			}
 		}
 		if rollout != nil {

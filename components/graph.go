@@ -192,6 +192,23 @@ func NewGraph(ctx *pulumi.Context, name string, args *GraphArgs, opts ...pulumi.
 	return g, ctx.RegisterResourceOutputs(g, pulumi.Map{"name": g.Name, "configMap": g.ConfigMap, "readyGeneration": g.ReadyGeneration})
 }
 
+// serving resolves once the graph serves: Ready and, when it runs, past its smoke test.
+func (g *Graph) serving() pulumi.ResourceArrayOutput {
+	if g.SmokeTest != nil {
+		return g.SmokeTest.Passed
+	}
+	return g.Ready
+}
+
+// servedOptions make a resource wait for the graph to serve: its Ready and its smoke test's Job.
+func (g *Graph) servedOptions() []pulumi.ResourceOption {
+	opts := []pulumi.ResourceOption{pulumi.DependsOnInputs(g.Ready)}
+	if g.SmokeTest != nil {
+		opts = append(opts, pulumi.DependsOn([]pulumi.Resource{g.SmokeTest.Job}))
+	}
+	return opts
+}
+
 func graphTypeToken(apiVersion string) string {
 	return "kubernetes:" + apiVersion + ":DynamoGraphDeployment"
 }

@@ -3,14 +3,13 @@ package components
 import (
 	"context"
 	"fmt"
-	"maps"
-	"slices"
 	"strings"
 	"time"
 
 	"github.com/pulumi/pulumi/sdk/v3/go/pulumi"
 
 	"minimax-m3/config"
+	"minimax-m3/internal/cluster"
 	"minimax-m3/manifest"
 )
 
@@ -57,7 +56,7 @@ func newGraphRollout(ctx *pulumi.Context, routes RouteWeights, c *config.Config)
 		defer cancel()
 		if held, err := routes.HoldsRoute(rctx, ns, route); err == nil && held {
 			_ = ctx.Log.Warn(fmt.Sprintf("HTTPRoute %s/%s: an interrupted rollout (field manager %s) still holds its rules; `up` gives them back first, "+
-				"and until then a preview of a change of the route may report a conflict with that manager", ns, route, "minimax-m3-rollout"), nil)
+				"and until then a preview of a change of the route may report a conflict with that manager", ns, route, cluster.RolloutFieldManager), nil)
 		}
 		r.done = pulumi.ResourceArray{}.ToResourceArrayOutput()
 		return r
@@ -72,7 +71,7 @@ func newGraphRollout(ctx *pulumi.Context, routes RouteWeights, c *config.Config)
 	return r
 }
 
-// rolls names the components whose pod templates the update changes on a live graph (live: its
+// rolls names the components whose pods the update replaces on a live graph (live: its
 // annotations), nil when none does or the graph is new.
 func rolls(live map[string]string, gc *config.Config, decided manifest.Decisions) []string {
 	if live == nil {
@@ -82,13 +81,7 @@ func rolls(live map[string]string, gc *config.Config, decided manifest.Decisions
 	if err != nil {
 		return []string{"every component"}
 	}
-	var out []string
-	for _, k := range slices.Sorted(maps.Keys(planned)) {
-		if live[k] != planned[k] {
-			out = append(out, strings.TrimPrefix(k, manifest.TemplateAnnotationPrefix))
-		}
-	}
-	return out
+	return manifest.RolledComponents(live, planned)
 }
 
 // drain is what the change of graph gc, running (live) or new, waits for: for a running graph,

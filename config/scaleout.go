@@ -34,10 +34,6 @@ type ScaleOutConfig struct {
 	stack string
 }
 
-// The name of graph n (n ≥ 2) puts its number in front: a frontend discovers the workers whose
-// Dynamo namespace (`<namespace>-<graph>-<worker hash>`) starts with its own graph's
-// (DYN_NAMESPACE_PREFIX, which the operator sets), so no graph's name may begin with another's.
-
 // MaxGraphs bounds scaleOut.graphs: the NVL72 racks one pool holds, with room to spare.
 const MaxGraphs = 16
 
@@ -48,7 +44,10 @@ func (c *Config) GraphCount() int { return max(c.ScaleOut.Graphs, 1) }
 // the others.
 func (c *Config) GraphNameOf(i int) string { return GraphNameFor(c.StackGraphName(), i) }
 
-// GraphNameFor is the name graph i (0-based) of a stack whose graphName is base has.
+// GraphNameFor is the name graph i (0-based) of a stack whose graphName is base has. Graph n
+// (n ≥ 2) puts its number in front: a frontend discovers the workers whose Dynamo namespace
+// (`<namespace>-<graph>-<worker hash>`) starts with its own graph's (DYN_NAMESPACE_PREFIX, which
+// the operator sets), so no graph's name may begin with another's.
 func GraphNameFor(base string, i int) string {
 	if i == 0 || base == "" {
 		return base

@@ -5,6 +5,9 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"maps"
+	"slices"
+	"strings"
 
 	"minimax-m3/config"
 )
@@ -41,6 +44,22 @@ func TemplateDigests(c *config.Config, d Decisions) (map[string]string, error) {
 		return nil, err
 	}
 	return TemplateDigestsOf(spec), nil
+}
+
+// RolledComponents names the components whose digests differ between the live graph's
+// annotations (live; nil: no graph yet, nothing rolls) and the update's (planned, TemplateDigests):
+// those whose pods the update replaces.
+func RolledComponents(live, planned map[string]string) []string {
+	if live == nil {
+		return nil
+	}
+	var out []string
+	for _, k := range slices.Sorted(maps.Keys(planned)) {
+		if live[k] != planned[k] {
+			out = append(out, strings.TrimPrefix(k, TemplateAnnotationPrefix))
+		}
+	}
+	return out
 }
 
 // SurgingRolls warns when an update replaces the pods of a worker role whose rollout starts new
